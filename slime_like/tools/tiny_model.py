@@ -1,0 +1,108 @@
+"""Build tiny Hugging Face checkpoints locally: config.json + model.safetensors + tokenizer files.
+
+Tests, the demo and the benchmarks use these instead of downloading anything. The tokenizer is
+character-level (one token per character, built with the `tokenizers` library), so any text over its
+alphabet round-trips exactly and token counts are easy to reason about.
+
+    python -m slime_like.tools.tiny_model OUT_DIR [--arch qwen2|qwen3|llama] [--hidden-size 64] ...
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import string
+
+PAD, EOS = "<pad>", "<eos>"
+# ChatML-style turns, written with plain characters so the char tokenizer covers them.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<' + message['role'] + '>' + message['content'] + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<assistant>' }}{% endif %}"
+)
+DEFAULT_ALPHABET = string.digits + string.ascii_letters + string.punctuation + " \n"
+
+
+def build_char_tokenizer(alphabet: str = DEFAULT_ALPHABET):
+    """A fast HF tokenizer with ids 0=<pad>, 1=<eos>, then one id per character of `alphabet`."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = list(dict.fromkeys(alphabet))  # dedupe, keep order
+    vocab = {tok: i for i, tok in enumerate([PAD, EOS] + chars)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()  # characters concatenate with no separator
+    hf = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, bos_token=None,
+                                 unk_token=None, padding_side="left", clean_up_tokenization_spaces=False)
+    hf.chat_template = CHAT_TEMPLATE
+    return hf
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return (n + multiple - 1) // multiple * multiple
+
+
+def build_tiny_checkpoint(out_dir: str, arch: str = "qwen2", hidden_size: int = 64, num_layers: int = 2,
+                          num_heads: int = 4, num_kv_heads: int = 2, ffn_hidden_size: int = 128,
+                          tie_embeddings: bool = True, alphabet: str = DEFAULT_ALPHABET, vocab_multiple: int = 64,
+                          max_position_embeddings: int = 256, rope_theta: float = 10000.0, seed: int = 0,
+                          num_experts: int = 0, moe_topk: int = 2, init_std: float = 0.02) -> str:
+    """Write a randomly initialised model of `arch` and its char tokenizer to `out_dir`; return out_dir.
+
+    The config's vocab_size is the tokenizer size rounded up to `vocab_multiple`, like Megatron's
+    padded vocabulary, so the same checkpoint splits evenly at TP=2. Deterministic for a given seed.
+    """
+    import torch
+    import transformers
+
+    tok = build_char_tokenizer(alphabet)
+    common = dict(vocab_size=_round_up(len(tok), vocab_multiple), hidden_size=hidden_size,
+                  intermediate_size=ffn_hidden_size, num_hidden_layers=num_layers,
+                  num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
+                  max_position_embeddings=max_position_embeddings, rope_theta=rope_theta,
+                  rms_norm_eps=1e-6, tie_word_embeddings=tie_embeddings, initializer_range=init_std,
+                  eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None)
+    if arch == "qwen2":
+        cfg, cls = transformers.Qwen2Config(**common), transformers.Qwen2ForCausalLM
+    elif arch == "qwen3":
+        cfg, cls = transformers.Qwen3Config(head_dim=hidden_size // num_heads, **common), transformers.Qwen3ForCausalLM
+    elif arch == "qwen3_moe":
+        cfg = transformers.Qwen3MoeConfig(head_dim=hidden_size // num_heads, num_experts=num_experts or 4,
+                                          num_experts_per_tok=moe_topk, moe_intermediate_size=ffn_hidden_size,
+                                          decoder_sparse_step=1, norm_topk_prob=True, **common)
+        cls = transformers.Qwen3MoeForCausalLM
+    elif arch == "llama":
+        cfg, cls = transformers.LlamaConfig(attention_bias=False, mlp_bias=False, **common), transformers.LlamaForCausalLM
+    else:
+        raise ValueError(f"unknown tiny arch {arch!r}; choose qwen2, qwen3, qwen3_moe or llama")
+    torch.manual_seed(seed)
+    model = cls(cfg).to(torch.float32)
+    os.makedirs(out_dir, exist_ok=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tok.save_pretrained(out_dir)
+    return out_dir
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out_dir")
+    p.add_argument("--arch", default="qwen2", choices=["qwen2", "qwen3", "qwen3_moe", "llama"])
+    p.add_argument("--hidden-size", type=int, default=64)
+    p.add_argument("--num-layers", type=int, default=2)
+    p.add_argument("--num-attention-heads", type=int, default=4)
+    p.add_argument("--num-query-groups", type=int, default=2)
+    p.add_argument("--ffn-hidden-size", type=int, default=128)
+    p.add_argument("--untie-embeddings-and-output-weights", action="store_true")
+    p.add_argument("--alphabet", default=DEFAULT_ALPHABET)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    build_tiny_checkpoint(a.out_dir, arch=a.arch, hidden_size=a.hidden_size, num_layers=a.num_layers,
+                          num_heads=a.num_attention_heads, num_kv_heads=a.num_query_groups,
+                          ffn_hidden_size=a.ffn_hidden_size, tie_embeddings=not a.untie_embeddings_and_output_weights,
+                          alphabet=a.alphabet, seed=a.seed)
+    print(a.out_dir)
+
+
+if __name__ == "__main__":
+    main()

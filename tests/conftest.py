@@ -1,0 +1,18 @@
+"""Session-wide test setup: never touch a model hub, keep torch to one thread per process."""
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tmp_path_factory):
+    """A tiny random Qwen2 checkpoint (HF format, char tokenizer) shared by the whole session."""
+    from slime_like.tools.tiny_model import build_tiny_checkpoint
+
+    return build_tiny_checkpoint(str(tmp_path_factory.mktemp("tiny_qwen2")))
