@@ -1,0 +1,115 @@
+"""Turn the placement plan into Ray reality: one placement group of GPU bundles, in a known order.
+
+Ray numbers a placement group's bundles in creation order, but PACK may put bundle 5 on node A and bundle 6
+on node B in any order. Trainer ranks must be laid out node by node (rank 0..7 on node 0, ...) and an engine's
+GPUs must sit on one node, so we ask every bundle where it landed (node IP, GPU id) and sort bundles by
+(node IP, GPU id). Plan slot i then maps to the i-th sorted bundle.
+
+On a CPU-only machine the GPU slots are declared Ray resources (`ray.init(num_gpus=N)`), so exactly this
+code runs in tests and in the demo.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+
+@ray.remote(num_cpus=0)
+class _WhereAmI:
+    """Occupies a sliver of one bundle just long enough to report its node and GPU slot."""
+
+    def where(self):
+        gpu_ids = ray.get_gpu_ids()
+        return ray.util.get_node_ip_address(), int(gpu_ids[0]) if gpu_ids else -1
+
+
+@dataclass
+class BundleInfo:
+    pg_index: int      # the bundle's index inside the Ray placement group
+    node_ip: str
+    gpu_id: int        # the GPU slot Ray assigned on that node
+
+
+@dataclass
+class Placement:
+    """A ready placement group plus the node-major order of its bundles."""
+
+    pg: object
+    bundles: list  # list[BundleInfo], sorted by (node_ip, gpu_id): plan slot i -> bundles[i]
+
+    def strategy(self, slot: int) -> PlacementGroupSchedulingStrategy:
+        """Scheduling strategy that pins an actor to plan slot `slot`."""
+        return PlacementGroupSchedulingStrategy(placement_group=self.pg,
+                                                placement_group_bundle_index=self.bundles[slot].pg_index)
+
+    def remove(self):
+        remove_placement_group(self.pg)
+
+
+def create_placement(num_slots: int, timeout_s: float = 120.0) -> Placement:
+    """Reserve `num_slots` single-GPU bundles (PACK) and sort them node-major.
+
+    Raises a clear error when the cluster cannot provide them within `timeout_s` (e.g. the recipe asks for
+    16 GPUs on an 8-GPU cluster), instead of hanging forever as a pending placement group would.
+    """
+    pg = placement_group([{"GPU": 1, "CPU": 0}] * num_slots, strategy="PACK")
+    try:
+        ray.get(pg.ready(), timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        remove_placement_group(pg)
+        have = ray.cluster_resources().get("GPU", 0)
+        raise RuntimeError(
+            f"Ray could not reserve {num_slots} GPU slots within {timeout_s:.0f}s (the cluster has {have:g} GPUs). "
+            "Start more nodes, lower --actor-num-gpus-per-node / --rollout-num-gpus, or use --colocate.") from None
+    probes = [_WhereAmI.options(num_gpus=0.01, scheduling_strategy=PlacementGroupSchedulingStrategy(
+        placement_group=pg, placement_group_bundle_index=i)).remote() for i in range(num_slots)]
+    where = ray.get([p.where.remote() for p in probes])
+    for p in probes:
+        ray.kill(p)
+    bundles = [BundleInfo(i, ip, gpu) for i, (ip, gpu) in enumerate(where)]
+    bundles.sort(key=lambda b: (_ip_key(b.node_ip), b.gpu_id))
+    return Placement(pg, bundles)
+
+
+def _ip_key(ip: str):
+    """Sort IPv4 addresses numerically (10.0.0.9 before 10.0.0.10); anything else as text."""
+    parts = ip.split(".")
+    return tuple(int(p) for p in parts) if len(parts) == 4 and all(p.isdigit() for p in parts) else (ip,)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago on this node (for torch.distributed masters and engines)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def init_ray(args) -> None:
+    """Connect to a running cluster (RAY_ADDRESS, e.g. from a Slurm job) or start a local one.
+
+    A local cluster on a machine without GPUs declares `--num-gpus-per-node` GPU slots, so the same
+    placement code runs everywhere.
+    """
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # Ray 2.60 token auth breaks local drivers otherwise
+    if ray.is_initialized():
+        return
+    env = {"env_vars": {"RAY_AUTH_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false",
+                        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}}
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=env, log_to_driver=True)
+        return
+    kwargs = dict(include_dashboard=False, runtime_env=env, log_to_driver=True,
+                  object_store_memory=512 * 1024 ** 2, num_cpus=max(os.cpu_count() or 2, 2))
+    if not _has_cuda_devices():
+        kwargs["num_gpus"] = args.num_gpus_per_node
+    ray.init(**kwargs)
+
+
+def _has_cuda_devices() -> bool:
+    # Not CUDA_VISIBLE_DEVICES: Slurm sets it on CPU test nodes too. Not torch: the driver stays light.
+    return os.path.exists("/dev/nvidia0")

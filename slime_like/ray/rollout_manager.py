@@ -1,0 +1,91 @@
+"""The rollout side under Ray: one actor per inference engine, and the manager actor that owns them.
+
+An engine actor sits on its plan slot (a fraction of the trainer's GPU when colocated) and runs the engine
+server as a child process: SGLang on GPUs, the embedded CPU engine otherwise. The manager owns the data
+source, generation, rewards and eval (through `RolloutController`), talks to the engines over HTTP only, and
+hands the trainer one shard of the finished rollout per data-parallel rank.
+"""
+from __future__ import annotations
+
+import ray
+
+from slime_like.ray.placement import Placement, free_port
+
+
+@ray.remote(num_cpus=0)
+class EngineActor:
+    """Launches and supervises one engine server process on this actor's node."""
+
+    def __init__(self, args, engine_index: int, gpu_ids: list):
+        self.args, self.engine_index, self.gpu_ids = args, engine_index, gpu_ids
+        self.proc = None
+
+    def start(self, kind: str) -> str:
+        from slime_like.backends.sglang.launcher import start_engine
+
+        host = ray.util.get_node_ip_address()
+        self.proc = start_engine(self.args, kind=kind, engine_index=self.engine_index, gpu_ids=self.gpu_ids,
+                                 host=host, port=free_port(host))
+        return self.proc.url
+
+    def stop(self):
+        if self.proc is not None:
+            self.proc.stop()
+            self.proc = None
+
+
+@ray.remote(num_cpus=0)
+class RolloutManager:
+    def __init__(self, args, engine_urls: list):
+        from slime_like.rollout.controller import RolloutController
+
+        self.args = args
+        self.engine_urls = engine_urls
+        self.controller = RolloutController(args, engine_urls)
+
+    def generate(self, rollout_id: int, dp_size: int):
+        """Generate and score one rollout; return (one trainer shard per DP rank, metrics)."""
+        from slime_like.rollout.generate import split_for_dp, to_train_batch
+
+        samples, metrics = self.controller.generate(rollout_id)
+        return split_for_dp(to_train_batch(self.args, samples), dp_size), metrics
+
+    def evaluate(self, rollout_id: int) -> dict:
+        return self.controller.evaluate(rollout_id)
+
+    def state_dict(self):
+        return self.controller.state_dict()
+
+    def load_state_dict(self, state):
+        self.controller.load_state_dict(state)
+
+    def call_engines(self, endpoint: str):
+        """POST an engine-management endpoint (release/resume memory, flush cache, pause...) to every engine."""
+        import asyncio
+
+        from slime_like.backends.sglang.client import EngineClient
+
+        async def run():
+            return await asyncio.gather(*[getattr(EngineClient(u), endpoint)() for u in self.engine_urls])
+
+        return asyncio.run(run())
+
+
+class EngineGroup:
+    """Driver-side handle on the engine actors of the plan."""
+
+    def __init__(self, args, placement: Placement, engine_slots: list, gpu_share: float, kind: str):
+        self.actors = []
+        for i, slots in enumerate(engine_slots):
+            gpu_ids = [placement.bundles[s].gpu_id for s in slots]
+            # The engine uses all its GPUs through --base-gpu-id, so Ray must not narrow CUDA_VISIBLE_DEVICES
+            # down to the one bundle the actor sits on.
+            env = {"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}}
+            self.actors.append(EngineActor.options(num_gpus=gpu_share, scheduling_strategy=placement.strategy(slots[0]),
+                                                   runtime_env=env).remote(args, i, gpu_ids))
+        self.urls = ray.get([a.start.remote(kind) for a in self.actors])
+
+    def stop(self):
+        ray.get([a.stop.remote() for a in self.actors])
+        for a in self.actors:
+            ray.kill(a)

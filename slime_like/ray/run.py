@@ -1,0 +1,145 @@
+"""Everything one training run holds under Ray, and the steps the loops in train.py / train_async.py call.
+
+`Run.start(args)` executes the placement plan: placement group, actor (and critic) trainer groups, engines,
+the rollout manager, and the weight path from trainer to engines. Each method below is one stage of the
+loop; the loops themselves stay in the entry scripts so they read top to bottom.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import time
+
+import ray
+
+from slime_like.ray.placement import create_placement, init_ray
+from slime_like.ray.rollout_manager import EngineGroup, RolloutManager
+from slime_like.ray.trainer_group import TrainerGroup
+
+# Fractions of one GPU slot when trainer and engine share it (colocated): together < 1.
+TRAINER_SHARE_COLOCATED, ENGINE_SHARE_COLOCATED = 0.4, 0.2
+
+
+class Run:
+    def __init__(self, args, plan, placement, actor, critic, engines, rollout):
+        self.args, self.plan, self.placement = args, plan, placement
+        self.actor, self.critic, self.engines, self.rollout = actor, critic, engines, rollout
+        self.colocate = bool(args.colocate)
+        loaded = actor.loaded_rollout_id
+        self.start_rollout_id = 0 if loaded is None else loaded + 1
+
+    @classmethod
+    def start(cls, args, plan):
+        init_ray(args)
+        placement = create_placement(plan.num_slots)
+        trainer_share = TRAINER_SHARE_COLOCATED if args.colocate else 1.0
+        actor = TrainerGroup(args, "actor", placement, plan.actor_slots, trainer_share)
+        critic = None
+        if args.use_critic:
+            from slime_like.args import role_args
+
+            critic = TrainerGroup(role_args(args, "critic"), "critic", placement, plan.critic_slots, trainer_share / 2)
+        engine_share = ENGINE_SHARE_COLOCATED if args.colocate else 1.0
+        engines = EngineGroup(args, placement, plan.engine_slots, engine_share, kind=plan.engine_kind)
+        rollout = RolloutManager.options(num_cpus=0).remote(args, engines.urls)
+        run = cls(args, plan, placement, actor, critic, engines, rollout)
+        run._restore_rollout_state()
+        actor.connect_engines(engines.urls, colocate=bool(args.colocate))
+        return run
+
+    # ---- one rollout ----
+    def generate(self, rollout_id: int):
+        """Ask the rollout manager for rollout `rollout_id`; returns an object ref to (shards, metrics)."""
+        return self.rollout.generate.remote(rollout_id, self.actor.dp_size)
+
+    def train(self, rollout_id: int, shards) -> dict:
+        """slime's order: (critic values) -> actor log-probs -> advantages -> critic and actor updates."""
+        timings, metrics = {}, {}
+        t = time.perf_counter()
+        self.actor.set_batch(shards)
+        if self.critic is not None:
+            self.critic.set_batch(shards)
+            values = self.critic.per_dp(self.critic.call("compute_values"))
+            self.actor.update_batch_per_dp(values)
+        self.actor.call("compute_log_probs")
+        advantages = self.actor.per_dp(self.actor.call("compute_advantages"))
+        timings["time/log_probs"] = time.perf_counter() - t
+        t = time.perf_counter()
+        if self.critic is not None:
+            self.critic.update_batch_per_dp(advantages)
+            metrics.update(self.critic.train_step(rollout_id))
+        metrics.update(self.actor.train_step(rollout_id))
+        timings["time/train"] = time.perf_counter() - t
+        return {**metrics, **timings}
+
+    def update_weights(self) -> dict:
+        t = time.perf_counter()
+        sent = self.actor.update_weights()
+        return {"time/update_weights": time.perf_counter() - t, "weights/bytes_sent": sent}
+
+    def evaluate(self, rollout_id: int) -> dict:
+        t = time.perf_counter()
+        metrics = ray.get(self.rollout.evaluate.remote(rollout_id))
+        return {**metrics, "time/eval": time.perf_counter() - t}
+
+    # ---- colocated mode: engines and trainers take turns on the same GPUs ----
+    def offload_engines(self):
+        if self.colocate and self.args.offload_rollout:
+            ray.get(self.rollout.call_engines.remote("release_memory"))
+
+    def onload_engines(self):
+        if self.colocate and self.args.offload_rollout:
+            ray.get(self.rollout.call_engines.remote("resume_memory"))
+
+    def offload_trainers(self):
+        if self.colocate and self.args.offload_train:
+            for g in self._trainers():
+                g.call("offload")
+
+    def onload_trainers(self):
+        if self.colocate and self.args.offload_train:
+            for g in self._trainers():
+                g.call("onload")
+
+    # ---- checkpoints: rollout state first, then the trainers publish their marker last ----
+    def save(self, rollout_id: int):
+        state = ray.get(self.rollout.state_dict.remote())
+        _atomic_pickle(state, _rollout_state_path(self.args.save, rollout_id))
+        for g in self._trainers():
+            g.call("save", rollout_id)
+
+    def _restore_rollout_state(self):
+        if self.start_rollout_id == 0:
+            return
+        path = _rollout_state_path(self.args.load, self.start_rollout_id - 1)
+        if not os.path.exists(path):
+            raise RuntimeError(f"--load {self.args.load}: the trainer resumed from rollout {self.start_rollout_id - 1} "
+                               f"but the rollout state {path} is missing; cannot continue the prompt sequence exactly")
+        with open(path, "rb") as f:
+            ray.get(self.rollout.load_state_dict.remote(pickle.load(f)))
+
+    def _trainers(self):
+        return [g for g in (self.critic, self.actor) if g is not None]
+
+    def shutdown(self):
+        """Stop engines first (they are child processes), then the actors; leave no orphans."""
+        for step in (self.engines.stop, lambda: ray.kill(self.rollout), *(g.kill for g in self._trainers()),
+                     self.placement.remove):
+            try:
+                step()
+            except Exception as e:  # keep tearing down the rest
+                print(f"shutdown: {e}")
+
+
+def _rollout_state_path(ckpt_dir: str, rollout_id: int) -> str:
+    return os.path.join(ckpt_dir, "rollout_state", f"rollout_{rollout_id:07d}.pkl")
+
+
+def _atomic_pickle(obj, path: str):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        pickle.dump(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

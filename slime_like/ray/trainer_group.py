@@ -1,0 +1,155 @@
+"""One Ray actor per trainer rank (actor or critic), and the driver-side group that fans calls out.
+
+Each rank's share of the rollout lives inside its actor (`set_batch`), so the per-token tensors that
+later calls add (log-probs, values, advantages) never travel back through the driver unless another
+role needs them (the actor needs the critic's values; the critic needs the actor's returns).
+"""
+from __future__ import annotations
+
+import os
+
+import ray
+
+from slime_like.ray.placement import Placement, free_port
+
+
+@ray.remote(num_cpus=0)
+class TrainerActor:
+    def __init__(self, args, role: str, rank: int, world_size: int, threads: int):
+        self.args, self.role, self.rank, self.world_size = args, role, rank, world_size
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        import torch
+
+        torch.set_num_threads(threads)
+        self.trainer = None
+        self.batch = None
+        self.weight_sender = None
+
+    def node_ip_and_free_port(self):
+        return ray.util.get_node_ip_address(), free_port()
+
+    def init(self, master_addr: str, master_port: int):
+        from slime_like.backends.megatron.trainer import MegatronTrainer
+
+        self.trainer = MegatronTrainer(self.args, role=self.role, rank=self.rank, world_size=self.world_size,
+                                       master_addr=master_addr, master_port=master_port)
+        return self.trainer.loaded_rollout_id
+
+    def parallel_info(self):
+        from megatron.core import parallel_state as ps
+
+        return dict(dp_rank=ps.get_data_parallel_rank(), dp_size=ps.get_data_parallel_world_size(),
+                    tp_rank=ps.get_tensor_model_parallel_rank(), pp_rank=ps.get_pipeline_model_parallel_rank())
+
+    # ---- data flow: each call adds keys to this rank's batch and returns them when asked ----
+    def set_batch(self, batch):
+        self.batch = dict(batch)
+
+    def update_batch(self, extra):
+        self.batch.update(extra)
+
+    def compute_log_probs(self):
+        self.batch.update(self.trainer.compute_log_probs(self.batch))
+
+    def compute_values(self):
+        out = self.trainer.compute_values(self.batch)
+        self.batch.update(out)
+        return out
+
+    def compute_advantages(self):
+        out = self.trainer.compute_advantages(self.batch)
+        self.batch.update(out)
+        return out
+
+    def train_step(self, rollout_id: int):
+        return self.trainer.train_step(rollout_id, self.batch)
+
+    def save(self, rollout_id: int):
+        self.trainer.save(rollout_id)
+
+    def offload(self):
+        self.trainer.offload()
+
+    def onload(self):
+        self.trainer.onload()
+
+    # ---- weight sync: trainer -> rollout engines ----
+    def connect_engines(self, engine_urls, colocate: bool):
+        """Open the weight path to the engines: an in-memory tensor handoff when colocated, else a
+        dedicated process group (gloo on CPU, nccl on GPU) with this rank as the broadcast source."""
+        from slime_like.backends.sglang import weight_sync
+
+        if colocate:
+            self.weight_sender = weight_sync.TensorWeightSender(engine_urls)
+        else:
+            import torch
+
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            self.weight_sender = weight_sync.DistributedWeightSender(engine_urls, backend=backend)
+            self.weight_sender.connect()
+
+    def update_weights(self):
+        """Every rank walks the HF-named weights (TP gathers are collectives); the rank that receives
+        full tensors sends them. Returns the number of bytes this rank sent."""
+        named = self.trainer.iter_hf_weights()
+        if self.weight_sender is None:
+            for _ in named:  # not a sender: still take part in the gathers
+                pass
+            return 0
+        return self.weight_sender.send(named, bucket_bytes=self.args.update_weight_buffer_size)
+
+
+class TrainerGroup:
+    """All ranks of one role, placed on plan slots; calls fan out and results come back per rank."""
+
+    def __init__(self, args, role: str, placement: Placement, slots: list, gpu_share: float):
+        self.args, self.role = args, role
+        world = len(slots)
+        threads = max(1, (os.cpu_count() or 2) // world)
+        self.actors = [TrainerActor.options(num_gpus=gpu_share, scheduling_strategy=placement.strategy(s),
+                                            runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}})
+                       .remote(args, role, rank, world, threads) for rank, s in enumerate(slots)]
+        master_addr, master_port = ray.get(self.actors[0].node_ip_and_free_port.remote())
+        loaded = ray.get([a.init.remote(master_addr, master_port) for a in self.actors])
+        self.loaded_rollout_id = loaded[0]
+        self.info = ray.get([a.parallel_info.remote() for a in self.actors])
+        self.dp_size = self.info[0]["dp_size"]
+
+    def call(self, method: str, *args):
+        return ray.get([getattr(a, method).remote(*args) for a in self.actors])
+
+    def set_batch(self, shards: list):
+        """Give every rank the shard of its data-parallel rank (ranks of one model replica share it)."""
+        refs = [ray.put(s) for s in shards]
+        ray.get([a.set_batch.remote(refs[i["dp_rank"]]) for a, i in zip(self.actors, self.info)])
+
+    def per_dp(self, results: list) -> list:
+        """Collapse per-rank results to one per data-parallel rank (ranks of a replica agree)."""
+        out = [None] * self.dp_size
+        for r, i in zip(results, self.info):
+            if out[i["dp_rank"]] is None:
+                out[i["dp_rank"]] = r
+        return out
+
+    def update_batch_per_dp(self, per_dp: list):
+        ray.get([a.update_batch.remote(per_dp[i["dp_rank"]]) for a, i in zip(self.actors, self.info)])
+
+    def train_step(self, rollout_id: int) -> dict:
+        metrics = self.call("train_step", rollout_id)[0]  # already averaged over DP inside the trainer
+        return {f"{self.role}/{k}": v for k, v in metrics.items()}
+
+    def connect_engines(self, engine_urls, colocate: bool):
+        # iter_hf_weights() yields full tensors on tp_rank 0 / dp_rank 0 of each pipeline stage
+        senders = [a for a, i in zip(self.actors, self.info) if i["dp_rank"] == 0 and i["tp_rank"] == 0]
+        if len(senders) != 1:
+            raise NotImplementedError(
+                "weight sync with pipeline parallelism (--pipeline-model-parallel-size > 1) needs one sender per stage; "
+                "not supported yet")
+        ray.get(senders[0].connect_engines.remote(engine_urls, colocate))
+
+    def update_weights(self) -> int:
+        return sum(self.call("update_weights"))
+
+    def kill(self):
+        for a in self.actors:
+            ray.kill(a)
