@@ -2,8 +2,8 @@
 
 Ray numbers a placement group's bundles in creation order, but PACK may put bundle 5 on node A and bundle 6
 on node B in any order. Trainer ranks must be laid out node by node (rank 0..7 on node 0, ...) and an engine's
-GPUs must sit on one node, so we ask every bundle where it landed (node IP, GPU id) and sort bundles by
-(node IP, GPU id). Plan slot i then maps to the i-th sorted bundle.
+GPUs must sit on one node, so we ask every bundle where it landed and sort bundles by (node IP, node id,
+GPU id). Plan slot i then maps to the i-th sorted bundle.
 
 On a CPU-only machine the GPU slots are declared Ray resources (`ray.init(num_gpus=N)`), so exactly this
 code runs in tests and in the demo.
@@ -25,13 +25,15 @@ class _WhereAmI:
 
     def where(self):
         gpu_ids = ray.get_gpu_ids()
-        return ray.util.get_node_ip_address(), int(gpu_ids[0]) if gpu_ids else -1
+        ctx = ray.get_runtime_context()
+        return ray.util.get_node_ip_address(), ctx.get_node_id(), int(gpu_ids[0]) if gpu_ids else -1
 
 
 @dataclass
 class BundleInfo:
     pg_index: int      # the bundle's index inside the Ray placement group
     node_ip: str
+    node_id: str       # tells apart nodes that share an IP (several raylets on one host, as in tests)
     gpu_id: int        # the GPU slot Ray assigned on that node
 
 
@@ -40,12 +42,21 @@ class Placement:
     """A ready placement group plus the node-major order of its bundles."""
 
     pg: object
-    bundles: list  # list[BundleInfo], sorted by (node_ip, gpu_id): plan slot i -> bundles[i]
+    bundles: list  # list[BundleInfo], sorted node-major: plan slot i -> bundles[i]
 
     def strategy(self, slot: int) -> PlacementGroupSchedulingStrategy:
         """Scheduling strategy that pins an actor to plan slot `slot`."""
         return PlacementGroupSchedulingStrategy(placement_group=self.pg,
                                                 placement_group_bundle_index=self.bundles[slot].pg_index)
+
+    def check_same_node(self, slot_groups: list, what: str = "engine"):
+        """An engine's GPUs must share one node (tensor parallelism over the network is not supported)."""
+        for i, slots in enumerate(slot_groups):
+            nodes = {self.bundles[s].node_id for s in slots}
+            if len(nodes) > 1:
+                raise RuntimeError(
+                    f"{what} {i} would span {len(nodes)} nodes (plan slots {slots}); make "
+                    "--rollout-num-gpus-per-engine divide the GPUs each node contributes")
 
     def remove(self):
         remove_placement_group(self.pg)
@@ -71,8 +82,8 @@ def create_placement(num_slots: int, timeout_s: float = 120.0) -> Placement:
     where = ray.get([p.where.remote() for p in probes])
     for p in probes:
         ray.kill(p)
-    bundles = [BundleInfo(i, ip, gpu) for i, (ip, gpu) in enumerate(where)]
-    bundles.sort(key=lambda b: (_ip_key(b.node_ip), b.gpu_id))
+    bundles = [BundleInfo(i, ip, node, gpu) for i, (ip, node, gpu) in enumerate(where)]
+    bundles.sort(key=lambda b: (_ip_key(b.node_ip), b.node_id, b.gpu_id))
     return Placement(pg, bundles)
 
 

@@ -75,6 +75,7 @@ class EngineGroup:
     """Driver-side handle on the engine actors of the plan."""
 
     def __init__(self, args, placement: Placement, engine_slots: list, gpu_share: float, kind: str):
+        placement.check_same_node(engine_slots)
         self.actors = []
         for i, slots in enumerate(engine_slots):
             gpu_ids = [placement.bundles[s].gpu_id for s in slots]
