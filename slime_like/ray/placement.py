@@ -109,8 +109,12 @@ def init_ray(args) -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # Ray 2.60 token auth breaks local drivers otherwise
     if ray.is_initialized():
         return
-    env = {"env_vars": {"RAY_AUTH_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false",
-                        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}}
+    # Actors import user code by dotted path (--custom-rm-path my_rm.score): give them the driver's working
+    # directory and PYTHONPATH, as `python train.py` itself sees them.
+    pythonpath = os.pathsep.join(p for p in [os.getcwd(), os.environ.get("PYTHONPATH", "")] if p)
+    env = {"env_vars": {"RAY_AUTH_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": pythonpath,
+                        "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+                        "TRANSFORMERS_OFFLINE": os.environ.get("TRANSFORMERS_OFFLINE", "1")}}
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=env, log_to_driver=True)
         return
