@@ -1,0 +1,1 @@
+"""Rollout: prompts -> engines (SGLang HTTP) -> samples -> rewards -> filters -> the trainer batch."""

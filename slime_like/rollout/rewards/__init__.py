@@ -1,0 +1,142 @@
+"""Reward functions (the "rm hub"): rule-based graders, a remote reward server, user functions.
+
+Public API
+----------
+``compute_score(rm_type, response, label, metadata=None) -> float``
+    Rule-based reward of one response. ``rm_type`` is one of ``RULE_TYPES`` or ``boxed_<type>``
+    (grade only the content of the last ``\\boxed{}``). For ``dapo`` (whose reference returns a
+    dict) this returns the dict's ``score``; ``rule_reward`` returns the raw value.
+``async_rm(args, samples) -> list``
+    Rewards of a list of samples as the rollout computes them (raw values: float or dict):
+    ``--custom-rm-path`` if given, else ``--rm-type`` (a sample's ``metadata["rm_type"]`` overrides
+    it, as in slime). With ``--group-rm`` and a custom function, ``samples`` is one prompt's group
+    and the function is called once on the whole list.
+``assign_rewards(args, samples)``
+    ``async_rm`` + stores ``sample.reward``; a failing reward function raises ``RewardFunctionError``
+    naming the prompt index and the exception.
+``scalar_reward(args, reward) -> float``
+    The training scalar: dict rewards are indexed with ``--reward-key``.
+
+Custom functions (``--custom-rm-path module.func``, sync or async), slime's signatures:
+    per sample:            ``func(args, sample) -> float | dict``
+    per group (--group-rm): ``func(args, samples: list[Sample]) -> list[float | dict]``
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+
+from ..hooks import call_maybe_async, load_function
+from .boxed import last_boxed_content
+from .dapo import dapo_reward
+from .deepscaler import deepscaler_reward
+from .f1 import f1_reward
+from .gpqa import gpqa_reward
+from .math import math_reward
+from .remote import RemoteRewardError, remote_rm
+
+RULE_TYPES = ("math", "deepscaler", "dapo", "f1", "gpqa", "random")
+ALL_TYPES = RULE_TYPES + ("remote_rm",)
+
+
+class RewardFunctionError(RuntimeError):
+    pass
+
+
+def _check_type(rm_type: str) -> None:
+    import difflib
+
+    base = rm_type[len("boxed_"):] if rm_type.startswith("boxed_") else rm_type
+    if base not in ALL_TYPES:
+        close = difflib.get_close_matches(base, ALL_TYPES, n=2)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"--rm-type {rm_type!r} is not a known reward type (known: {', '.join(ALL_TYPES)}, "
+                         f"each optionally prefixed with 'boxed_'){hint}")
+
+
+def rule_reward(rm_type: str, response: str, label, metadata: dict | None = None):
+    """Raw rule-based reward (a dict for ``dapo``)."""
+    if not rm_type:
+        raise ValueError("no reward type: pass --rm-type (e.g. math) or --custom-rm-path module.func")
+    _check_type(rm_type)
+    if rm_type.startswith("boxed_"):
+        response = last_boxed_content(response or "") or ""
+        rm_type = rm_type[len("boxed_"):]
+    if rm_type == "math":
+        return math_reward(response, label)
+    if rm_type == "deepscaler":
+        return deepscaler_reward(response, label)
+    if rm_type == "dapo":
+        return dapo_reward(response, label)
+    if rm_type == "f1":
+        return f1_reward(response, label)
+    if rm_type == "gpqa":
+        return gpqa_reward(response, label, metadata=metadata)
+    if rm_type == "random":
+        return float(random.randint(0, 1))
+    raise ValueError(f"--rm-type {rm_type}: needs a sample and args; use async_rm for it")
+
+
+def compute_score(rm_type: str, response: str, label, metadata: dict | None = None) -> float:
+    value = rule_reward(rm_type, response, label, metadata)
+    if isinstance(value, dict):
+        return float(value["score"])
+    return float(value)
+
+
+def scalar_reward(args, reward) -> float:
+    if isinstance(reward, dict):
+        key = getattr(args, "reward_key", None)
+        if key is None:
+            raise ValueError(f"the reward is a dict with keys {sorted(reward)}; pass --reward-key KEY "
+                             f"(e.g. --reward-key score for dapo)")
+        if key not in reward:
+            raise KeyError(f"--reward-key {key!r} is not in the reward dict (keys: {sorted(reward)})")
+        return float(reward[key])
+    if reward is None:
+        raise ValueError("sample has no reward yet")
+    return float(reward)
+
+
+async def _one(args, sample):
+    custom = getattr(args, "custom_rm_path", None)
+    if custom:
+        return await call_maybe_async(load_function(custom, "--custom-rm-path"), args, sample)
+    metadata = sample.metadata if isinstance(sample.metadata, dict) else {}
+    rm_type = (metadata.get("rm_type") or getattr(args, "rm_type", None) or "").strip()
+    if rm_type.startswith("boxed_") and rm_type[len("boxed_"):] == "remote_rm":
+        rm_type = "remote_rm"
+    if rm_type == "remote_rm":
+        return await remote_rm(args, sample)
+    return rule_reward(rm_type, sample.response, sample.label, metadata)
+
+
+async def async_rm(args, samples: list) -> list:
+    custom = getattr(args, "custom_rm_path", None)
+    if custom and getattr(args, "group_rm", False):
+        out = await call_maybe_async(load_function(custom, "--custom-rm-path"), args, samples)
+        out = list(out)
+        if len(out) != len(samples):
+            raise RewardFunctionError(f"--custom-rm-path {custom} with --group-rm returned {len(out)} rewards "
+                                      f"for a group of {len(samples)} samples")
+        return out
+    return list(await asyncio.gather(*(_one(args, s) for s in samples)))
+
+
+async def assign_rewards(args, samples: list) -> None:
+    """Score `samples` (one prompt's group, or any list) and store ``sample.reward``."""
+    try:
+        rewards = await async_rm(args, samples)
+    except (RewardFunctionError, RemoteRewardError):
+        raise
+    except Exception as exc:
+        idx = sorted({s.group_index for s in samples})
+        raise RewardFunctionError(f"reward function failed on prompt index {idx[0] if len(idx) == 1 else idx} "
+                                  f"(--rm-type {getattr(args, 'rm_type', None)}, --custom-rm-path "
+                                  f"{getattr(args, 'custom_rm_path', None)}): {type(exc).__name__}: {exc}") from exc
+    for s, r in zip(samples, rewards):
+        s.reward = r
+
+
+__all__ = ["compute_score", "rule_reward", "async_rm", "assign_rewards", "scalar_reward", "RULE_TYPES",
+           "ALL_TYPES", "RewardFunctionError", "RemoteRewardError", "remote_rm"]

@@ -1,0 +1,56 @@
+"""DAPO's reward (``--rm-type dapo``): the math_dapo scorer of verl, used by slime's DAPO recipes.
+
+Semantics (verl ``utils/reward_score/math_dapo.py``, default ``strict_box_verify=False``):
+  * only the last 300 characters of the response are read;
+  * the prediction is the text after the last ``Answer:`` (case-insensitive, to the end of that line),
+    ``[INVALID]`` when there is none;
+  * prediction and label go through the Minerva answer normalisation (``normalize_final_answer``);
+  * the label is an integer in DAPO-Math-17k, compared as ``str(int(float(label)))``;
+  * reward +1.0 when equal, -1.0 otherwise, returned as ``{"score", "acc", "pred"}``
+    (train on it with ``--reward-key score``; ``acc`` is the 0/1 correctness).
+"""
+from __future__ import annotations
+
+import re
+
+_ANSWER = re.compile(r"(?i)Answer\s*:\s*([^\n]+)")
+
+# Minerva (Lewkowycz et al. 2022, appendix) answer normalisation tables.
+_REPLACE = (("an ", ""), ("a ", ""), (".$", "$"), ("\\$", ""), ("\\ ", ""), (" ", ""), ("mbox", "text"),
+            (",\\text{and}", ","), ("\\text{and}", ","), ("\\text{m}", "\\text{}"))
+_DROP = ("square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units", "\\ldots", "sue",
+         "points", "feet", "minutes", "digits", "cents", "degrees", "cm", "gm", "pounds", "meters", "meals",
+         "edges", "students", "childrentickets", "multiples", "\\text{s}", "\\text{.}", "\\text{\ns}",
+         "\\text{}^2", "\\text{}^3", "\\text{\n}", "\\text{}", r"\mathrm{th}", r"^\circ", r"^{\circ}", r"\;",
+         r",\!", "{,}", '"', "\\dots", "<|im_end|>", "<|endoftext|>")
+
+
+def normalize_final_answer(answer: str) -> str:
+    s = str(answer).split("=")[-1]
+    for old, new in _REPLACE:
+        s = s.replace(old, new)
+    for junk in _DROP:
+        s = s.replace(junk, "")
+    s = re.sub(r"(.*?)(\$)(.*?)(\$)(.*)", "$\\3$", s)           # keep the first $...$ only
+    for cmd in ("text", "textbf", "overline"):
+        s = re.sub(r"(\\" + cmd + r"\{)(.*?)(\})", "\\2", s)
+    s = re.sub(r"(\\boxed\{)(.*)(\})", "\\2", s)
+    s = re.sub(r"(frac)([^{])(.)", "frac{\\2}{\\3}", s)          # \fracab -> \frac{a}{b}
+    s = re.sub(r"(sqrt)([^{])", "sqrt{\\2}", s)                  # \sqrta -> \sqrt{a}
+    s = s.replace("$", "")
+    if s.replace(",", "").isdigit():
+        s = s.replace(",", "")
+    return s.strip()
+
+
+def dapo_reward(response: str, label) -> dict:
+    tail = (response or "")[-300:]
+    matches = _ANSWER.findall(tail)
+    pred = normalize_final_answer(matches[-1] if matches else "[INVALID]")
+    try:
+        truth = str(int(float(normalize_final_answer(label))))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"dapo reward: the label must be an integer (DAPO-Math-17k style), got {label!r}; "
+                         f"use --rm-type math for other answers") from exc
+    correct = pred == truth
+    return {"score": 1.0 if correct else -1.0, "acc": correct, "pred": pred}
