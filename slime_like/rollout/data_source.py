@@ -1,0 +1,184 @@
+"""Prompt data: files -> validated records -> groups of Samples, with an exactly resumable state.
+
+Files: JSONL (one JSON object a line) or Parquet (when pyarrow is importable). Per record:
+``--input-key`` (the prompt: text, or an OpenAI message list with ``--apply-chat-template``),
+``--label-key`` (optional ground truth), ``--metadata-key`` (optional dict).
+
+Order: the file order, or with ``--rollout-shuffle`` a permutation per epoch drawn from
+``random.Random(rollout_seed + epoch)``, so it can be recomputed on resume instead of saved.
+State = (epoch, offset into that epoch's order, next group id, buffer of partial groups);
+``load_state_dict(state_dict())`` continues with exactly the prompt that would have come next.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import random
+
+from ..sample import Sample, Status
+from .serialize import sample_from_dict, sample_to_dict
+
+logger = logging.getLogger(__name__)
+
+
+class PromptDataError(ValueError):
+    pass
+
+
+def _read_rows(path: str, flag: str):
+    """Yield (row number, dict). JSONL rows are 1-based line numbers."""
+    if not os.path.exists(path):
+        raise PromptDataError(f"{flag}: file {path!r} does not exist")
+    if path.endswith(".parquet"):
+        try:
+            import pyarrow.parquet as pq
+        except ImportError as exc:
+            raise PromptDataError(f"{flag} {path!r}: reading Parquet needs pyarrow (pip install pyarrow), "
+                                  f"or convert the file to JSONL") from exc
+        for i, row in enumerate(pq.read_table(path).to_pylist(), start=1):
+            yield i, row
+        return
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise PromptDataError(f"{flag}: {path}:{line_no}: malformed JSON ({exc.msg} at column "
+                                      f"{exc.colno}): {line.strip()[:80]!r}") from exc
+            if not isinstance(row, dict):
+                raise PromptDataError(f"{flag}: {path}:{line_no}: expected a JSON object, got "
+                                      f"{type(row).__name__}")
+            yield line_no, row
+
+
+def _missing_key(path, line_no, key, flag, row) -> PromptDataError:
+    import difflib
+
+    close = difflib.get_close_matches(key, list(row), n=1)
+    hint = f"; did you mean {flag} {close[0]}?" if close else ""
+    return PromptDataError(f"{path}:{line_no}: {flag} {key!r} is not in the record (keys present: "
+                           f"{sorted(row)}){hint}")
+
+
+def tokenize_prompt(tokenizer, prompt, apply_chat_template: bool, where: str = "") -> list[int]:
+    if apply_chat_template:
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        if not (isinstance(messages, list) and all(isinstance(m, dict) and "role" in m and "content" in m
+                                                   for m in messages)):
+            raise PromptDataError(f"{where}: --apply-chat-template needs a message list "
+                                  f"[{{'role': ..., 'content': ...}}, ...] or a string, got {prompt!r:.80}")
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    else:
+        if not isinstance(prompt, str):
+            raise PromptDataError(f"{where}: the prompt is a {type(prompt).__name__}, not text; pass "
+                                  f"--apply-chat-template for message lists")
+        text = prompt
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def load_prompts(path: str, tokenizer, input_key: str = "input", label_key: str | None = None,
+                 metadata_key: str | None = "metadata", apply_chat_template: bool = False,
+                 max_prompt_len: int | None = None, flag: str = "--prompt-data") -> list[dict]:
+    """Records ``{"prompt", "label", "metadata", "prompt_ids", "row"}``; long prompts dropped (logged)."""
+    records, too_long = [], 0
+    for line_no, row in _read_rows(path, flag):
+        if input_key not in row:
+            raise _missing_key(path, line_no, input_key, "--input-key", row)
+        if label_key is not None and label_key not in row:
+            raise _missing_key(path, line_no, label_key, "--label-key", row)
+        metadata = row.get(metadata_key) if metadata_key else None
+        if metadata is None:
+            metadata = {}
+        if not isinstance(metadata, dict):
+            raise PromptDataError(f"{path}:{line_no}: --metadata-key {metadata_key!r} holds a "
+                                  f"{type(metadata).__name__}, expected an object")
+        ids = tokenize_prompt(tokenizer, row[input_key], apply_chat_template, f"{path}:{line_no}")
+        if max_prompt_len is not None and len(ids) > max_prompt_len:
+            too_long += 1
+            continue
+        records.append({"prompt": row[input_key], "label": row.get(label_key) if label_key else None,
+                        "metadata": metadata, "prompt_ids": ids, "row": line_no})
+    if max_prompt_len is not None:
+        logger.info("%s %s: dropped %d of %d prompts longer than --rollout-max-prompt-len %d tokens",
+                    flag, path, too_long, too_long + len(records), max_prompt_len)
+    if not records:
+        raise PromptDataError(f"{flag} {path!r}: no usable prompts ({too_long} longer than "
+                              f"--rollout-max-prompt-len {max_prompt_len})")
+    return records
+
+
+def make_group(record: dict, group_index: int, n_samples: int) -> list[Sample]:
+    return [Sample(index=group_index * n_samples + j, group_index=group_index, prompt=record["prompt"],
+                   label=record["label"], metadata=copy.deepcopy(record["metadata"]),
+                   tokens=list(record["prompt_ids"]), status=Status.PENDING) for j in range(n_samples)]
+
+
+class RolloutDataSource:
+    """Hands out prompt groups (``get_samples``) and takes back unfinished ones (``add_samples``)."""
+
+    def __init__(self, args, tokenizer, path: str | None = None):
+        self.args = args
+        path = path or args.prompt_data
+        if not path:
+            raise PromptDataError("--prompt-data PATH is required (a JSONL or Parquet file of prompts)")
+        self.records = load_prompts(path, tokenizer, args.input_key, getattr(args, "label_key", None),
+                                    getattr(args, "metadata_key", "metadata"),
+                                    bool(getattr(args, "apply_chat_template", False)),
+                                    getattr(args, "rollout_max_prompt_len", None))
+        self.n_samples = int(args.n_samples_per_prompt)
+        self.shuffle = bool(getattr(args, "rollout_shuffle", False))
+        self.seed = int(getattr(args, "rollout_seed", 42) or 0)
+        self.epoch, self.offset, self.next_group_index = 0, 0, 0
+        self.buffer: list[list[Sample]] = []
+        self._order = self._epoch_order(0)
+
+    def _epoch_order(self, epoch: int) -> list[int]:
+        order = list(range(len(self.records)))
+        if self.shuffle:
+            random.Random(self.seed + epoch).shuffle(order)
+        return order
+
+    def _next_record(self) -> dict:
+        if self.offset >= len(self._order):
+            self.epoch += 1
+            self.offset = 0
+            self._order = self._epoch_order(self.epoch)
+        rec = self.records[self._order[self.offset]]
+        self.offset += 1
+        return rec
+
+    def get_samples(self, num_groups: int) -> list[list[Sample]]:
+        """``num_groups`` groups: buffered (partial) ones first, then fresh prompts."""
+        taken, self.buffer = self.buffer[:num_groups], self.buffer[num_groups:]
+        while len(taken) < num_groups:
+            taken.append(make_group(self._next_record(), self.next_group_index, self.n_samples))
+            self.next_group_index += 1
+        return taken
+
+    def add_samples(self, groups: list[list[Sample]]) -> None:
+        """Return unfinished groups (aborted by over-sampling / partial rollout); they come out first next."""
+        for g in groups:
+            if len({s.group_index for s in g}) != 1:
+                raise ValueError("add_samples takes whole groups (all samples of one prompt)")
+        self.buffer.extend(groups)
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "offset": self.offset, "next_group_index": self.next_group_index,
+                "num_records": len(self.records), "shuffle": self.shuffle, "seed": self.seed,
+                "buffer": [[sample_to_dict(s) for s in g] for g in self.buffer]}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["num_records"] != len(self.records):
+            raise ValueError(f"data source state was saved with {state['num_records']} prompts but "
+                             f"--prompt-data now has {len(self.records)}; resume with the same file")
+        if (state["shuffle"], state["seed"]) != (self.shuffle, self.seed):
+            logger.warning("resuming with different --rollout-shuffle/--rollout-seed than saved (%s, %s)",
+                           state["shuffle"], state["seed"])
+        self.epoch, self.offset = state["epoch"], state["offset"]
+        self.next_group_index = state["next_group_index"]
+        self.buffer = [[sample_from_dict(d) for d in g] for g in state["buffer"]]
+        self._order = self._epoch_order(self.epoch)
