@@ -1,0 +1,184 @@
+"""Make megatron-core train on CPU (gloo): a few patches, each fixing one concrete error.
+
+Applied by `apply()` only when CUDA is absent (it refuses to run otherwise), idempotent, and never
+imported on GPU code paths (callers import it lazily behind `torch.cuda.is_available()`).
+Verified against megatron-core 0.16.1; `needed_errors` in tests/megatron/test_cpu_compat.py shows
+the error each patch prevents. Every patch is keyed by name so a test can leave one out.
+
+Patch (name)             error without it
+-----------------------  -----------------------------------------------------------------------------
+rope_device              RotaryEmbedding moves inv_freq to `torch.cuda.current_device()`:
+                         "AssertionError: Torch not compiled with CUDA enabled" (also optimizer, DDP).
+causal_mask              transformer.utils.get_default_causal_mask builds the mask with device="cuda"
+                         (local DotProductAttention with attention_mask=None): same assertion.
+rng_tracker              model_parallel_cuda_manual_seed / CudaRNGStatesTracker store CUDA generator
+                         states (`torch.cuda.get_rng_state`): "Torch not compiled with CUDA enabled".
+cuda_device_calls        ~40 hard-coded `device="cuda"` / `.cuda()` / `.to("cuda")` in optimizer,
+                         grad scaler, clip-grad, schedules; and `param.type() == 'torch.cuda.FloatTensor'`
+                         checks in the (distributed) optimizer: "TypeError: Wrapped parameters must be one
+                         of torch.cuda.FloatTensor, ...". A global TorchFunctionMode rewrites them to CPU.
+clip_grad                clip_grads.clip_grad_by_total_norm_fp32 asserts grad.type()=='torch.cuda.FloatTensor'
+                         and uses apex multi_tensor_scale on CUDA buffers (only with clip_grad > 0).
+cuda_sync                pipeline p2p `_communicate` calls torch.cuda.synchronize(): CUDA assertion (PP>1).
+cuda_stream              MoE alltoall token dispatcher creates `torch.cuda.Stream()` for async D2H copies:
+                         "RuntimeError: torch.cuda.Stream requires CUDA support"; mcore >= 0.19 DDP
+                         start_grad_sync also waits on torch.cuda.current_stream() events. CPU work is
+                         synchronous, so streams/events become no-op objects.
+moe_te_gemm              moe_utils.router_gating_linear reads the global `te_general_gemm`, which is only
+                         defined when TransformerEngine imports: "NameError: name 'te_general_gemm' is not
+                         defined" (MoE router forward). Defining it as None selects the torch.mm path.
+"""
+from __future__ import annotations
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+_applied: set[str] = set()
+_mode = None
+
+
+def _is_cuda(device) -> bool:
+    return (isinstance(device, str) and device.startswith("cuda")) or (
+        isinstance(device, torch.device) and device.type == "cuda")
+
+
+def _patch_rope_device():
+    # Any `torch.cuda.current_device()` result is used as a device argument, so "cpu" is a valid answer.
+    torch.cuda.current_device = lambda: "cpu"
+
+
+def _patch_causal_mask():
+    import megatron.core.fusions.fused_softmax as fused_softmax
+    import megatron.core.transformer.utils as tutils
+
+    def causal_mask(sq: int) -> torch.Tensor:
+        """True above the diagonal = masked (same convention as mcore's CUDA version)."""
+        return torch.triu(torch.ones(sq, sq, dtype=torch.bool), diagonal=1)
+
+    tutils.get_default_causal_mask = causal_mask
+    fused_softmax.get_default_causal_mask = causal_mask  # imported by name there
+
+
+def _patch_rng_tracker():
+    import megatron.core.tensor_parallel.random as rnd
+
+    # The tracker forks named generator states around dropout/init; back them by CPU generator states.
+    rnd._get_cuda_rng_state = lambda *a, **k: torch.get_rng_state()
+    rnd._set_cuda_rng_state = lambda state, *a, **k: torch.set_rng_state(state)
+
+    def add(self, name, seed):
+        if seed in self.seeds_:
+            raise Exception(f"seed {seed} already exists")
+        if name in self.states_:
+            raise Exception(f"cuda rng state {name} already exists")
+        self._is_initialized = True
+        self.seeds_.add(seed)
+        self.states_[name] = torch.Generator().manual_seed(seed).get_state()
+
+    rnd.CudaRNGStatesTracker.add = add
+
+
+class _CudaToCpuMode(TorchFunctionMode):
+    """Rewrites CUDA device arguments to CPU for every torch call made while the mode is active."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if "device" in kwargs and _is_cuda(kwargs["device"]):
+            kwargs["device"] = "cpu"
+        if kwargs.get("pin_memory"):
+            kwargs["pin_memory"] = False  # pinning needs a CUDA driver
+        if func is torch.Tensor.cuda:
+            return args[0]
+        if func is torch.Tensor.type and len(args) == 1 and not kwargs:
+            # mcore validates parameter types by their CUDA names; report CPU tensors under those names.
+            name = func(*args)
+            return name.replace("torch.", "torch.cuda.", 1) if args[0].device.type == "cpu" else name
+        if func is torch.Tensor.to and len(args) > 1 and _is_cuda(args[1]):
+            args = (args[0], "cpu") + tuple(args[2:])
+        return func(*args, **kwargs)
+
+
+def _patch_cuda_device_calls():
+    global _mode
+    _mode = _CudaToCpuMode()
+    _mode.__enter__()  # stays active for the life of the process (CPU runs only)
+
+
+def _patch_clip_grad():
+    import megatron.core.optimizer.clip_grads as clip_grads
+    import megatron.core.optimizer.optimizer as optimizer
+
+    def clip_grad_by_total_norm_fp32(parameters, max_norm, total_norm, use_decoupled_grad=False):
+        """grads *= max_norm / (total_norm + 1e-6) when that factor is < 1 (same rule as mcore)."""
+        if isinstance(parameters, torch.Tensor):
+            parameters = [parameters]
+        attr = "decoupled_grad" if use_decoupled_grad else "grad"
+        grads = [getattr(p, attr) for p in parameters if getattr(p, attr, None) is not None]
+        coeff = max_norm / (total_norm + 1.0e-6)
+        if coeff < 1.0 and grads:
+            torch._foreach_mul_(grads, coeff)
+
+    clip_grads.clip_grad_by_total_norm_fp32 = clip_grad_by_total_norm_fp32
+    optimizer.clip_grad_by_total_norm_fp32 = clip_grad_by_total_norm_fp32  # imported by name
+
+
+def _patch_cuda_sync():
+    torch.cuda.synchronize = lambda *a, **k: None
+
+
+class _NullStream:
+    """Stands in for a CUDA stream / event: every method is a no-op returning the null object."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __getattr__(self, name):
+        return lambda *a, **k: _NULL
+
+
+_NULL = _NullStream()
+
+
+def _patch_cuda_stream():
+    import contextlib
+
+    torch.cuda.Stream = _NullStream
+    torch.cuda.Event = _NullStream
+    torch.cuda.current_stream = lambda *a, **k: _NULL  # one object, so `current_stream() != s` compares work
+    torch.cuda.stream = lambda *a, **k: contextlib.nullcontext()
+
+
+def _patch_moe_te_gemm():
+    import megatron.core.transformer.moe.moe_utils as moe_utils
+
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
+
+
+PATCHES = {
+    "rope_device": _patch_rope_device,
+    "causal_mask": _patch_causal_mask,
+    "rng_tracker": _patch_rng_tracker,
+    "cuda_device_calls": _patch_cuda_device_calls,
+    "clip_grad": _patch_clip_grad,
+    "cuda_sync": _patch_cuda_sync,
+    "cuda_stream": _patch_cuda_stream,
+    "moe_te_gemm": _patch_moe_te_gemm,
+}
+
+
+def apply(skip: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """Apply every CPU patch not in `skip` (once each); return the names applied so far.
+
+    Raises if CUDA is available: these patches would break a GPU run.
+    """
+    if torch.cuda.is_available():
+        raise RuntimeError("slime_like.backends.megatron.cpu_compat is for CPU-only runs; CUDA is available here")
+    unknown = [s for s in skip if s not in PATCHES]
+    if unknown:
+        raise ValueError(f"cpu_compat.apply(skip=...): unknown patch name(s) {unknown}; known: {sorted(PATCHES)}")
+    for name, patch in PATCHES.items():
+        if name not in skip and name not in _applied:
+            patch()
+            _applied.add(name)
+    return sorted(_applied)

@@ -1,0 +1,234 @@
+"""Build megatron-core GPTModel chunks from Megatron-style args (Qwen2/2.5, Qwen3, Llama 3, Qwen3-MoE).
+
+Args use Megatron-LM dest names (num_layers, hidden_size, ..., see `MODEL_FLAGS`). Flags left unset are
+filled from an HF config.json by `fill_args_from_hf` (the conversion tools rely on that). The layer spec
+is TransformerEngine's when TE is importable and CUDA is present, mcore's local (pure torch) spec
+otherwise. role="critic" replaces the LM head by a scalar value head.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+
+import torch
+import torch.nn.functional as F
+
+# dest name -> how to read it from an HF config dict (None: not derivable from HF)
+_HF_FIELDS = {
+    "num_layers": lambda c: c["num_hidden_layers"],
+    "hidden_size": lambda c: c["hidden_size"],
+    "ffn_hidden_size": lambda c: c["intermediate_size"],
+    "num_attention_heads": lambda c: c["num_attention_heads"],
+    "num_query_groups": lambda c: c.get("num_key_value_heads") or c["num_attention_heads"],
+    "group_query_attention": lambda c: (c.get("num_key_value_heads") or c["num_attention_heads"])
+    != c["num_attention_heads"],
+    "kv_channels": lambda c: c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
+    "norm_epsilon": lambda c: c.get("rms_norm_eps", 1e-6),
+    "rotary_base": lambda c: c.get("rope_theta") or (c.get("rope_parameters") or {}).get("rope_theta", 10000.0),
+    "vocab_size": lambda c: c["vocab_size"],
+    "max_position_embeddings": lambda c: c.get("max_position_embeddings", 4096),
+    "untie_embeddings_and_output_weights": lambda c: not c.get("tie_word_embeddings", False),
+    "add_qkv_bias": lambda c: c["model_type"] in ("qwen2", "qwen2_moe") or bool(c.get("attention_bias")),
+    "qk_layernorm": lambda c: c["model_type"] in ("qwen3", "qwen3_moe"),
+    "swiglu": lambda c: c.get("hidden_act", "silu") == "silu",
+    "normalization": lambda c: "RMSNorm",
+    "disable_bias_linear": lambda c: not c.get("mlp_bias", False),
+    "num_experts": lambda c: c.get("num_experts") or c.get("num_local_experts"),
+    "moe_router_topk": lambda c: c.get("num_experts_per_tok", 2),
+    "moe_ffn_hidden_size": lambda c: c.get("moe_intermediate_size"),
+    "moe_shared_expert_intermediate_size": lambda c: c.get("shared_expert_intermediate_size") or None,
+    "attention_dropout": lambda c: c.get("attention_dropout", 0.0),
+    "hidden_dropout": lambda c: 0.0,  # HF decoder LMs of these families train without hidden dropout
+}
+SUPPORTED_HF_TYPES = ("qwen2", "qwen3", "qwen3_moe", "llama")
+
+
+def read_hf_config(hf_dir: str) -> dict:
+    path = os.path.join(hf_dir, "config.json")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} not found: --hf-checkpoint must be a Hugging Face model directory")
+    with open(path) as f:
+        cfg = json.load(f)
+    if cfg.get("model_type") not in SUPPORTED_HF_TYPES:
+        raise ValueError(f"{path}: model_type {cfg.get('model_type')!r} is not supported; "
+                         f"supported: {', '.join(SUPPORTED_HF_TYPES)}")
+    return cfg
+
+
+def fill_args_from_hf(args, hf_dir: str):
+    """Return a copy of `args` whose unset (missing or None) model flags come from hf_dir/config.json."""
+    cfg = read_hf_config(hf_dir)
+    out = copy.copy(args) if args is not None else argparse.Namespace()
+    for name, read in _HF_FIELDS.items():
+        if getattr(out, name, None) is None:
+            setattr(out, name, read(cfg))
+    if getattr(out, "seq_length", None) is None:
+        out.seq_length = out.max_position_embeddings
+    return out
+
+
+def padded_vocab_size(args) -> int:
+    """Megatron's rule: round vocab_size up to make_vocab_size_divisible_by * TP (default 128)."""
+    multiple = (getattr(args, "make_vocab_size_divisible_by", None) or 128) * _tp(args)
+    return (args.vocab_size + multiple - 1) // multiple * multiple
+
+
+def _tp(args) -> int:
+    return getattr(args, "tensor_model_parallel_size", None) or 1
+
+
+def _get(args, name, default=None):
+    value = getattr(args, name, None)
+    return default if value is None else value
+
+
+def params_dtype(args) -> torch.dtype:
+    if _get(args, "bf16", False):
+        return torch.bfloat16
+    if _get(args, "fp16", False):
+        return torch.float16
+    return torch.float32
+
+
+def transformer_config_from_args(args):
+    """TransformerConfig from Megatron-style args; on CPU every CUDA-only fusion is switched off."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    missing = [n for n in ("num_layers", "hidden_size", "num_attention_heads") if getattr(args, n, None) is None]
+    if missing:
+        raise ValueError(f"model flags missing: {', '.join('--' + m.replace('_', '-') for m in missing)}; "
+                         "source a scripts/models/*.sh MODEL_ARGS or pass --hf-checkpoint to read them from config.json")
+    cuda = torch.cuda.is_available()
+    dtype = params_dtype(args)
+    swiglu = _get(args, "swiglu", False)
+    fuse = lambda name, default=True: cuda and bool(_get(args, name, default))  # noqa: E731
+    kw = dict(
+        num_layers=args.num_layers, hidden_size=args.hidden_size,
+        ffn_hidden_size=_get(args, "ffn_hidden_size", 4 * args.hidden_size),
+        num_attention_heads=args.num_attention_heads,
+        num_query_groups=_get(args, "num_query_groups") if _get(args, "group_query_attention", False) else None,
+        kv_channels=_get(args, "kv_channels"),
+        normalization=_get(args, "normalization", "LayerNorm"), layernorm_epsilon=_get(args, "norm_epsilon", 1e-5),
+        gated_linear_unit=swiglu, activation_func=F.silu if swiglu else F.gelu,
+        add_bias_linear=not _get(args, "disable_bias_linear", False), add_qkv_bias=_get(args, "add_qkv_bias", False),
+        qk_layernorm=_get(args, "qk_layernorm", False),
+        hidden_dropout=_get(args, "hidden_dropout", 0.1), attention_dropout=_get(args, "attention_dropout", 0.1),
+        init_method_std=_get(args, "init_method_std", 0.02),
+        params_dtype=dtype, pipeline_dtype=dtype, bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16,
+        attention_softmax_in_fp32=_get(args, "attention_softmax_in_fp32", True),
+        tensor_model_parallel_size=_tp(args),
+        pipeline_model_parallel_size=_get(args, "pipeline_model_parallel_size", 1),
+        context_parallel_size=_get(args, "context_parallel_size", 1),
+        expert_model_parallel_size=_get(args, "expert_model_parallel_size", 1),
+        expert_tensor_parallel_size=_get(args, "expert_tensor_parallel_size"),
+        sequence_parallel=_get(args, "sequence_parallel", False),
+        use_cpu_initialization=not cuda or _get(args, "use_cpu_initialization", False),
+        perform_initialization=True,
+        variable_seq_lengths=True,  # rollout batches vary in length (pipeline p2p shapes are exchanged)
+        masked_softmax_fusion=fuse("masked_softmax_fusion"), bias_activation_fusion=fuse("bias_swiglu_fusion"),
+        bias_dropout_fusion=fuse("bias_dropout_fusion"), apply_rope_fusion=fuse("apply_rope_fusion"),
+        gradient_accumulation_fusion=fuse("gradient_accumulation_fusion"), persist_layer_norm=fuse("persist_layer_norm"),
+        recompute_granularity=_get(args, "recompute_granularity"), recompute_method=_get(args, "recompute_method"),
+        recompute_num_layers=_get(args, "recompute_num_layers"),
+        calculate_per_token_loss=_get(args, "calculate_per_token_loss", False),
+        # mcore rejects the default "allgather" dispatcher with variable_seq_lengths, even for dense models
+        moe_token_dispatcher_type=_get(args, "moe_token_dispatcher_type", "alltoall"),
+    )
+    if not cuda and kw["sequence_parallel"]:
+        raise ValueError("--sequence-parallel needs TransformerEngine on CUDA; drop it for CPU runs")
+    if _get(args, "num_experts"):
+        kw.update(num_moe_experts=args.num_experts, moe_router_topk=_get(args, "moe_router_topk", 2),
+                  moe_ffn_hidden_size=_get(args, "moe_ffn_hidden_size", kw["ffn_hidden_size"]),
+                  moe_shared_expert_intermediate_size=_get(args, "moe_shared_expert_intermediate_size"),
+                  moe_layer_freq=_get(args, "moe_layer_freq", 1),
+                  moe_router_load_balancing_type=_get(args, "moe_router_load_balancing_type", "aux_loss"),
+                  moe_aux_loss_coeff=_get(args, "moe_aux_loss_coeff", 0.0),
+                  moe_router_score_function=_get(args, "moe_router_score_function", "softmax"),
+                  moe_router_pre_softmax=_get(args, "moe_router_pre_softmax", False),
+                  moe_grouped_gemm=cuda and _get(args, "moe_grouped_gemm", False),
+                  moe_router_dtype=_get(args, "moe_router_dtype"),
+                  moe_permute_fusion=fuse("moe_permute_fusion", False))
+    return TransformerConfig(**kw)
+
+
+def _use_te() -> bool:
+    if not torch.cuda.is_available():
+        return False
+    try:
+        import transformer_engine  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def layer_spec(config, args):
+    """TE spec on CUDA with TransformerEngine, local (pure torch) spec otherwise; MoE-aware per layer."""
+    from megatron.core.models.gpt.gpt_layer_specs import (get_gpt_decoder_block_spec,
+                                                          get_gpt_layer_local_spec,
+                                                          get_gpt_layer_with_transformer_engine_spec)
+
+    te = _use_te()
+    if config.num_moe_experts:  # a block spec: dense and MoE layers may alternate (moe_layer_freq)
+        return get_gpt_decoder_block_spec(config, use_transformer_engine=te, normalization=config.normalization)
+    if te:
+        return get_gpt_layer_with_transformer_engine_spec(qk_layernorm=config.qk_layernorm)
+    return get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm, normalization=config.normalization)
+
+
+class ValueHead(torch.nn.Module):
+    """Critic head: hidden -> 1 scalar per token, replicated on every TP rank (it is tiny).
+
+    Called like mcore's output layer (`layer(hidden, weight=..., runtime_gather_output=...)` -> (out, bias)),
+    so GPTModel returns [batch, seq, 1] values instead of logits.
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.sequence_parallel = False
+        self.weight = torch.nn.Parameter(torch.empty(1, config.hidden_size, dtype=config.params_dtype))
+        torch.nn.init.normal_(self.weight, mean=0.0, std=config.init_method_std)
+
+    def forward(self, hidden, weight=None, runtime_gather_output=None):
+        if self.config.sequence_parallel:  # hidden is split over sequence: gather (backward splits)
+            from megatron.core.tensor_parallel import gather_from_sequence_parallel_region
+
+            hidden = gather_from_sequence_parallel_region(hidden, tensor_parallel_output_grad=False)
+        return F.linear(hidden, self.weight.to(hidden.dtype)), None
+
+
+def build_model(args, role: str = "actor"):
+    """Build this rank's model chunk(s): list of GPTModel (one per virtual pipeline stage; VPP unsupported).
+
+    Must run after parallel.init_distributed. The chunk holds the layers of this PP stage; embeddings on
+    the first stage, final norm + LM head (or value head for role="critic") on the last.
+    """
+    from megatron.core import parallel_state as ps
+    from megatron.core.models.gpt import GPTModel
+
+    if role not in ("actor", "critic", "ref"):
+        raise ValueError(f"build_model(role={role!r}): role must be actor, critic or ref")
+    if _get(args, "virtual_pipeline_model_parallel_size"):
+        raise NotImplementedError("--virtual-pipeline-model-parallel-size (interleaved PP) is not supported yet")
+    config = transformer_config_from_args(args)
+    critic = role == "critic"
+    tie = not _get(args, "untie_embeddings_and_output_weights", False) and not critic
+    post = ps.is_pipeline_last_stage()
+    model = GPTModel(config=config, transformer_layer_spec=layer_spec(config, args),
+                     vocab_size=padded_vocab_size(args),
+                     max_sequence_length=_get(args, "max_position_embeddings", _get(args, "seq_length", 4096)),
+                     pre_process=ps.is_pipeline_first_stage(), post_process=post,
+                     share_embeddings_and_output_weights=tie, parallel_output=True,
+                     position_embedding_type=_get(args, "position_embedding_type", "rope"),
+                     rotary_base=int(_get(args, "rotary_base", 10000)),
+                     rotary_percent=_get(args, "rotary_percent", 1.0))
+    if critic and post:
+        model.output_layer = ValueHead(config)
+    if torch.cuda.is_available():
+        model.cuda(torch.cuda.current_device())
+    for p in model.parameters():  # mcore's DDP/optimizer expect these attributes on every param
+        if not hasattr(p, "tensor_model_parallel"):
+            p.tensor_model_parallel, p.partition_dim, p.partition_stride = False, -1, 1
+    return [model]

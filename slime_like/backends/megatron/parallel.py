@@ -1,0 +1,73 @@
+"""torch.distributed + megatron-core model-parallel state for one trainer rank.
+
+gloo on CPU (after `cpu_compat.apply()`), nccl on GPU. Megatron's rank order is tp-cp-ep-dp-pp, so with
+world_size = tp * cp * dp * pp the data-parallel size is whatever is left after TP, CP and PP.
+"""
+from __future__ import annotations
+
+import os
+import random
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+
+def init_distributed(rank: int, world_size: int, master_addr: str = "127.0.0.1", master_port: int = 29500,
+                     tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1, etp: int | None = None,
+                     seed: int = 1234, timeout_minutes: int = 30):
+    """Initialise the process group (unless already done) and mcore's parallel state; seed every RNG.
+
+    Returns megatron.core.parallel_state. Seeds: python/torch get `seed`, and mcore's tracker gets its
+    per-TP-rank model-parallel seed (seed + 2718 + tp_rank, mcore's rule) so dropout differs across TP ranks.
+    """
+    model_parallel = tp * pp * cp
+    if world_size % model_parallel:
+        raise ValueError(f"world size {world_size} is not divisible by tensor({tp}) x pipeline({pp}) x "
+                         f"context({cp}) parallel sizes = {model_parallel}; change the trainer GPU count or the "
+                         "--tensor/--pipeline/--context-model-parallel-size flags")
+    if (world_size // (tp * pp)) % ep and ep > 1:
+        raise ValueError(f"--expert-model-parallel-size {ep} must divide the data x context parallel size "
+                         f"{world_size // (tp * pp)}")
+    cuda = torch.cuda.is_available()
+    if not cuda:
+        from slime_like.backends.megatron import cpu_compat
+
+        cpu_compat.apply()
+    if not dist.is_initialized():
+        if cuda:
+            local_rank = int(os.environ.get("LOCAL_RANK", rank % torch.cuda.device_count()))
+            torch.cuda.set_device(local_rank)
+        dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://{master_addr}:{master_port}",
+                                rank=rank, world_size=world_size, timeout=timedelta(minutes=timeout_minutes))
+    from megatron.core import parallel_state as ps
+
+    if not ps.model_parallel_is_initialized():
+        ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                                     context_parallel_size=cp, expert_model_parallel_size=ep,
+                                     expert_tensor_parallel_size=etp,
+                                     distributed_timeout_minutes=timeout_minutes)
+    set_seed(seed)
+    return ps
+
+
+def set_seed(seed: int):
+    """Seed python, torch and mcore's model-parallel RNG tracker (CUDA or, on CPU, the patched tracker)."""
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    model_parallel_cuda_manual_seed(seed)
+    # model_parallel_cuda_manual_seed on CPU (patched tracker) leaves the default CPU generator alone,
+    # but re-seed anyway so the default stream is the same on every rank of a run.
+    torch.manual_seed(seed)
+
+
+def destroy_distributed():
+    """Tear down mcore's parallel state and the process group (tests, tools)."""
+    from megatron.core import parallel_state as ps
+
+    if ps.model_parallel_is_initialized():
+        ps.destroy_model_parallel()
+    if dist.is_initialized():
+        dist.destroy_process_group()
