@@ -1,0 +1,47 @@
+"""python -m slime_like.backends.cpu_engine --model-path HF_DIR --host 127.0.0.1 --port P [options]
+
+Starts the embedded CPU engine: SGLang's native HTTP API served by a transformers model with continuous batching.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m slime_like.backends.cpu_engine", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model-path", required=True, help="Hugging Face model dir (config.json + *.safetensors + tokenizer)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--max-running-requests", type=int, default=64, help="rows decoded together at most")
+    p.add_argument("--context-length", type=int, default=None, help="default: the model's max_position_embeddings")
+    p.add_argument("--random-seed", type=int, default=0)
+    p.add_argument("--num-threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    p.add_argument("--log-level", default="info")
+    return p
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import torch
+    from aiohttp import web
+
+    from slime_like.backends.cpu_engine.engine import CPUEngine
+    from slime_like.backends.cpu_engine.server import build_app
+
+    if args.num_threads:
+        torch.set_num_threads(args.num_threads)
+    engine = CPUEngine(args.model_path, dtype=args.dtype, max_running_requests=args.max_running_requests,
+                       random_seed=args.random_seed, context_length=args.context_length)
+    logging.getLogger("slime_like.cpu_engine").info("CPU engine ready: %s on http://%s:%d", args.model_path,
+                                                     args.host, args.port)
+    web.run_app(build_app(engine), host=args.host, port=args.port, print=None, access_log=None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,291 @@
+"""The decoding core of the embedded CPU engine: a scheduler thread doing continuous batching.
+
+One background thread owns the model. Every iteration it
+  1. drops aborted rows (they finish with their partial output, finish_reason ``abort``),
+  2. admits waiting requests up to ``max_running_requests``: prefills them together and merges them into the
+     running batch (so a request arriving mid-decode joins at the next step, not after the batch drains),
+  3. runs one decode step for every running row, samples with each row's own parameters, and retires the rows
+     that finished (stop token, stop string, max_new_tokens, context length).
+Weight updates take ``model_lock`` so they land between two steps. No HTTP or asyncio here: callers pass an
+``on_done`` callback, which the HTTP layer turns into a future.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from slime_like.backends.cpu_engine import kv_batch, weights
+from slime_like.backends.cpu_engine.sampling import BadRequest, SamplingParams, sample_next
+
+logger = logging.getLogger("slime_like.cpu_engine")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class Request:
+    input_ids: list[int]
+    params: SamplingParams
+    return_logprob: bool = False
+    rid: str = field(default_factory=lambda: uuid.uuid4().hex)
+    on_done: Callable[["Request"], None] | None = None
+    output_ids: list[int] = field(default_factory=list)
+    output_logprobs: list[float] = field(default_factory=list)
+    finish_reason: dict | None = None
+    abort_message: str | None = None
+    created: float = field(default_factory=time.time)
+    finished_at: float = 0.0
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+class CPUEngine:
+    def __init__(self, model_path: str, dtype: str = "float32", max_running_requests: int = 64,
+                 random_seed: int = 0, context_length: int | None = None):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if dtype not in DTYPES:
+            raise ValueError(f"--dtype {dtype!r} is not supported; choose one of {sorted(DTYPES)}")
+        if not os.path.isfile(os.path.join(model_path, "config.json")):
+            raise FileNotFoundError(f"--model-path {model_path!r} has no config.json (expected a Hugging Face model dir)")
+        self.model_path, self.dtype = model_path, DTYPES[dtype]
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype, attn_implementation="sdpa")
+        self.model.eval().requires_grad_(False)
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        cfg = self.model.config
+        self.vocab_size = cfg.vocab_size
+        self.context_length = context_length or getattr(cfg, "max_position_embeddings", 1 << 30)
+        self.eos_ids = weights.eos_token_ids(self.model, self.tokenizer)
+        self.max_running_requests = max_running_requests
+        self.generator = torch.Generator().manual_seed(random_seed)
+        self.return_original_logprob = os.environ.get("SGLANG_RETURN_ORIGINAL_LOGPROB", "").lower() in ("1", "true")
+        self.weight_version = "default"
+        self.model_lock = threading.RLock()     # held for one step / one weight update
+        self._cond = threading.Condition()      # guards the queues below
+        self._waiting: deque[Request] = deque()
+        self._abort_rids: set[str] = set()
+        self._abort_all = False
+        self._paused = False
+        self.released = False
+        self.batch = kv_batch.RunningBatch()
+        self.stats = {"decode_steps": 0, "decode_rows": 0, "max_batch_size": 0, "prefill_calls": 0,
+                      "prefill_rows": 0, "max_prefill_batch_size": 0, "generated_tokens": 0, "finished_requests": 0}
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, name="cpu-engine-scheduler", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ requests
+    def submit(self, req: Request) -> None:
+        """Validate and queue a request; raises BadRequest before any model work."""
+        n = len(req.input_ids)
+        if n == 0:
+            raise BadRequest("input_ids is empty")
+        bad = [t for t in req.input_ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise BadRequest(f"input_ids contain ids outside [0, {self.vocab_size}): {bad[:5]}")
+        if n >= self.context_length:
+            raise BadRequest(f"The input ({n} tokens) is longer than the model's context length "
+                             f"({self.context_length} tokens).")
+        if self.released:
+            raise BadRequest("engine memory is released; call /resume_memory_occupation first")
+        if req.params.max_new_tokens == 0:
+            req.finish_reason = {"type": "length", "length": 0}
+            self._finish(req, counted=False)
+            return
+        with self._cond:
+            self._waiting.append(req)
+            self._cond.notify_all()
+
+    def abort(self, rid: str | None = None, abort_all: bool = False) -> None:
+        """Abort one request (queued or running) or all of them; running ones keep their partial output."""
+        with self._cond:
+            if abort_all:
+                self._abort_all = True
+            elif rid:
+                self._abort_rids.add(rid)
+            self._cond.notify_all()
+
+    def pause(self, abort_running: bool = False) -> None:
+        with self._cond:
+            self._paused = True
+            if abort_running:
+                self._abort_all = True
+            self._cond.notify_all()
+
+    def resume(self) -> None:
+        with self._cond:
+            self._paused = False
+            self._cond.notify_all()
+
+    def num_requests(self) -> int:
+        return len(self._waiting) + len(self.batch)
+
+    def shutdown(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        self._thread.join(timeout=10)
+
+    # ------------------------------------------------------------------ scheduler
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stop and (self._paused and not self._abort_all or self.released
+                                          or not (self._waiting or len(self.batch) or self._abort_all)):
+                    self._cond.wait()
+                if self._stop:
+                    return
+            try:
+                with self.model_lock:
+                    self._step()
+            except Exception as e:  # never let one bad step kill the server silently
+                logger.exception("scheduler step failed")
+                self._fail_all(f"engine step failed: {type(e).__name__}: {e}")
+
+    def _take_aborts(self) -> tuple[bool, set[str]]:
+        with self._cond:
+            all_, rids = self._abort_all, self._abort_rids
+            self._abort_all, self._abort_rids = False, set()
+            kept = deque()
+            for r in self._waiting:
+                if all_ or r.rid in rids:
+                    r.finish_reason = {"type": "abort", "message": "Abort before prefill"}
+                    self._finish(r)
+                else:
+                    kept.append(r)
+            self._waiting = kept
+            return all_, rids
+
+    def _step(self) -> None:
+        all_, rids = self._take_aborts()
+        if all_ or rids:
+            keep = []
+            for i, r in enumerate(self.batch.rows):
+                if all_ or r.rid in rids:
+                    r.finish_reason = {"type": "abort", "message": "Abort in waiting queue" if not r.output_ids
+                                       else "Aborted by /abort_request"}
+                    self._finish(r)
+                else:
+                    keep.append(i)
+            self.batch.keep(keep)
+        if self._paused:
+            return
+        with self._cond:
+            n_new = min(len(self._waiting), self.max_running_requests - len(self.batch))
+            new = [self._waiting.popleft() for _ in range(max(0, n_new))]
+        if new:
+            fresh, logits = kv_batch.prefill(self.model, [r.input_ids for r in new], new)
+            self.stats["prefill_calls"] += 1
+            self.stats["prefill_rows"] += len(new)
+            self.stats["max_prefill_batch_size"] = max(self.stats["max_prefill_batch_size"], len(new))
+            self._sample_and_retire(fresh, logits)
+            self.batch.merge(fresh)
+        elif len(self.batch):
+            logits = kv_batch.decode_step(self.model, self.batch)
+            self.stats["decode_steps"] += 1
+            self.stats["decode_rows"] += len(self.batch)
+            self.stats["max_batch_size"] = max(self.stats["max_batch_size"], len(self.batch))
+            self._sample_and_retire(self.batch, logits)
+
+    def _sample_and_retire(self, batch: kv_batch.RunningBatch, logits: torch.Tensor) -> None:
+        rows: list[Request] = batch.rows
+        logits = logits.float()
+        for i, r in enumerate(rows):  # min_new_tokens: stop tokens are impossible until the minimum is reached
+            if len(r.output_ids) < r.params.min_new_tokens:
+                stops = list(r.params.stop_token_ids) + ([] if r.params.ignore_eos else list(self.eos_ids))
+                stops = [t for t in stops if t < logits.shape[-1]]
+                if stops:
+                    logits[i, stops] = float("-inf")
+        col = lambda name, dt: torch.tensor([getattr(r.params, name) for r in rows], dtype=dt)  # noqa: E731
+        tokens, logprobs = sample_next(logits, col("temperature", torch.float32), col("top_p", torch.float32),
+                                       col("top_k", torch.long), col("min_p", torch.float32), self.generator,
+                                       self.return_original_logprob)
+        batch.last_tokens = tokens
+        keep = []
+        for i, (r, t, lp) in enumerate(zip(rows, tokens.tolist(), logprobs.tolist())):
+            r.output_ids.append(t)
+            r.output_logprobs.append(lp)
+            self.stats["generated_tokens"] += 1
+            r.finish_reason = self._check_finished(r, t)
+            if r.finished:
+                self._finish(r)
+            else:
+                keep.append(i)
+        batch.keep(keep)
+
+    def _check_finished(self, r: Request, t: int) -> dict | None:
+        p, n = r.params, len(r.output_ids)
+        if n >= p.min_new_tokens:
+            if (not p.ignore_eos and t in self.eos_ids) or t in p.stop_token_ids:
+                return {"type": "stop", "matched": t}
+            if p.stop:
+                # The tail long enough to contain any stop string (every token decodes to >= 1 char or nothing).
+                tail_len = max(len(s) for s in p.stop) + 1
+                tail = self.tokenizer.decode(r.output_ids[-tail_len:], skip_special_tokens=p.skip_special_tokens)
+                for s in p.stop:
+                    if s and s in tail:
+                        return {"type": "stop", "matched": s}
+        if n >= p.max_new_tokens or len(r.input_ids) + n >= self.context_length:
+            return {"type": "length", "length": n}
+        return None
+
+    def _finish(self, r: Request, counted: bool = True) -> None:
+        r.finished_at = time.time()
+        if counted:
+            self.stats["finished_requests"] += 1
+        if r.on_done is not None:
+            r.on_done(r)
+
+    def _fail_all(self, message: str) -> None:
+        with self._cond:
+            pending = list(self._waiting) + list(self.batch.rows)
+            self._waiting.clear()
+        self.batch = kv_batch.RunningBatch()
+        for r in pending:
+            r.finish_reason = {"type": "abort", "message": message, "status_code": 500, "err_type": "InternalError"}
+            self._finish(r)
+
+    # ------------------------------------------------------------------ weights (run in a worker thread)
+    def update_weights(self, named_tensors, weight_version: str | None = None) -> int:
+        """Copy (name, tensor) pairs into the live parameters in place; returns how many were loaded."""
+        with self.model_lock:
+            n = weights.load_named_tensors(self.model, named_tensors)
+            if weight_version is not None:
+                self.weight_version = weight_version
+            return n
+
+    def update_weights_from_disk(self, model_path: str, weight_version: str | None = None) -> int:
+        with self.model_lock:
+            n = weights.load_from_disk(self.model, model_path)
+            self.model_path = model_path
+            if weight_version is not None:
+                self.weight_version = weight_version
+            return n
+
+    def release_memory(self) -> None:
+        """Free the parameter storage (the weights' memory really goes away); generation waits until resume."""
+        with self._cond:
+            self.released = True
+        with self.model_lock:
+            self._shapes = weights.release(self.model)
+
+    def resume_memory(self) -> None:
+        """Reallocate the parameters and reload them from the last disk source (model path or from-disk update).
+
+        Like SGLang without a CPU backup, the trainer is expected to push its current weights right after."""
+        with self.model_lock:
+            if self.released:
+                weights.reallocate(self.model, self._shapes)
+                weights.load_from_disk(self.model, self.model_path)
+        with self._cond:
+            self.released = False
+            self._cond.notify_all()

@@ -1,0 +1,145 @@
+"""The running batch: a left-padded KV cache whose rows can be added and dropped between decode steps.
+
+This is what makes continuous batching possible on top of a plain transformers model: requests that arrive
+while a batch decodes are prefilled on their own, then *merged* into the running cache (both sides are padded on
+the left to the same length), and finished rows are *dropped* (index_select; leading columns that are padding for
+every remaining row are trimmed). Each row carries
+
+    mask[b, j]   1 where cache column j holds a real token of row b, 0 for left padding
+    next_pos[b]  the RoPE position of row b's next token = number of real tokens it has so far
+
+so position ids stay correct under any padding (they never depend on the column index).
+
+The cache layers grow by doubling a preallocated buffer instead of ``torch.cat`` on every step, which keeps
+a decode step O(new tokens) in copies rather than O(sequence length).
+"""
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+
+class GrowableLayer(DynamicLayer):
+    """A DynamicLayer that appends into a buffer with spare capacity (amortised O(1) per token)."""
+
+    def _set(self, keys: torch.Tensor, values: torch.Tensor, spare: int = 0):
+        B, H, T, D = keys.shape
+        self._kbuf = keys.new_empty(B, H, T + spare, D)
+        self._vbuf = values.new_empty(B, H, T + spare, D)
+        self._kbuf[:, :, :T] = keys
+        self._vbuf[:, :, :T] = values
+        self._len = T
+        self.keys, self.values = self._kbuf[:, :, :T], self._vbuf[:, :, :T]
+        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized or self._len == 0:
+            self._set(key_states, value_states, spare=max(16, key_states.shape[-2]))
+            return self.keys, self.values
+        n = key_states.shape[-2]
+        if self._len + n > self._kbuf.shape[-2]:
+            self._set(self.keys, self.values, spare=max(n, self._len))
+        self._kbuf[:, :, self._len:self._len + n] = key_states
+        self._vbuf[:, :, self._len:self._len + n] = value_states
+        self._len += n
+        self.keys, self.values = self._kbuf[:, :, :self._len], self._vbuf[:, :, :self._len]
+        return self.keys, self.values
+
+
+def new_cache() -> DynamicCache:
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = GrowableLayer
+    return cache
+
+
+def _layers(cache: DynamicCache) -> list[GrowableLayer]:
+    return [layer for layer in cache.layers]
+
+
+def _pad_left(x: torch.Tensor, n: int, dim: int) -> torch.Tensor:
+    if n == 0:
+        return x
+    shape = list(x.shape)
+    shape[dim] = n
+    return torch.cat([x.new_zeros(shape), x], dim=dim)
+
+
+class RunningBatch:
+    """Rows in a shared KV cache. `rows` is any per-row payload (the engine stores its Request objects)."""
+
+    def __init__(self):
+        self.rows: list = []
+        self.cache: DynamicCache | None = None
+        self.mask = torch.zeros(0, 0, dtype=torch.long)
+        self.next_pos = torch.zeros(0, dtype=torch.long)
+        self.last_tokens = torch.zeros(0, dtype=torch.long)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def merge(self, other: "RunningBatch") -> None:
+        """Append `other`'s rows; both caches are left-padded to the longer one."""
+        if len(other) == 0:
+            return
+        if len(self) == 0:
+            self.__dict__.update(other.__dict__)
+            return
+        Ta, Tb = self.mask.shape[1], other.mask.shape[1]
+        T = max(Ta, Tb)
+        for la, lb in zip(_layers(self.cache), _layers(other.cache)):
+            keys = torch.cat([_pad_left(la.keys, T - Ta, 2), _pad_left(lb.keys, T - Tb, 2)], dim=0)
+            values = torch.cat([_pad_left(la.values, T - Ta, 2), _pad_left(lb.values, T - Tb, 2)], dim=0)
+            la._set(keys, values, spare=32)
+        self.mask = torch.cat([_pad_left(self.mask, T - Ta, 1), _pad_left(other.mask, T - Tb, 1)], dim=0)
+        self.next_pos = torch.cat([self.next_pos, other.next_pos])
+        self.last_tokens = torch.cat([self.last_tokens, other.last_tokens])
+        self.rows = self.rows + other.rows
+
+    def keep(self, keep_idx: list[int]) -> None:
+        """Keep only the rows at `keep_idx` (in that order) and trim all-padding leading columns."""
+        if len(keep_idx) == len(self.rows):
+            return
+        self.rows = [self.rows[i] for i in keep_idx]
+        if not keep_idx:
+            self.__init__()
+            return
+        idx = torch.tensor(keep_idx, dtype=torch.long)
+        mask = self.mask.index_select(0, idx)
+        used = mask.any(dim=0).nonzero()
+        start = int(used[0]) if len(used) else mask.shape[1]
+        self.mask = mask[:, start:]
+        for layer in _layers(self.cache):
+            layer._set(layer.keys.index_select(0, idx)[:, :, start:], layer.values.index_select(0, idx)[:, :, start:],
+                       spare=32)
+        self.next_pos = self.next_pos.index_select(0, idx)
+        self.last_tokens = self.last_tokens.index_select(0, idx)
+
+
+@torch.inference_mode()
+def prefill(model, prompts: list[list[int]], rows: list) -> tuple[RunningBatch, torch.Tensor]:
+    """Run the prompts (left-padded) through the model; return the new batch and last-position logits [B, V]."""
+    T = max(len(p) for p in prompts)
+    ids = torch.zeros(len(prompts), T, dtype=torch.long)
+    mask = torch.zeros(len(prompts), T, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, T - len(p):] = torch.tensor(p, dtype=torch.long)
+        mask[i, T - len(p):] = 1
+    pos = (mask.cumsum(dim=1) - 1).clamp(min=0)
+    batch = RunningBatch()
+    batch.cache = new_cache()
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=batch.cache,
+                use_cache=True, logits_to_keep=1)
+    batch.rows, batch.mask = list(rows), mask
+    batch.next_pos = mask.sum(dim=1)
+    return batch, out.logits[:, -1, :]
+
+
+@torch.inference_mode()
+def decode_step(model, batch: RunningBatch) -> torch.Tensor:
+    """Feed each row's last token; return logits [B, V]."""
+    batch.mask = torch.cat([batch.mask, torch.ones(len(batch), 1, dtype=torch.long)], dim=1)
+    out = model(input_ids=batch.last_tokens[:, None], attention_mask=batch.mask, position_ids=batch.next_pos[:, None],
+                past_key_values=batch.cache, use_cache=True)
+    batch.next_pos = batch.next_pos + 1
+    return out.logits[:, -1, :]

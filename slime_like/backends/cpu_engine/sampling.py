@@ -1,0 +1,120 @@
+"""Sampling parameters (SGLang's names and defaults) and the batched, per-row sampler.
+
+Pure functions over tensors, no engine state, so they are tested on their own.
+
+Log-probs follow SGLang's default (``SGLANG_RETURN_ORIGINAL_LOGPROB`` unset): the log-prob returned for a
+sampled token is ``log_softmax(logits / T)[token]`` -- the temperature-scaled distribution *before* top-k /
+top-p truncation -- and ``log_softmax(logits)[token]`` for greedy rows (T == 0). With
+``SGLANG_RETURN_ORIGINAL_LOGPROB=1`` in the engine's environment it is always ``log_softmax(logits)``.
+Stop-token masking for ``min_new_tokens`` is applied to the logits first, as SGLang's penalizer does.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+
+import torch
+
+# SGLang's SamplingParams keys. The ones in _UNSUPPORTED are accepted by SGLang but not implemented here;
+# a request that sets them to a non-default value gets a clear error instead of being silently ignored.
+_SUPPORTED = {"max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "stop",
+              "stop_token_ids", "ignore_eos", "skip_special_tokens", "no_stop_trim", "n",
+              "spaces_between_special_tokens"}
+_UNSUPPORTED = {"frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
+                "json_schema": None, "regex": None, "ebnf": None, "structural_tag": None,
+                "custom_params": None, "stream_interval": None, "logit_bias": None, "sampling_seed": None,
+                "stop_regex": None}
+GREEDY_EPS = 1e-6  # SGLang treats temperature below its epsilon as greedy
+
+
+class BadRequest(ValueError):
+    """A request the engine refuses before doing any work (answered with HTTP 400)."""
+
+
+@dataclass
+class SamplingParams:
+    max_new_tokens: int = 128
+    min_new_tokens: int = 0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1            # -1 = whole vocabulary
+    min_p: float = 0.0
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    no_stop_trim: bool = False
+    spaces_between_special_tokens: bool = True
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < GREEDY_EPS
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "SamplingParams":
+        """Validate a JSON ``sampling_params`` object; unknown keys fail with a did-you-mean."""
+        d = dict(d or {})
+        known = _SUPPORTED | set(_UNSUPPORTED)
+        for key in d:
+            if key not in known:
+                close = difflib.get_close_matches(key, sorted(known), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise BadRequest(f"unknown sampling_params key {key!r}{hint}")
+        for key, default in _UNSUPPORTED.items():
+            if key in d and d[key] not in (default, None):
+                raise BadRequest(f"sampling_params.{key}={d[key]!r} is not supported by the CPU engine "
+                                 f"(leave it at {default!r}, or use SGLang on a GPU)")
+        if d.pop("n", 1) != 1:
+            raise BadRequest("sampling_params.n must be 1 on the CPU engine; send n requests instead")
+        for key in _UNSUPPORTED:
+            d.pop(key, None)
+        stop = d.pop("stop", None) or []
+        stop = [stop] if isinstance(stop, str) else list(stop)
+        p = cls(stop=stop, stop_token_ids=[int(t) for t in (d.pop("stop_token_ids", None) or [])],
+                **{k: v for k, v in d.items() if v is not None})
+        p.max_new_tokens, p.min_new_tokens, p.top_k = int(p.max_new_tokens), int(p.min_new_tokens), int(p.top_k)
+        if p.max_new_tokens < 0 or p.min_new_tokens < 0:
+            raise BadRequest(f"max_new_tokens ({p.max_new_tokens}) and min_new_tokens ({p.min_new_tokens}) must be >= 0")
+        if p.temperature < 0 or not 0 < p.top_p <= 1 or not 0 <= p.min_p <= 1:
+            raise BadRequest(f"need temperature >= 0, 0 < top_p <= 1, 0 <= min_p <= 1; got temperature={p.temperature}, "
+                             f"top_p={p.top_p}, min_p={p.min_p}")
+        if p.top_k == 0 or p.top_k < -1:
+            raise BadRequest(f"top_k must be -1 (off) or >= 1, got {p.top_k}")
+        return p
+
+
+def sample_next(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor,
+                min_p: torch.Tensor, generator: torch.Generator | None = None,
+                return_original_logprob: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row; return (token ids [B], log-probs [B]).
+
+    logits: [B, V] float32 (already masked for min_new_tokens); temperature 0 means greedy for that row;
+    top_k <= 0 or >= V means off. Top-k, then top-p (smallest prefix of the sorted distribution whose mass
+    reaches top_p, always keeping the best token), then min-p act on the temperature-scaled probabilities.
+    """
+    logits = logits.float()
+    greedy = temperature < GREEDY_EPS
+    safe_t = torch.where(greedy, torch.ones_like(temperature), temperature)
+    scaled = logits / safe_t[:, None]
+    logprobs_all = torch.log_softmax(logits if return_original_logprob else scaled, dim=-1)
+    tokens = logits.argmax(dim=-1)
+    if not bool(greedy.all()):
+        probs = torch.softmax(scaled, dim=-1)
+        V = probs.shape[-1]
+        needs_filter = bool(((top_k > 0) & (top_k < V)).any() or (top_p < 1).any() or (min_p > 0).any())
+        if needs_filter:
+            sorted_p, order = probs.sort(dim=-1, descending=True)
+            rank = torch.arange(V).expand_as(sorted_p)
+            k = torch.where(top_k > 0, top_k, torch.full_like(top_k, V))
+            drop = rank >= k[:, None]
+            cum_before = sorted_p.cumsum(dim=-1) - sorted_p  # mass of strictly better tokens
+            drop |= cum_before >= top_p[:, None]
+            drop |= sorted_p < (min_p[:, None] * sorted_p[:, :1])
+            drop[:, 0] = False
+            sorted_p = sorted_p.masked_fill(drop, 0.0)
+            choice = torch.multinomial(sorted_p, 1, generator=generator).squeeze(-1)
+            sampled = order.gather(-1, choice[:, None]).squeeze(-1)
+        else:
+            sampled = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        tokens = torch.where(greedy, tokens, sampled)
+    return tokens, logprobs_all.gather(-1, tokens[:, None]).squeeze(-1)

@@ -1,0 +1,301 @@
+"""aiohttp app exposing the CPU engine through SGLang's native HTTP API (thin: parse, call engine, shape JSON).
+
+Blocking work (weight loading, receiving broadcasts from the trainer, waiting for a group rendezvous) runs in
+worker threads via ``run_in_executor`` so the event loop keeps answering /health, /abort_request, /generate.
+Errors are JSON ``{"error": {"message": ...}}`` with status 400, like SGLang's.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import timedelta
+
+import torch
+from aiohttp import web
+
+from slime_like.backends.cpu_engine import protocol
+from slime_like.backends.cpu_engine.engine import CPUEngine, Request
+from slime_like.backends.cpu_engine.sampling import BadRequest, SamplingParams
+from slime_like.backends.sglang import process_group, tensor_serializer
+
+logger = logging.getLogger("slime_like.cpu_engine")
+routes = web.RouteTableDef()
+
+
+def _err(message: str, status: int = 400) -> web.Response:
+    return web.json_response({"error": {"message": message}, "success": False, "message": message}, status=status)
+
+
+@web.middleware
+async def errors_as_json(request, handler):
+    try:
+        return await handler(request)
+    except BadRequest as e:
+        return _err(str(e))
+    except web.HTTPException:
+        raise
+    except Exception as e:  # report, don't hang the client
+        logger.exception("%s failed", request.path)
+        return _err(f"{type(e).__name__}: {e}", status=500)
+
+
+async def _json(request) -> dict:
+    if not request.can_read_body:
+        return {}
+    try:
+        body = await request.json()
+    except ValueError as e:
+        raise BadRequest(f"{request.path}: body is not valid JSON ({e})")
+    if not isinstance(body, dict):
+        raise BadRequest(f"{request.path}: body must be a JSON object")
+    return body
+
+
+def _fields(body: dict, path: str, allowed: set[str], required: set[str] = frozenset()) -> dict:
+    unknown, missing = set(body) - allowed, set(required) - set(body)
+    if unknown or missing:
+        raise BadRequest(f"{path}: unknown field(s) {sorted(unknown)} / missing {sorted(missing)}; "
+                         f"allowed: {sorted(allowed)}")
+    return body
+
+
+async def _in_thread(fn, *args):
+    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+def _engine(request) -> CPUEngine:
+    return request.app["engine"]
+
+
+# ---------------------------------------------------------------------------------------------- generation
+@routes.post("/generate")
+async def generate(request):
+    eng = _engine(request)
+    reqs, is_batch = protocol.parse_generate(await _json(request), eng.tokenizer)
+    loop = asyncio.get_running_loop()
+    futures = []
+    for r in reqs:
+        fut = loop.create_future()
+        r.on_done = lambda req, fut=fut: loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(req))
+        futures.append(fut)
+    try:
+        for r in reqs:
+            eng.submit(r)
+        done = await asyncio.gather(*futures)
+    except asyncio.CancelledError:  # the client went away: free the slots
+        for r in reqs:
+            eng.abort(r.rid)
+        raise
+    out = [protocol.build_response(r, eng.tokenizer, eng.weight_version) for r in done]
+    return web.json_response(out if is_batch else out[0])
+
+
+@routes.post("/abort_request")
+async def abort_request(request):
+    body = _fields(await _json(request), "/abort_request", {"rid", "abort_all", "finished_reason", "abort_message"})
+    if not body.get("abort_all") and not body.get("rid"):
+        raise BadRequest("/abort_request needs 'rid' or 'abort_all': true")
+    _engine(request).abort(rid=body.get("rid"), abort_all=bool(body.get("abort_all")))
+    return web.json_response({"success": True})
+
+
+@routes.post("/pause_generation")
+async def pause_generation(request):
+    mode = (await _json(request)).get("mode", "abort")
+    if mode not in ("abort", "retract", "in_place"):
+        raise BadRequest(f"/pause_generation mode {mode!r}; expected 'abort', 'retract' or 'in_place'")
+    _engine(request).pause(abort_running=(mode == "abort"))
+    return web.json_response({"success": True, "mode": mode})
+
+
+@routes.post("/continue_generation")
+async def continue_generation(request):
+    _engine(request).resume()
+    return web.json_response({"success": True})
+
+
+# ---------------------------------------------------------------------------------------------- status
+@routes.get("/health")
+async def health(request):
+    return web.Response(status=200)
+
+
+@routes.get("/health_generate")
+async def health_generate(request):
+    """Like SGLang: prove the model generates (one token) rather than just that the port is open."""
+    eng = _engine(request)
+    if eng.released:
+        return web.Response(status=200, text="memory released")  # alive; generation resumes after resume
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+    r = Request([0], SamplingParams(max_new_tokens=1, ignore_eos=True))
+    r.on_done = lambda req: loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(req))
+    eng.submit(r)
+    done = await asyncio.wait_for(fut, timeout=60)
+    if (done.finish_reason or {}).get("type") == "abort" and not done.output_ids:
+        return _err(f"health generation failed: {done.finish_reason}", status=503)
+    return web.Response(status=200)
+
+
+@routes.get("/get_model_info")
+async def get_model_info(request):
+    eng = _engine(request)
+    return web.json_response({"model_path": eng.model_path, "tokenizer_path": eng.model_path, "is_generation": True,
+                              "preferred_sampling_params": None, "weight_version": eng.weight_version,
+                              "model_type": eng.model.config.model_type,
+                              "architectures": getattr(eng.model.config, "architectures", None)})
+
+
+@routes.get("/get_server_info")
+async def get_server_info(request):
+    eng = _engine(request)
+    stats = dict(eng.stats)
+    stats["mean_decode_batch_size"] = stats["decode_rows"] / max(1, stats["decode_steps"])
+    return web.json_response({"model_path": eng.model_path, "engine": "slime_like.cpu_engine",
+                              "dtype": str(eng.dtype).replace("torch.", ""),
+                              "max_running_requests": eng.max_running_requests, "context_length": eng.context_length,
+                              "weight_version": eng.weight_version, "memory_released": eng.released,
+                              "internal_states": [stats]})
+
+
+@routes.route("*", "/flush_cache")
+async def flush_cache(request):
+    # No prefix cache to drop: KV rows live only as long as their request. Answer like SGLang does.
+    return web.Response(status=200, text="Cache flushed.")
+
+
+# ---------------------------------------------------------------------------------------------- weights
+@routes.post("/update_weights_from_disk")
+async def update_weights_from_disk(request):
+    body = _fields(await _json(request), "/update_weights_from_disk",
+                   {"model_path", "load_format", "abort_all_requests", "weight_version", "is_async", "token_step",
+                    "torch_empty_cache", "keep_pause", "recapture_cuda_graph", "flush_cache", "manifest"}, {"model_path"})
+    eng = _engine(request)
+    if body.get("abort_all_requests"):
+        eng.abort(abort_all=True)
+    n = await _in_thread(eng.update_weights_from_disk, body["model_path"], body.get("weight_version"))
+    return web.json_response({"success": True, "message": f"Succeeded to update model weights ({n} tensors).",
+                              "num_paused_requests": 0})
+
+
+@routes.post("/update_weights_from_tensor")
+async def update_weights_from_tensor(request):
+    body = _fields(await _json(request), "/update_weights_from_tensor",
+                   {"serialized_named_tensors", "load_format", "flush_cache", "abort_all_requests", "weight_version",
+                    "disable_draft_model", "torch_empty_cache"}, {"serialized_named_tensors"})
+    eng = _engine(request)
+    blobs = body["serialized_named_tensors"]
+    if not isinstance(blobs, list) or len(blobs) != 1:
+        raise BadRequest(f"serialized_named_tensors must hold one entry per TP rank; the CPU engine has tp_size=1, "
+                         f"got {len(blobs) if isinstance(blobs, list) else type(blobs).__name__}")
+    fmt = body.get("load_format")
+    if fmt not in (None, "direct", "flattened_bucket"):
+        raise BadRequest(f"load_format {fmt!r} is not supported; use null, 'direct' or 'flattened_bucket'")
+    if body.get("abort_all_requests"):
+        eng.abort(abort_all=True)
+
+    def load():
+        payload = tensor_serializer.deserialize(blobs[0])
+        named = _unflatten(payload) if fmt == "flattened_bucket" else payload
+        return eng.update_weights(named, body.get("weight_version"))
+
+    n = await _in_thread(load)
+    return web.json_response({"success": True, "message": f"Succeeded to update model weights ({n} tensors)."})
+
+
+def _unflatten(payload: dict):
+    """SGLang's flattened bucket: one flat tensor + per-tensor metadata (name, shape, dtype, start_idx, end_idx)."""
+    flat = payload["flattened_tensor"]
+    for m in payload["metadata"]:
+        get = (lambda k: m[k]) if isinstance(m, dict) else (lambda k: getattr(m, k))
+        yield get("name"), flat[get("start_idx"):get("end_idx")].view(get("dtype")).reshape(get("shape"))
+
+
+@routes.post("/init_weights_update_group")
+async def init_weights_update_group(request):
+    body = _fields(await _json(request), "/init_weights_update_group",
+                   {"master_address", "master_port", "rank_offset", "world_size", "group_name", "backend"},
+                   {"master_address", "master_port", "rank_offset", "world_size"})
+    backend = body.get("backend", "nccl")
+    if backend != "gloo":
+        raise BadRequest(f"backend {backend!r} needs CUDA; the CPU engine joins weight-sync groups with 'gloo' "
+                         "(use DistributedWeightSender(backend='gloo'))")
+    name = body.get("group_name", "weight_update_group")
+    groups = request.app["weight_groups"]
+    if name in groups:
+        raise BadRequest(f"weight update group {name!r} already exists; /destroy_weights_update_group it first")
+    rank = int(body["rank_offset"])  # tp_rank 0 + offset: this engine is a single rank
+    init = f"tcp://{body['master_address']}:{body['master_port']}"
+    t0 = time.time()
+    groups[name] = await _in_thread(lambda: process_group.init_custom_process_group(
+        "gloo", init, int(body["world_size"]), rank, name, timeout=timedelta(seconds=120)))
+    logger.info("joined weight update group %s as rank %d in %.2fs", name, rank, time.time() - t0)
+    return web.json_response({"success": True, "message": f"Succeeded to initialize group {name!r} as rank {rank}."})
+
+
+@routes.post("/destroy_weights_update_group")
+async def destroy_weights_update_group(request):
+    name = (await _json(request)).get("group_name", "weight_update_group")
+    pg = request.app["weight_groups"].pop(name, None)
+    if pg is None:
+        raise BadRequest(f"no weight update group named {name!r}")
+    process_group.destroy_process_group(pg)
+    return web.json_response({"success": True, "message": f"destroyed {name!r}"})
+
+
+@routes.post("/update_weights_from_distributed")
+async def update_weights_from_distributed(request):
+    body = _fields(await _json(request), "/update_weights_from_distributed",
+                   {"names", "dtypes", "shapes", "group_name", "flush_cache", "abort_all_requests", "weight_version",
+                    "load_format"}, {"names", "dtypes", "shapes"})
+    eng = _engine(request)
+    name = body.get("group_name", "weight_update_group")
+    pg = request.app["weight_groups"].get(name)
+    if pg is None:
+        raise BadRequest(f"no weight update group {name!r}; call /init_weights_update_group first "
+                         f"(known: {sorted(request.app['weight_groups'])})")
+    names, dtypes, shapes = body["names"], body["dtypes"], body["shapes"]
+    if not len(names) == len(dtypes) == len(shapes):
+        raise BadRequest(f"names/dtypes/shapes lengths differ: {len(names)}/{len(dtypes)}/{len(shapes)}")
+    if body.get("abort_all_requests"):
+        eng.abort(abort_all=True)
+
+    def receive_and_load():
+        # Receive the whole bucket first (rank 0 broadcasts in this order), then copy it in under the model lock.
+        with eng.model_lock:
+            received = []
+            for n, dt, shape in zip(names, dtypes, shapes):
+                t = torch.empty(shape, dtype=process_group.torch_dtype(dt))
+                torch.distributed.broadcast(t, src=0, group=pg)
+                received.append((n, t))
+            return eng.update_weights(received, body.get("weight_version"))
+
+    n = await _in_thread(receive_and_load)
+    return web.json_response({"success": True, "message": f"Succeeded to update {n} parameter(s)."})
+
+
+@routes.post("/release_memory_occupation")
+async def release_memory_occupation(request):
+    await _json(request)  # tags accepted; the CPU engine releases its weights (it has no separate KV pool)
+    await _in_thread(_engine(request).release_memory)
+    return web.json_response({"success": True})
+
+
+@routes.post("/resume_memory_occupation")
+async def resume_memory_occupation(request):
+    await _json(request)
+    await _in_thread(_engine(request).resume_memory)
+    return web.json_response({"success": True})
+
+
+def build_app(engine: CPUEngine) -> web.Application:
+    app = web.Application(middlewares=[errors_as_json], client_max_size=1 << 30)
+    app["engine"] = engine
+    app["weight_groups"] = {}
+    app.add_routes(routes)
+
+    async def on_cleanup(app):
+        engine.shutdown()
+    app.on_cleanup.append(on_cleanup)
+    return app
