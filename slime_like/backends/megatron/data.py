@@ -1,0 +1,229 @@
+"""The trainer's view of a rollout batch: optimizer-step split, micro-batches, padded or packed model inputs.
+
+`batch` is one data-parallel rank's share of a rollout, the columnar dict of docs/architecture.md
+(`tokens`, `response_lengths`, `loss_masks`, `rewards`, `rollout_log_probs`, ... one entry per sample)
+plus per-sample 1-D tensors the trainer added (`log_probs`, `ref_log_probs`, `values`, `advantages`,
+`returns`).
+
+Position convention (next-token prediction): a sample of total length L with a response of R tokens
+has its response tokens at positions [L-R, L); the logits that score them sit one position earlier,
+at [L-R-1, L-1). Every per-token quantity the trainer computes (log-probs, entropy, values) is taken at
+those logit positions, so all of them line up with `loss_masks` and `rollout_log_probs`.
+
+Two layouts of a micro-batch:
+- padded: `[b, S]` rows, right-padded to the longest sample; with causal attention right padding never
+  leaks into the real tokens, so no attention mask is needed.
+- packed (`--use-dynamic-batch-size`): all samples concatenated into one `[1, sum L]` row, no padding.
+  Position ids restart at 0 for each sample. Attention must not cross samples: with the local
+  (non-TransformerEngine) layer spec that is a block-diagonal causal boolean mask `[1, 1, S, S]`
+  (True = masked, mcore's convention); with TransformerEngine it is `PackedSeqParams(qkv_format="thd")`
+  with cumulative sequence lengths, which never materialises an S x S mask.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+REQUIRED_KEYS = ("tokens", "response_lengths", "loss_masks")
+
+
+def num_samples(batch: dict) -> int:
+    return len(batch["tokens"])
+
+
+def validate_batch(batch: dict, need: tuple[str, ...] = ()) -> None:
+    """Check the columns we read exist, have one entry per sample, and per-token columns have length R.
+
+    Raises ValueError naming the key, the sample and the expected length, before any forward pass.
+    """
+    for key in REQUIRED_KEYS + tuple(need):
+        if key not in batch:
+            hint = ""
+            if key in ("advantages", "returns"):
+                hint = " (call compute_advantages(batch) first and add its result to the batch)"
+            elif key in ("log_probs", "ref_log_probs"):
+                hint = " (call compute_log_probs(batch) first and add its result to the batch)"
+            elif key == "values":
+                hint = " (call the critic's compute_values(batch) first and add its result to the batch)"
+            raise ValueError(f"trainer batch is missing key {key!r}{hint}; it has {sorted(batch)}")
+    n = num_samples(batch)
+    for key in REQUIRED_KEYS + tuple(need):
+        if len(batch[key]) != n:
+            raise ValueError(f"trainer batch key {key!r} has {len(batch[key])} entries but 'tokens' has {n}")
+    per_token = [k for k in ("loss_masks", "rollout_log_probs", "log_probs", "ref_log_probs", "values",
+                             "advantages", "returns") if k in batch and (k in REQUIRED_KEYS or k in need)]
+    for i in range(n):
+        total, resp = len(batch["tokens"][i]), int(batch["response_lengths"][i])
+        if not 0 < resp < total:
+            raise ValueError(f"sample {i}: response_length {resp} must be in [1, len(tokens)-1] = [1, {total - 1}]"
+                             " (a response needs at least one prompt token before it to be scored)")
+        for key in per_token:
+            if len(batch[key][i]) != resp:
+                raise ValueError(f"sample {i}: batch[{key!r}] has {len(batch[key][i])} entries, expected the "
+                                 f"response length {resp}")
+
+
+def split_steps(n: int, num_steps: int, global_batch_size: int | None, dp_size: int) -> list[list[int]]:
+    """Sample indices of each optimizer step: `num_steps` consecutive chunks of `global_batch_size / dp`.
+
+    The rollout gives every DP rank `num_steps * global_batch_size / dp` samples; any other count means
+    the flags and the rollout disagree, which we report instead of silently dropping samples.
+    """
+    if num_steps < 1:
+        raise ValueError(f"--num-steps-per-rollout must be >= 1, got {num_steps}")
+    if global_batch_size:
+        if global_batch_size % dp_size:
+            raise ValueError(f"--global-batch-size {global_batch_size} is not divisible by the data-parallel "
+                             f"size {dp_size}; choose a multiple of {dp_size}")
+        per_step = global_batch_size // dp_size
+        if per_step * num_steps != n:
+            raise ValueError(
+                f"this data-parallel rank got {n} samples but --num-steps-per-rollout {num_steps} x "
+                f"--global-batch-size {global_batch_size} / dp {dp_size} = {per_step * num_steps}; set "
+                "--global-batch-size to rollout_batch_size * n_samples_per_prompt / num_steps_per_rollout")
+    else:
+        if n % num_steps:
+            raise ValueError(f"{n} samples on this rank do not split into --num-steps-per-rollout {num_steps} "
+                             "equal optimizer steps")
+        per_step = n // num_steps
+    return [list(range(s * per_step, (s + 1) * per_step)) for s in range(num_steps)]
+
+
+def fixed_micro_batches(indices: list[int], micro_batch_size: int) -> list[list[int]]:
+    """Consecutive groups of `--micro-batch-size` samples (the last group may be smaller)."""
+    if micro_batch_size < 1:
+        raise ValueError(f"--micro-batch-size must be >= 1, got {micro_batch_size}")
+    return [indices[i:i + micro_batch_size] for i in range(0, len(indices), micro_batch_size)]
+
+
+def packed_micro_batches(indices: list[int], lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """Pack whole samples into as few micro-batches of <= `max_tokens` tokens as first-fit-decreasing finds.
+
+    A sample is never split. Each bin keeps its samples in batch order (only bin membership changes),
+    and bins are ordered by their first sample, so results are reproducible run to run.
+    """
+    if not max_tokens or max_tokens < 1:
+        raise ValueError("--use-dynamic-batch-size needs --max-tokens-per-gpu > 0 "
+                         f"(got {max_tokens!r}); e.g. --max-tokens-per-gpu 4096")
+    too_long = [(i, lengths[i]) for i in indices if lengths[i] > max_tokens]
+    if too_long:
+        i, length = too_long[0]
+        raise ValueError(f"sample {i} has {length} tokens, more than --max-tokens-per-gpu {max_tokens}; a sample "
+                         f"is never split, so raise --max-tokens-per-gpu to at least {max(l for _, l in too_long)}")
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(indices, key=lambda j: (-lengths[j], j)):
+        for b, free in enumerate(room):
+            if lengths[i] <= free:
+                bins[b].append(i)
+                room[b] -= lengths[i]
+                break
+        else:
+            bins.append([i])
+            room.append(max_tokens - lengths[i])
+    return sorted((sorted(b) for b in bins), key=lambda b: b[0])
+
+
+@dataclass
+class MicroBatch:
+    """Model inputs for one forward pass and where each sample's response logits sit in its output.
+
+    `rows[k, j]`, `cols[k, j]`: output position scoring response token j of the k-th sample;
+    `targets[k, j]`: that token id; `valid[k, j]`: 1 for j < R_k (0 pads the ragged responses to Rmax);
+    `loss_mask` is `valid` times the sample's loss mask. Per-sample tensors of the batch (advantages, ...)
+    are padded the same way into `fields[key]` `[n, Rmax]`.
+    """
+
+    sample_ids: list[int]
+    tokens: torch.Tensor
+    position_ids: torch.Tensor
+    attention_mask: torch.Tensor | None
+    packed_seq_params: object | None
+    rows: torch.Tensor
+    cols: torch.Tensor
+    targets: torch.Tensor
+    valid: torch.Tensor
+    loss_mask: torch.Tensor
+    fields: dict = field(default_factory=dict)
+
+    @property
+    def response_lengths(self) -> list[int]:
+        return [int(x) for x in self.valid.sum(1).tolist()]
+
+
+def pad_rows(values: list, width: int, dtype=torch.float32) -> torch.Tensor:
+    """Stack ragged 1-D sequences into `[n, width]`, zero-padded on the right."""
+    out = torch.zeros(len(values), width, dtype=dtype)
+    for k, v in enumerate(values):
+        v = torch.as_tensor(v, dtype=dtype).reshape(-1)
+        out[k, :v.numel()] = v
+    return out
+
+
+def block_causal_mask(lengths: list[int]) -> torch.Tensor:
+    """`[1, 1, S, S]` boolean mask, True = do not attend: causal inside each sample, nothing across samples."""
+    total = sum(lengths)
+    seq_id = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+    same = seq_id[:, None] == seq_id[None, :]
+    causal = torch.ones(total, total, dtype=torch.bool).tril()
+    return ~(same & causal)[None, None]
+
+
+def packed_seq_params_for(lengths: list[int], device=None):
+    """TransformerEngine's THD description of a packed row (GPU path): cumulative sequence lengths."""
+    from megatron.core.packed_seq_params import PackedSeqParams
+
+    cu = torch.zeros(len(lengths) + 1, dtype=torch.int32, device=device)
+    cu[1:] = torch.cumsum(torch.tensor(lengths, dtype=torch.int32, device=device), 0)
+    return PackedSeqParams(qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu,
+                           max_seqlen_q=max(lengths), max_seqlen_kv=max(lengths))
+
+
+def build_micro_batch(batch: dict, sample_ids: list[int], packed: bool, use_te: bool = False,
+                      field_keys: tuple[str, ...] = (), pad_id: int = 0, device=None) -> MicroBatch:
+    """Turn samples `sample_ids` of the columnar batch into model inputs plus response gather indices."""
+    toks = [list(batch["tokens"][i]) for i in sample_ids]
+    lens = [len(t) for t in toks]
+    resp = [int(batch["response_lengths"][i]) for i in sample_ids]
+    n, rmax = len(sample_ids), max(resp)
+    j = torch.arange(rmax)[None, :]
+    valid = (j < torch.tensor(resp)[:, None]).float()
+    if packed:
+        tokens = torch.tensor([t for s in toks for t in s], dtype=torch.long)[None]
+        position_ids = torch.cat([torch.arange(length) for length in lens])[None]
+        starts = torch.tensor([0] + lens[:-1]).cumsum(0)
+        rows = torch.zeros(n, rmax, dtype=torch.long)
+        first_logit = starts + torch.tensor(lens) - torch.tensor(resp) - 1
+        attention_mask = None if use_te else block_causal_mask(lens)
+        psp = packed_seq_params_for(lens, device) if use_te else None
+    else:
+        tokens = torch.full((n, max(lens)), pad_id, dtype=torch.long)
+        for k, t in enumerate(toks):
+            tokens[k, :len(t)] = torch.tensor(t, dtype=torch.long)
+        position_ids = torch.arange(max(lens))[None].expand(n, -1).contiguous()
+        rows = torch.arange(n)[:, None].expand(n, rmax).contiguous()
+        first_logit = torch.tensor(lens) - torch.tensor(resp) - 1
+        attention_mask, psp = None, None
+    # Padded response slots point at the sample's first logit: a valid index whose value is masked out.
+    cols = first_logit[:, None] + (j * valid.long())
+    targets = torch.zeros(n, rmax, dtype=torch.long)
+    for k, (t, r) in enumerate(zip(toks, resp)):
+        targets[k, :r] = torch.tensor(t[len(t) - r:], dtype=torch.long)
+    loss_mask = pad_rows([batch["loss_masks"][i] for i in sample_ids], rmax) * valid
+    fields = {key: pad_rows([batch[key][i] for i in sample_ids], rmax) for key in field_keys if key in batch}
+    mb = MicroBatch(sample_ids, tokens, position_ids, attention_mask, psp, rows, cols, targets, valid, loss_mask,
+                    fields)
+    if device is not None:
+        for name in ("tokens", "position_ids", "rows", "cols", "targets", "valid", "loss_mask"):
+            setattr(mb, name, getattr(mb, name).to(device))
+        if mb.attention_mask is not None:
+            mb.attention_mask = mb.attention_mask.to(device)
+        mb.fields = {k: v.to(device) for k, v in mb.fields.items()}
+    return mb
+
+
+def unpad_rows(x: torch.Tensor, lengths: list[int]) -> list[torch.Tensor]:
+    """Inverse of pad_rows: per-sample 1-D float32 CPU tensors."""
+    x = x.detach().float().cpu()
+    return [x[k, :r].clone() for k, r in enumerate(lengths)]

@@ -1,0 +1,171 @@
+"""Per-micro-batch losses of the Megatron trainer, built from slime_like.algorithms' pure functions.
+
+What lives here and not in algorithms/: the tensor-parallel part. Under TP each rank holds a vocabulary
+slice of the logits `[.., V/tp]`; `vocab_parallel_logprobs_entropy` computes log p(target) and the
+entropy with three all-reduces of `[n, R]` statistics (max, sum exp, target logit) and never gathers the
+full vocabulary. At TP=1 it is the same math as `algorithms.logprobs_from_logits` /
+`entropy_from_logits` (tests check that).
+
+Aggregation over a step (many micro-batches, many DP ranks) must give one token-mean:
+    L = sum over every valid token t of the step, on every DP rank, of l_t / N_step
+mcore's schedule divides each micro-batch loss by the number of micro-batches and DDP averages
+gradients over DP, so a micro-batch returns  sum_t l_t * (n_microbatches * dp / N_step)  (`scale`).
+With --calculate-per-token-loss the micro-batch returns the plain sum and its token count, and mcore
+itself divides the gradients by the token count all-reduced over DP (finalize_model_grads) - the same
+objective, reached through Megatron's own path.
+"""
+from __future__ import annotations
+
+import torch
+
+from slime_like import algorithms as alg
+from slime_like.backends.megatron.data import MicroBatch
+
+
+def _tp():
+    from megatron.core import parallel_state as ps
+
+    return ps.get_tensor_model_parallel_group(), ps.get_tensor_model_parallel_world_size(), \
+        ps.get_tensor_model_parallel_rank()
+
+
+def vocab_parallel_logprobs_entropy(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool = True):
+    """log p(targets) and entropy from vocab-sharded logits `[..., V_local]` (temperature already applied).
+
+        m = max_v z_v (all ranks),  Z = sum_v exp(z_v - m),  log p(y) = (z_y - m) - log Z,
+        H = log Z - sum_v p_v (z_v - m)
+    Sums over the vocabulary are local sums followed by an all-reduce whose backward is the identity
+    (megatron's reduce_from_tensor_model_parallel_region): every TP rank computes the same loss, so each
+    rank's slice gets exactly dL/d(sum). The max is a constant shift (detached), which is exact.
+    """
+    from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region as reduce_sum
+
+    group, tp, rank = _tp()
+    logits = logits.float()
+    v_local = logits.size(-1)
+    m = logits.detach().max(dim=-1, keepdim=True).values
+    if tp > 1:
+        torch.distributed.all_reduce(m, op=torch.distributed.ReduceOp.MAX, group=group)
+    shifted = logits - m
+    exp = shifted.exp()
+    sum_exp = reduce_sum(exp.sum(dim=-1), group=group)
+    log_z = sum_exp.log()
+    start = rank * v_local
+    in_slice = (targets >= start) & (targets < start + v_local)
+    local = (targets - start).clamp(0, v_local - 1)
+    target_logit = reduce_sum(shifted.gather(-1, local.unsqueeze(-1)).squeeze(-1) * in_slice, group=group)
+    logp = target_logit - log_z
+    if not with_entropy:
+        return logp, None
+    entropy = log_z - reduce_sum((exp * shifted).sum(dim=-1), group=group) / sum_exp
+    return logp, entropy
+
+
+def response_logits(output: torch.Tensor, mb: MicroBatch, temperature: float = 1.0) -> torch.Tensor:
+    """`[n, Rmax, V_local]` logits scoring each response token (divided by the sampling temperature,
+    so they describe the distribution the rollout engine sampled from)."""
+    logits = output[mb.rows, mb.cols]
+    return logits / temperature if temperature != 1.0 else logits
+
+
+def response_values(output: torch.Tensor, mb: MicroBatch) -> torch.Tensor:
+    """`[n, Rmax]` critic values at the same positions as the log-probs (value head output size 1)."""
+    return output[mb.rows, mb.cols, 0].float()
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask).sum() / mask.sum().clamp(min=1)
+
+
+def policy_terms(args, output: torch.Tensor, mb: MicroBatch):
+    """Per-token actor loss `[n, R]` and metric sums for one micro-batch.
+
+        l_t = w_t * pg_t + kl_loss_coef * kl_t - entropy_coef * H_t
+    pg_t: PPO / GSPO clipped surrogate (algorithms.policy_loss, kind from --advantage-estimator);
+    w_t: truncated importance-sampling weights (--use-tis); kl_t: algorithms.kl_penalty with
+    --kl-loss-type against the reference log-probs (--use-kl-loss). When the batch has no old-policy
+    `log_probs` (on-policy, one step per rollout) the current log-probs, detached, are the old ones.
+    """
+    mask = mb.loss_mask
+    logp, entropy = vocab_parallel_logprobs_entropy(response_logits(output, mb, args.rollout_temperature),
+                                                    mb.targets)
+    old = mb.fields.get("log_probs", logp.detach())
+    kind = "gspo" if args.advantage_estimator == "gspo" else "ppo"
+    pg, pg_metrics = alg.policy_loss(logp, old, mb.fields["advantages"], mask, args.eps_clip,
+                                     eps_clip_high=args.eps_clip_high, eps_clip_c=args.eps_clip_c, kind=kind)
+    sums = {"pg_loss": (pg * mask).sum().detach(), "entropy": (entropy * mask).sum().detach()}
+    if args.use_tis:
+        weights = alg.tis_weights(old, mb.fields["rollout_log_probs"], mask, args.tis_clip,
+                                  getattr(args, "tis_clip_low", 0.0) or 0.0)
+        sums["tis_weight"] = (weights * mask).sum().detach()
+        pg = pg * weights
+    loss = pg
+    if args.use_kl_loss:
+        kl = alg.kl_penalty(logp, mb.fields["ref_log_probs"], args.kl_loss_type)
+        sums["kl_loss"] = (kl * mask).sum().detach()
+        loss = loss + args.kl_loss_coef * kl
+    if args.entropy_coef:
+        loss = loss - args.entropy_coef * entropy
+    ntok = mask.sum()
+    for key, value in pg_metrics.items():
+        value = torch.as_tensor(value, dtype=torch.float32).detach()
+        sums[key] = value if key.endswith("_max") else value * ntok  # scalar means -> token-weighted sums
+    return loss, sums
+
+
+def value_terms(args, output: torch.Tensor, mb: MicroBatch):
+    """Per-token critic loss: algorithms.value_loss (clipped by --value-clip around the rollout's values)."""
+    values = response_values(output, mb)
+    out = alg.value_loss(values, mb.fields["values"], mb.fields["returns"], mb.loss_mask, args.value_clip)
+    loss, metrics = out if isinstance(out, tuple) else (out, {})
+    ntok = mb.loss_mask.sum()
+    sums = {"value_loss": (loss * mb.loss_mask).sum().detach(),
+            "values": (values * mb.loss_mask).sum().detach()}
+    for key, value in metrics.items():
+        value = torch.as_tensor(value, dtype=torch.float32).detach()
+        sums[key] = value if key.endswith("_max") else value * ntok
+    return loss, sums
+
+
+def sft_terms(args, output: torch.Tensor, mb: MicroBatch):
+    """Per-token negative log-likelihood of the response (--loss-type sft_loss) via algorithms.sft_loss."""
+    logp, _ = vocab_parallel_logprobs_entropy(response_logits(output, mb, 1.0), mb.targets, with_entropy=False)
+    loss = alg.sft_loss(logp, mb.loss_mask)
+    if loss.dim() == 0:  # a reduced NLL cannot be re-aggregated over the step; fail loudly
+        raise TypeError("algorithms.sft_loss must return per-token losses [n, R] for the Megatron trainer")
+    return loss, {"sft_loss": (loss * mb.loss_mask).sum().detach()}
+
+
+TERMS = {"policy": policy_terms, "value": value_terms, "sft": sft_terms}
+
+
+def make_loss_func(kind: str, args, mb: MicroBatch, scale: float, per_token: bool):
+    """The `loss_func(output_tensor)` that mcore's forward_step calls on the last pipeline stage."""
+
+    def loss_func(output):
+        per_token_loss, sums = TERMS[kind](args, output, mb)
+        total = (per_token_loss * mb.loss_mask).sum()
+        ntok = mb.loss_mask.sum()
+        sums["loss"] = total.detach()
+        sums["tokens"] = ntok.detach()
+        if per_token:
+            return total, ntok.to(torch.int), sums
+        return total * scale, sums
+
+    return loss_func
+
+
+def forward_only_func(kind: str, mb: MicroBatch, temperature: float):
+    """loss_func for compute_log_probs / compute_values: per-token outputs, no loss (forward only)."""
+
+    def loss_func(output):
+        with torch.no_grad():
+            if kind == "values":
+                out = response_values(output, mb)
+            else:
+                out, _ = vocab_parallel_logprobs_entropy(response_logits(output, mb, temperature), mb.targets,
+                                                         with_entropy=False)
+        return torch.zeros((), device=output.device), {"ids": mb.sample_ids, "out": out.float().cpu(),
+                                                       "lengths": mb.response_lengths}
+
+    return loss_func

@@ -1,0 +1,146 @@
+"""Megatron's training machinery for one role: mixed-precision wrapper, DDP, optimizer, LR schedule.
+
+Everything here is megatron-core's own (DistributedDataParallel, get_megatron_optimizer,
+OptimizerParamScheduler); this module only maps our flags (Megatron-LM's names) onto their configs.
+
+Two settings mcore needs that are easy to miss:
+- `config.finalize_model_grads_func` and `config.no_sync_func` on the model's TransformerConfig: without
+  them the pipeline schedule never all-reduces data-parallel gradients and every DP rank trains its own
+  copy silently.
+- `config.variable_seq_lengths` under pipeline parallelism: micro-batches here differ in length (padded
+  to their own longest sample, or packed), so stages exchange tensor shapes before activations.
+"""
+from __future__ import annotations
+
+import torch
+
+DECAY_STYLES = ("constant", "linear", "cosine", "inverse-square-root", "WSD")
+
+
+def _get(args, name, default=None):
+    value = getattr(args, name, None)
+    return default if value is None else value
+
+
+def wrap_for_training(args, chunks: list, trainable: bool = True) -> list:
+    """Float16Module for bf16/fp16 models, then mcore DDP (grad buffers, DP reduce) when trainable."""
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.distributed import finalize_model_grads
+    from megatron.core.transformer.module import Float16Module
+
+    config = chunks[0].config
+    if _get(args, "bf16", False) or _get(args, "fp16", False):
+        chunks = [Float16Module(config, c) for c in chunks]
+    if not trainable:
+        return chunks
+    ddp_config = DistributedDataParallelConfig(
+        grad_reduce_in_fp32=True,
+        overlap_grad_reduce=bool(_get(args, "overlap_grad_reduce", False)),
+        use_distributed_optimizer=bool(_get(args, "use_distributed_optimizer", False)),
+        check_for_nan_in_grad=bool(_get(args, "check_for_nan_in_loss_and_grad", False)),
+        bucket_size=_get(args, "ddp_bucket_size", None))
+    wrapped = [DistributedDataParallel(config=config, ddp_config=ddp_config, module=c,
+                                       disable_bucketing=(i > 0)) for i, c in enumerate(chunks)]
+    config.finalize_model_grads_func = finalize_model_grads
+    config.no_sync_func = [w.no_sync for w in wrapped] if len(wrapped) > 1 else wrapped[0].no_sync
+    config.calculate_per_token_loss = bool(_get(args, "calculate_per_token_loss", False))
+    return wrapped
+
+
+def optimizer_config_from_args(args):
+    """OptimizerConfig from --optimizer/--lr/--min-lr/--weight-decay/--adam-*/--clip-grad/--bf16/...
+
+    Only Adam (and SGD, which megatron also provides) are accepted; anything else fails here, by name.
+    """
+    from megatron.core.optimizer import OptimizerConfig
+
+    name = _get(args, "optimizer", "adam")
+    if name not in ("adam", "sgd"):
+        raise ValueError(f"--optimizer {name!r} is not supported by the Megatron trainer; use adam or sgd")
+    if _get(args, "lr", None) is None:
+        raise ValueError("--lr is required for a trainable role (e.g. --lr 1e-6)")
+    bf16, fp16 = bool(_get(args, "bf16", False)), bool(_get(args, "fp16", False))
+    return OptimizerConfig(
+        optimizer=name, lr=float(args.lr), min_lr=float(_get(args, "min_lr", 0.0)),
+        weight_decay=float(_get(args, "weight_decay", 0.0)),
+        adam_beta1=float(_get(args, "adam_beta1", 0.9)), adam_beta2=float(_get(args, "adam_beta2", 0.999)),
+        adam_eps=float(_get(args, "adam_eps", 1e-8)), sgd_momentum=float(_get(args, "sgd_momentum", 0.9)),
+        clip_grad=float(_get(args, "clip_grad", 1.0)), bf16=bf16, fp16=fp16,
+        params_dtype=torch.bfloat16 if bf16 else torch.float16 if fp16 else torch.float32,
+        loss_scale=_get(args, "loss_scale", None),
+        initial_loss_scale=float(_get(args, "initial_loss_scale", 2 ** 32)),
+        use_distributed_optimizer=bool(_get(args, "use_distributed_optimizer", False)))
+
+
+def build_optimizer(args, wrapped_chunks: list):
+    from megatron.core.optimizer import get_megatron_optimizer
+
+    return get_megatron_optimizer(optimizer_config_from_args(args), wrapped_chunks)
+
+
+def schedule_steps(args) -> tuple[int, int]:
+    """(warm-up steps, decay steps) in optimizer steps.
+
+    decay steps = --lr-decay-iters, else --train-iters, else --num-rollout x --num-steps-per-rollout;
+    warm-up = --lr-warmup-iters, or --lr-warmup-fraction x decay steps. The constant style needs no
+    horizon, so an unknown one is fine there; linear / cosine without one is an error.
+    """
+    style = _get(args, "lr_decay_style", "constant")
+    if style not in DECAY_STYLES:
+        import difflib
+
+        close = difflib.get_close_matches(str(style), DECAY_STYLES, n=1)
+        raise ValueError(f"--lr-decay-style {style!r} is unknown" + (f"; did you mean {close[0]!r}?" if close else
+                                                                     f"; choose one of {DECAY_STYLES}"))
+    decay = _get(args, "lr_decay_iters", None) or _get(args, "train_iters", None)
+    if not decay and _get(args, "num_rollout", None):
+        decay = int(args.num_rollout) * int(_get(args, "num_steps_per_rollout", 1))
+    fraction = _get(args, "lr_warmup_fraction", None)
+    if fraction is not None and _get(args, "lr_warmup_iters", 0):
+        raise ValueError("set only one of --lr-warmup-fraction and --lr-warmup-iters")
+    if fraction is not None:
+        if not decay:
+            raise ValueError("--lr-warmup-fraction needs a schedule length: set --lr-decay-iters or --num-rollout")
+        warmup = int(float(fraction) * decay)
+    else:
+        warmup = int(_get(args, "lr_warmup_iters", 0))
+    if not decay:
+        if style != "constant":
+            raise ValueError(f"--lr-decay-style {style} needs a schedule length: set --lr-decay-iters "
+                             "(optimizer steps) or --num-rollout")
+        decay = warmup + 1  # constant after warm-up: the horizon is never reached in a meaningful way
+    if warmup >= decay:
+        raise ValueError(f"LR warm-up ({warmup} steps) must be shorter than the decay horizon ({decay} steps); "
+                         "lower --lr-warmup-iters / --lr-warmup-fraction or raise --lr-decay-iters")
+    return warmup, int(decay)
+
+
+def build_scheduler(args, optimizer):
+    """megatron's OptimizerParamScheduler, stepped once per optimizer step (so `num_steps` = steps taken).
+
+    The constant style with a warm-up keeps the max LR after warm-up (megatron's rule), and the weight
+    decay stays constant at --weight-decay unless --start/--end-weight-decay say otherwise.
+    """
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+    warmup, decay = schedule_steps(args)
+    wd = float(_get(args, "weight_decay", 0.0))
+    start_wd, end_wd = float(_get(args, "start_weight_decay", wd)), float(_get(args, "end_weight_decay", wd))
+    wd_style = _get(args, "weight_decay_incr_style", "constant")
+    if wd_style == "constant" and start_wd != end_wd:
+        raise ValueError("--start-weight-decay and --end-weight-decay differ but --weight-decay-incr-style is "
+                         "constant; use linear or cosine")
+    return OptimizerParamScheduler(
+        optimizer, init_lr=float(_get(args, "lr_warmup_init", 0.0)), max_lr=float(args.lr),
+        min_lr=float(_get(args, "min_lr", 0.0)), lr_warmup_steps=warmup, lr_decay_steps=decay,
+        lr_decay_style=_get(args, "lr_decay_style", "constant"), start_wd=start_wd, end_wd=end_wd,
+        wd_incr_steps=decay, wd_incr_style=wd_style,
+        use_checkpoint_opt_param_scheduler=bool(_get(args, "use_checkpoint_opt_param_scheduler", True)),
+        override_opt_param_scheduler=bool(_get(args, "override_opt_param_scheduler", False)),
+        wsd_decay_steps=_get(args, "lr_wsd_decay_iters", None),
+        lr_wsd_decay_style=_get(args, "lr_wsd_decay_style", None))
+
+
+def current_lr(optimizer) -> float:
+    groups = optimizer.param_groups
+    return float(groups[0]["lr"]) if groups else 0.0

@@ -1,0 +1,297 @@
+"""MegatronTrainer: one trainer rank of the actor or the critic (what the Ray layer calls).
+
+    t = MegatronTrainer(role_args, role="actor", rank=r, world_size=w, master_addr=..., master_port=...)
+    batch.update(t.compute_log_probs(batch))      # actor: log_probs (+ ref_log_probs with a reference model)
+    batch.update(critic.compute_values(batch))    # critic: values
+    batch.update(t.compute_advantages(batch))     # advantages, returns (slime_like.algorithms estimators)
+    metrics = t.train_step(rollout_id, batch)     # num_steps_per_rollout optimizer steps
+    t.save(rollout_id); t.offload(); t.onload(); t.iter_hf_weights()
+
+Every collective-bearing call must be made on every rank of the trainer group. All per-sample outputs
+are 1-D float32 CPU tensors over the response tokens, in batch order, identical on every rank of a
+TP/PP group (computed on the last pipeline stage and broadcast over the pipeline group).
+
+Reference model (KL): a second, frozen copy of the model (no grads, no optimizer, no DDP), built when
+--use-kl-loss or --kl-coef > 0. Memory cost: one extra set of weights in the training dtype
+(2 bytes/param in bf16, 4 in fp32), i.e. about +1/8 of the actor's Adam training state
+(weights + fp32 main weights + grads + two Adam moments = 16-18 bytes/param in bf16). On GPU it is
+moved to CPU by offload() together with the actor.
+"""
+from __future__ import annotations
+
+import copy
+import os
+
+import torch
+import torch.distributed as dist
+
+from slime_like import algorithms as alg
+from slime_like.backends.megatron import data as D
+from slime_like.backends.megatron import loss as L
+from slime_like.backends.megatron import optimizer as O
+from slime_like.backends.megatron.trainer_dist import TrainerDistMixin
+
+ROLES = ("actor", "critic")
+POLICY_FIELDS = ("log_probs", "advantages", "ref_log_probs", "rollout_log_probs")
+VALUE_FIELDS = ("values", "returns")
+
+
+def _get(args, name, default=None):
+    value = getattr(args, name, None)
+    return default if value is None else value
+
+
+class MegatronTrainer(TrainerDistMixin):
+    def __init__(self, args, role: str = "actor", rank: int = 0, world_size: int = 1,
+                 master_addr: str = "127.0.0.1", master_port: int = 29500):
+        if role not in ROLES:
+            raise ValueError(f"MegatronTrainer role must be one of {ROLES}, got {role!r}")
+        from slime_like.backends.megatron import model as M
+        from slime_like.backends.megatron import parallel
+
+        args = copy.copy(args)  # our view; the caller's namespace is never mutated
+        if _get(args, "hf_checkpoint"):
+            args = M.fill_args_from_hf(args, args.hf_checkpoint)
+        self._check_supported(args, role)
+        self.args, self.role = args, role
+        self.ps = parallel.init_distributed(
+            rank, world_size, master_addr, master_port, tp=_get(args, "tensor_model_parallel_size", 1),
+            pp=_get(args, "pipeline_model_parallel_size", 1), cp=_get(args, "context_parallel_size", 1),
+            ep=_get(args, "expert_model_parallel_size", 1), etp=_get(args, "expert_tensor_parallel_size"),
+            seed=_get(args, "seed", 1234), timeout_minutes=_get(args, "distributed_timeout_minutes", 10))
+        self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
+        self.use_te = M._use_te()
+
+        # Model, then the weights it starts from, then DDP / optimizer / schedule, then a resume.
+        self.chunks = M.build_model(args, role)
+        resume = self._has_megatron_checkpoint(_get(args, "load"))
+        if not resume:
+            self._load_initial_weights(self.chunks, role)
+        self.model = O.wrap_for_training(args, self.chunks)
+        self.optimizer = O.build_optimizer(args, self.model)
+        self.scheduler = O.build_scheduler(args, self.optimizer)
+        self.loaded_rollout_id = None
+        if resume:
+            from slime_like.backends.megatron import checkpoint
+
+            load_optim = not _get(args, "no_load_optim", False) and not _get(args, "finetune", False)
+            self.loaded_rollout_id = checkpoint.load_checkpoint(
+                args.load, self.chunks, optimizer=self.optimizer if load_optim else None,
+                scheduler=self.scheduler if load_optim else None, load_optim=load_optim)
+            if not load_optim:
+                self.optimizer.reload_model_params()  # fp32 main copies follow the loaded weights
+            if _get(args, "finetune", False):
+                self.loaded_rollout_id = None
+
+        self.ref_model = None
+        if role == "actor" and (_get(args, "use_kl_loss", False) or _get(args, "kl_coef", 0.0)):
+            ref_chunks = M.build_model(args, "ref")
+            self._load_ref_weights(ref_chunks)
+            for chunk in ref_chunks:
+                chunk.requires_grad_(False)
+                chunk.eval()
+            self.ref_model = O.wrap_for_training(args, ref_chunks, trainable=False)
+        self._offloaded = False
+
+    # ----------------------------------------------------------------- setup helpers
+    @staticmethod
+    def _check_supported(args, role):
+        if _get(args, "context_parallel_size", 1) > 1:
+            raise NotImplementedError("--context-parallel-size > 1 is not supported by the Megatron trainer yet "
+                                      "(the loss does not split responses across CP ranks); use 1")
+        loss_type = _get(args, "loss_type", "policy_loss")
+        if role == "actor" and loss_type not in ("policy_loss", "sft_loss"):
+            raise NotImplementedError(f"--loss-type {loss_type} is not supported by the Megatron trainer; "
+                                      "use policy_loss or sft_loss")
+        if _get(args, "use_dynamic_batch_size", False) and not _get(args, "max_tokens_per_gpu"):
+            raise ValueError("--use-dynamic-batch-size needs --max-tokens-per-gpu (e.g. 4096)")
+        if not _get(args, "rollout_temperature", 1.0) > 0:
+            raise ValueError(f"--rollout-temperature must be > 0, got {args.rollout_temperature}")
+
+    @staticmethod
+    def _has_megatron_checkpoint(path) -> bool:
+        """A --load directory with a published iteration marker (Megatron's latest_checkpointed_iteration.txt)."""
+        return bool(path) and os.path.isfile(os.path.join(path, "latest_checkpointed_iteration.txt"))
+
+    def _load_weights_from(self, chunks, path):
+        from slime_like.backends.megatron import checkpoint, hf_weights
+
+        if checkpoint.is_hf_dir(path):
+            hf_weights.load_hf_weights(chunks, path, self.args)
+        elif self._has_megatron_checkpoint(path):
+            checkpoint.load_checkpoint(path, chunks, optimizer=None, scheduler=None, load_optim=False)
+        else:
+            raise FileNotFoundError(f"{path!r} is neither an HF model directory (config.json + *.safetensors) nor a "
+                                    "Megatron checkpoint (latest_checkpointed_iteration.txt)")
+
+    def _load_initial_weights(self, chunks, role):
+        """--ref-load (torch_dist or HF dir), else --hf-checkpoint; a missing --load falls back to them."""
+        source = _get(self.args, "ref_load") or _get(self.args, "hf_checkpoint")
+        if not source:
+            raise ValueError(f"{role}: no weights to start from: set --load, --ref-load or --hf-checkpoint")
+        self._load_weights_from(chunks, source)
+
+    def _load_ref_weights(self, chunks):
+        source = _get(self.args, "ref_load") or _get(self.args, "hf_checkpoint")
+        if not source:
+            raise ValueError("the reference model (--use-kl-loss / --kl-coef) needs --ref-load or --hf-checkpoint")
+        self._load_weights_from(chunks, source)
+
+    # ----------------------------------------------------------------- micro-batches
+    def _micro_batches(self, batch, indices, field_keys=(), max_tokens=None):
+        args = self.args
+        packed = bool(_get(args, "use_dynamic_batch_size", False))
+        if packed:
+            lengths = [len(t) for t in batch["tokens"]]
+            groups = D.packed_micro_batches(indices, lengths, max_tokens or args.max_tokens_per_gpu)
+        else:
+            groups = D.fixed_micro_batches(indices, _get(args, "micro_batch_size", 1))
+        return [D.build_micro_batch(batch, g, packed=packed, use_te=self.use_te, field_keys=field_keys,
+                                    device=self.device) for g in groups]
+
+    def _run(self, model, mbs, make_loss_func, forward_only):
+        """mcore's forward_backward_func over the micro-batches (1F1B under PP); loss dicts of the last stage."""
+        from megatron.core.pipeline_parallel.schedules import get_forward_backward_func
+
+        def forward_step(data_iterator, chunk):
+            mb = next(data_iterator)
+            out = chunk(mb.tokens, mb.position_ids, mb.attention_mask, packed_seq_params=mb.packed_seq_params)
+            return out, make_loss_func(mb)
+
+        return get_forward_backward_func()(
+            forward_step_func=forward_step, data_iterator=iter(mbs), model=model, num_microbatches=len(mbs),
+            seq_length=max(mb.tokens.shape[1] for mb in mbs), micro_batch_size=mbs[0].tokens.shape[0],
+            forward_only=forward_only)
+
+    def _forward_only(self, model, batch, kind):
+        """Per-sample response log-probs (kind "logp", temperature-scaled) or values (kind "values")."""
+        n = D.num_samples(batch)
+        max_tokens = _get(self.args, "log_probs_max_tokens_per_gpu") or _get(self.args, "max_tokens_per_gpu")
+        mbs = self._micro_batches(batch, list(range(n)), max_tokens=max_tokens)
+        temperature = float(_get(self.args, "rollout_temperature", 1.0))
+        for chunk in model:
+            chunk.eval()
+        with torch.no_grad():
+            outs = self._run(model, mbs, lambda mb: L.forward_only_func(kind, mb, temperature), forward_only=True)
+        for chunk in model:
+            chunk.train()
+        result = None
+        if self.ps.is_pipeline_last_stage():
+            result = [None] * n
+            for out in outs:
+                for sample, row in zip(out["ids"], D.unpad_rows(out["out"], out["lengths"])):
+                    result[sample] = row
+        return self._from_last_stage(result)
+
+    # ----------------------------------------------------------------- public API
+    def compute_log_probs(self, batch: dict) -> dict:
+        """Actor: old-policy `log_probs` (and `ref_log_probs` with a reference model), logits / temperature."""
+        if self.role != "actor":
+            raise RuntimeError("compute_log_probs is an actor call; the critic has compute_values")
+        D.validate_batch(batch)
+        out = {"log_probs": self._forward_only(self.model, batch, "logp")}
+        if self.ref_model is not None:
+            out["ref_log_probs"] = self._forward_only(self.ref_model, batch, "logp")
+        return out
+
+    def compute_values(self, batch: dict) -> dict:
+        """Critic: per-token `values` from the value head, at the positions scoring each response token."""
+        if self.role != "critic":
+            raise RuntimeError("compute_values is a critic call; build the trainer with role='critic'")
+        D.validate_batch(batch)
+        return {"values": self._forward_only(self.model, batch, "values")}
+
+    def compute_advantages(self, batch: dict) -> dict:
+        """`advantages`, `returns` per sample via algorithms.compute_advantages_and_returns.
+
+        Reward-side KL (--kl-coef) uses kl_penalty(log_probs, ref_log_probs, --kl-loss-type). Whitening
+        (--normalize-advantages, and REINFORCE++'s built-in whitening of its returns) uses the moments of
+        every valid token on every DP rank (all-reduced), so it equals whitening the whole rollout at once.
+        """
+        args = self.args
+        est = _get(args, "advantage_estimator", "grpo")
+        kl_coef = float(_get(args, "kl_coef", 0.0))
+        need = ("rewards",) + (("log_probs", "ref_log_probs") if kl_coef else ()) + (("values",) if est == "ppo" else ())
+        D.validate_batch(batch, need)
+        lengths = [int(r) for r in batch["response_lengths"]]
+        width = max(lengths)
+        mask = D.pad_rows(batch["loss_masks"], width)
+        pad = lambda key: D.pad_rows(batch[key], width) if key in batch else None  # noqa: E731
+        kl = alg.kl_penalty(pad("log_probs"), pad("ref_log_probs"), _get(args, "kl_loss_type", "k1")) \
+            if kl_coef else None
+        adv, ret = alg.compute_advantages_and_returns(
+            est, rewards=torch.tensor([float(r) for r in batch["rewards"]]), mask=mask,
+            values=pad("values") if est == "ppo" else None, kl=kl, kl_coef=kl_coef,
+            gamma=float(_get(args, "gamma", 1.0)), lam=float(_get(args, "lambd", 1.0)), whiten=False)
+        if _get(args, "normalize_advantages", False) or est == "reinforce_plus_plus":
+            moments = alg.masked_moments(adv, mask)
+            dist.all_reduce(moments, group=self.ps.get_data_parallel_group())
+            adv = torch.where(mask > 0, alg.whiten_from_moments(adv, moments), torch.zeros(()))
+        return {"advantages": D.unpad_rows(adv, lengths), "returns": D.unpad_rows(ret, lengths)}
+
+    def train_step(self, rollout_id: int, batch: dict) -> dict:
+        """`--num-steps-per-rollout` optimizer steps over this rank's batch; metrics averaged over DP ranks.
+
+        Each step takes `global_batch_size / dp` consecutive samples, runs them as micro-batches through
+        mcore's forward_backward_func, then one optimizer step and one LR-schedule step. The returned dict
+        averages the steps' metrics (token-weighted losses), except `lr` (the last step's LR) and `tokens`
+        / `num_steps` (totals). Every rank returns the same dict.
+        """
+        args = self.args
+        if self.role == "critic":
+            kind, fields = "value", VALUE_FIELDS
+            need = VALUE_FIELDS
+        elif _get(args, "loss_type", "policy_loss") == "sft_loss":
+            kind, fields, need = "sft", (), ()
+        else:
+            kind, fields = "policy", POLICY_FIELDS
+            need = ("advantages",) + (("ref_log_probs",) if _get(args, "use_kl_loss", False) else ()) \
+                + (("rollout_log_probs",) if _get(args, "use_tis", False) else ())
+        D.validate_batch(batch, need)
+        dp = self.ps.get_data_parallel_world_size()
+        steps = D.split_steps(D.num_samples(batch), int(_get(args, "num_steps_per_rollout", 1)),
+                              _get(args, "global_batch_size"), dp)
+        per_token = bool(_get(args, "calculate_per_token_loss", False))
+        history = []
+        for indices in steps:
+            mbs = self._micro_batches(batch, indices, field_keys=fields)
+            local_tokens = torch.tensor(float(sum(mb.loss_mask.sum().item() for mb in mbs)), dtype=torch.float64)
+            dist.all_reduce(local_tokens, group=self.ps.get_data_parallel_group())
+            global_tokens = max(local_tokens.item(), 1.0)
+            scale = len(mbs) * dp / global_tokens
+            for chunk in self.model:
+                chunk.train()
+                chunk.zero_grad_buffer()
+            self.optimizer.zero_grad()
+            outs = self._run(self.model, mbs, lambda mb: L.make_loss_func(kind, args, mb, scale, per_token),
+                             forward_only=False)
+            lr = O.current_lr(self.optimizer)
+            ok, grad_norm, _ = self.optimizer.step()
+            if ok:
+                self.scheduler.step(increment=1)
+            step = self._reduce_step_metrics(outs, global_tokens)
+            step.update(lr=lr, grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
+                        skipped=0.0 if ok else 1.0)
+            history.append(step)
+        return self._average_steps(history)
+
+    def save(self, rollout_id: int) -> str:
+        """torch_dist checkpoint of this role into its --save directory (the critic's role view has its own)."""
+        from slime_like.backends.megatron import checkpoint
+
+        save_dir = _get(self.args, "save")
+        if not save_dir:
+            raise ValueError(f"{self.role}: save() needs --save (critic: its role's save dir, e.g. --critic-save "
+                             "or a YAML override)")
+        with_optim = not _get(self.args, "no_save_optim", False)
+        checkpoint.save_checkpoint(save_dir, rollout_id, self.chunks,
+                                   optimizer=self.optimizer if with_optim else None,
+                                   scheduler=self.scheduler if with_optim else None,
+                                   extra_state={"role": self.role})
+        return save_dir
+
+    def iter_hf_weights(self):
+        """(hf_name, full tensor) pairs for weight sync; every rank must iterate (TP gathers are collectives)."""
+        from slime_like.backends.megatron import hf_weights
+
+        yield from hf_weights.iter_hf_weights(self.chunks, self.args)

@@ -1,0 +1,121 @@
+"""The collective plumbing of MegatronTrainer: results off the last pipeline stage, DP-averaged metrics,
+and offload / onload of accelerator memory for colocated runs.
+
+Kept apart from trainer.py so the training logic reads top to bottom without the bookkeeping.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+
+
+class TrainerDistMixin:
+    """Needs `self.ps` (megatron parallel_state), `self.model`, `self.optimizer`, `self.ref_model`."""
+
+    # ----------------------------------------------------------------- pipeline / data parallel results
+    def _from_last_stage(self, obj):
+        """Broadcast a Python object from the last pipeline stage to every stage of this rank's PP group."""
+        if self.ps.get_pipeline_model_parallel_world_size() == 1:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=self.ps.get_pipeline_model_parallel_last_rank(),
+                                   group=self.ps.get_pipeline_model_parallel_group())
+        return box[0]
+
+    def _reduce_step_metrics(self, outs: list[dict], global_tokens: float) -> dict:
+        """Sum the micro-batches' metric sums, all-reduce over DP, divide by the step's global token count.
+
+        Keys ending in `_max` are maxima (all-reduced with MAX); `tokens` is reported as the global count.
+        Runs the DP all-reduce only on the last pipeline stage (whose DP group holds only last-stage ranks),
+        then broadcasts the finished dict along the pipeline.
+        """
+        metrics = None
+        if self.ps.is_pipeline_last_stage():
+            keys = sorted({k for out in outs for k in out})
+            sum_keys = [k for k in keys if not k.endswith("_max")]
+            max_keys = [k for k in keys if k.endswith("_max")]
+            group = self.ps.get_data_parallel_group()
+            sums = torch.tensor([sum(float(out.get(k, 0.0)) for out in outs) for k in sum_keys], dtype=torch.float64)
+            maxes = torch.tensor([max(float(out.get(k, -math.inf)) for out in outs) for k in max_keys],
+                                 dtype=torch.float64)
+            if self.ps.get_data_parallel_world_size() > 1:
+                dist.all_reduce(sums, group=group)
+                if max_keys:
+                    dist.all_reduce(maxes, op=dist.ReduceOp.MAX, group=group)
+            metrics = {k: (v / global_tokens if k != "tokens" else v) for k, v in zip(sum_keys, sums.tolist())}
+            metrics.update(zip(max_keys, maxes.tolist()))
+        return self._from_last_stage(metrics)
+
+    @staticmethod
+    def _average_steps(history: list[dict]) -> dict:
+        """One dict for the rollout: mean over optimizer steps; lr = last step's; tokens summed."""
+        out = {}
+        for key in history[0]:
+            values = [h[key] for h in history]
+            if key == "lr":
+                out[key] = values[-1]
+            elif key == "tokens":
+                out[key] = float(sum(values))
+            elif key.endswith("_max"):
+                out[key] = max(values)
+            else:
+                out[key] = sum(values) / len(values)
+        out["num_steps"] = float(len(history))
+        return out
+
+    # ----------------------------------------------------------------- offload / onload
+    def _buffers(self):
+        return [b for m in self.model for b in list(getattr(m, "buffers", [])) +
+                list(getattr(m, "expert_parallel_buffers", []))]
+
+    def offload(self):
+        """Release accelerator memory while rollout engines generate (colocated mode).
+
+        GPU: DDP param/grad buffers are freed in place (`storage().resize_(0)` keeps every view valid and
+        the params are copied to pinned CPU memory first), the optimizer moves its state to CPU, and
+        params that live outside DDP buffers (non-distributed optimizer, the reference model) are moved
+        to CPU. CPU: there is no accelerator memory to release, so this only records the state; the Ray
+        layer calls the same method either way.
+        """
+        if self._offloaded:
+            return
+        self._offloaded = True
+        if self.device is None:
+            return
+        torch.cuda.synchronize()
+        buffers = self._buffers()
+        params_in_buffers = any(b.param_data is not None for b in buffers)
+        for b in buffers:
+            b.offload_to_cpu(move_params=True, move_grads=True)
+        if not params_in_buffers:
+            for m in self.model:
+                for p in m.parameters():
+                    p.data = p.data.to("cpu", non_blocking=True)
+        self.optimizer.offload_to_cpu()
+        for m in self.ref_model or []:
+            for p in m.parameters():
+                p.data = p.data.to("cpu", non_blocking=True)
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+    def onload(self):
+        """Inverse of offload(): weights, grads (zeroed) and optimizer state back on the accelerator."""
+        if not self._offloaded:
+            return
+        self._offloaded = False
+        if self.device is None:
+            return
+        buffers = self._buffers()
+        for b in buffers:
+            b.reload_from_cpu(move_params=True, move_grads=True)
+        if not any(b.param_data is not None for b in buffers):
+            for m in self.model:
+                for p in m.parameters():
+                    p.data = p.data.to(self.device, non_blocking=True)
+        self.optimizer.restore_from_cpu()
+        for m in self.ref_model or []:
+            for p in m.parameters():
+                p.data = p.data.to(self.device, non_blocking=True)
+        torch.cuda.synchronize()
