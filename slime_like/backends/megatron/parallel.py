@@ -71,3 +71,55 @@ def destroy_distributed():
         ps.destroy_model_parallel()
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank, fn, world_size, port, result_dir, args):
+    import traceback
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    try:
+        result = fn(rank, world_size, port, *args)
+        torch.save({"ok": True, "result": result}, os.path.join(result_dir, f"rank{rank}.pt"))
+    except BaseException:
+        torch.save({"ok": False, "error": traceback.format_exc()}, os.path.join(result_dir, f"rank{rank}.pt"))
+        raise
+
+
+def run_local_ranks(fn, world_size: int, *args, timeout: float = 300.0):
+    """Run fn(rank, world_size, master_port, *args) in `world_size` spawned CPU processes; return results by rank.
+
+    `fn` must be importable (module level). A failing rank raises here with its traceback.
+    """
+    import multiprocessing as mp
+    import tempfile
+
+    port = free_port()
+    ctx = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory() as result_dir:
+        procs = [ctx.Process(target=_rank_main, args=(r, fn, world_size, port, result_dir, args))
+                 for r in range(world_size)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout)
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        results = []
+        for r, p in enumerate(procs):
+            path = os.path.join(result_dir, f"rank{r}.pt")
+            out = torch.load(path, weights_only=False) if os.path.exists(path) else None
+            if out is None or not out["ok"]:
+                detail = out["error"] if out else f"exit code {p.exitcode} (timeout {timeout}s or crash)"
+                raise RuntimeError(f"rank {r} of {world_size} failed:\n{detail}")
+            results.append(out["result"])
+    return results

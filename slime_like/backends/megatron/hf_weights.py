@@ -1,0 +1,289 @@
+"""Hugging Face <-> megatron-core weights for Qwen2/2.5, Qwen3, Llama 3 and Qwen3-MoE, at any TP/PP/EP.
+
+One table (`_rule`) maps each mcore parameter of a chunk to the HF tensor(s) it is made of:
+
+  embedding.word_embeddings / output_layer   <- embed_tokens / lm_head, rows padded to the padded vocab
+  linear_qkv (weight, bias)                  <- q/k/v_proj fused per KV group: [q rows of group g, k_g, v_g]
+  linear_proj <- o_proj;  linear_fc2 <- down_proj;  linear_fc1 = [gate; up] (each half split over TP)
+  input_layernorm | linear_qkv.layer_norm_weight (TE)      <- input_layernorm
+  pre_mlp_layernorm | linear_fc1.layer_norm_weight (TE)    <- post_attention_layernorm
+  q_layernorm / k_layernorm <- q_norm / k_norm (Qwen3);  router <- mlp.gate;  experts.E <- experts.E (MoE)
+
+Layer indices are global (`layer.layer_number - 1`), so PP stages load/export their own layers.
+Loading builds the full mcore-layout tensor, then takes this rank's TP slice along the parameter's
+`partition_dim`; exporting all-gathers TP slices (and experts over EP), then splits back into HF tensors.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+
+import torch
+import torch.distributed as dist
+
+from slime_like.backends.megatron.model import ValueHead, padded_vocab_size, read_hf_config
+
+_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
+_LOCAL_EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.linear_fc([12])\.(weight|bias)$")
+_GROUPED_EXPERT = re.compile(r"^mlp\.experts\.linear_fc([12])\.(weight|bias)(\d+)$")  # TE grouped GEMM
+_SIMPLE = {  # layer-relative mcore name -> layer-relative HF name
+    "input_layernorm.weight": "input_layernorm.weight",
+    "self_attention.linear_qkv.layer_norm_weight": "input_layernorm.weight",
+    "pre_mlp_layernorm.weight": "post_attention_layernorm.weight",
+    "mlp.linear_fc1.layer_norm_weight": "post_attention_layernorm.weight",
+    "self_attention.linear_proj.weight": "self_attn.o_proj.weight",
+    "self_attention.linear_proj.bias": "self_attn.o_proj.bias",
+    "self_attention.q_layernorm.weight": "self_attn.q_norm.weight",
+    "self_attention.k_layernorm.weight": "self_attn.k_norm.weight",
+    "mlp.linear_fc2.weight": "mlp.down_proj.weight",
+    "mlp.linear_fc2.bias": "mlp.down_proj.bias",
+    "mlp.router.weight": "mlp.gate.weight",
+}
+
+
+def unwrap(module):
+    """Strip DDP / Float16Module wrappers (they keep the model in `.module`)."""
+    while hasattr(module, "module"):
+        module = module.module
+    return module
+
+
+def _rule(name: str, chunk, args):
+    """(kind, hf_names) for one mcore parameter; kind in copy | vocab | qkv | gate_up | skip."""
+    if name == "embedding.word_embeddings.weight":
+        return "vocab", ["model.embed_tokens.weight"]
+    if name == "output_layer.weight":
+        if isinstance(chunk.output_layer, ValueHead):
+            return "skip", []  # critic value head: not part of the HF LM
+        tied = not getattr(args, "untie_embeddings_and_output_weights", False)
+        # tied with PP>1: the last stage keeps its own copy of the embedding for the LM head
+        return ("vocab", ["model.embed_tokens.weight"]) if tied else ("vocab", ["lm_head.weight"])
+    if name == "decoder.final_layernorm.weight":
+        return "copy", ["model.norm.weight"]
+    m = _LAYER.match(name)
+    if not m:
+        raise KeyError(f"no HF mapping for megatron parameter {name!r}")
+    layer = chunk.decoder.layers[int(m.group(1))].layer_number - 1  # global index (PP offset)
+    rest, pre = m.group(2), f"model.layers.{layer}."
+    if rest in _SIMPLE:
+        return "copy", [pre + _SIMPLE[rest]]
+    if rest.startswith("self_attention.linear_qkv.") and rest.rsplit(".", 1)[1] in ("weight", "bias"):
+        kind = rest.rsplit(".", 1)[1]
+        return "qkv", [f"{pre}self_attn.{p}_proj.{kind}" for p in "qkv"]
+    if rest in ("mlp.linear_fc1.weight", "mlp.linear_fc1.bias"):
+        kind = rest.rsplit(".", 1)[1]
+        return "gate_up", [f"{pre}mlp.gate_proj.{kind}", f"{pre}mlp.up_proj.{kind}"]
+    e = _LOCAL_EXPERT.match(rest) or _GROUPED_EXPERT.match(rest)
+    if e:
+        if e.re is _LOCAL_EXPERT:
+            local, fc, kind = int(e.group(1)), e.group(2), e.group(3)
+        else:
+            fc, kind, local = e.group(1), e.group(2), int(e.group(3))
+        expert = f"{pre}mlp.experts.{_global_expert(local, args)}."
+        if fc == "1":
+            return "gate_up", [f"{expert}gate_proj.{kind}", f"{expert}up_proj.{kind}"]
+        return "copy", [f"{expert}down_proj.{kind}"]
+    raise KeyError(f"no HF mapping for megatron parameter {name!r} (layer-relative {rest!r})")
+
+
+def _global_expert(local: int, args) -> int:
+    from megatron.core import parallel_state as ps
+
+    return ps.get_expert_model_parallel_rank() * (args.num_experts // ps.get_expert_model_parallel_world_size()) + local
+
+
+def _tp_group(name: str):
+    """(rank, size, group) of the TP group a parameter is split over (experts use expert-TP)."""
+    from megatron.core import parallel_state as ps
+
+    if ".experts." in name:
+        return (ps.get_expert_tensor_parallel_rank(), ps.get_expert_tensor_parallel_world_size(),
+                ps.get_expert_tensor_parallel_group())
+    return ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_group()
+
+
+def _heads(args):
+    heads = args.num_attention_heads
+    groups = args.num_query_groups if getattr(args, "group_query_attention", False) else heads
+    head_dim = getattr(args, "kv_channels", None) or args.hidden_size // heads
+    return heads, groups, head_dim
+
+
+def _merge(kind, tensors, args):
+    """HF tensors -> one full (unsharded) mcore tensor."""
+    if kind == "copy":
+        return tensors[0]
+    if kind == "vocab":
+        t = tensors[0]
+        pad = padded_vocab_size(args) - t.shape[0]
+        return torch.cat([t, t.new_zeros((pad,) + tuple(t.shape[1:]))]) if pad > 0 else t
+    if kind == "gate_up":
+        return torch.cat(tensors)
+    heads, groups, hd = _heads(args)  # qkv: per KV group [q (heads/groups rows of hd), k, v]
+    q, k, v = (t.reshape(n, -1, *t.shape[1:]) for t, n in zip(tensors, (groups, groups, groups)))
+    return torch.cat([q, k, v], dim=1).reshape(-1, *tensors[0].shape[1:])
+
+
+def _split(kind, full, args, hf_vocab):
+    """Full mcore tensor -> HF tensors (inverse of _merge)."""
+    if kind == "copy":
+        return [full]
+    if kind == "vocab":
+        return [full[:hf_vocab]]
+    if kind == "gate_up":
+        return list(full.chunk(2))
+    heads, groups, hd = _heads(args)
+    per = heads // groups * hd
+    g = full.reshape(groups, per + 2 * hd, *full.shape[1:])
+    q, k, v = g[:, :per], g[:, per:per + hd], g[:, per + hd:]
+    return [x.reshape(-1, *full.shape[1:]) for x in (q, k, v)]
+
+
+def _shard(kind, full, param, rank, size):
+    if not getattr(param, "tensor_model_parallel", False) or size == 1:
+        return full
+    dim = param.partition_dim
+    if kind == "gate_up":  # each half is split over TP so every rank holds [gate_r; up_r]
+        return torch.cat([h.chunk(size, dim=dim)[rank] for h in full.chunk(2, dim=0)], dim=0)
+    return full.chunk(size, dim=dim)[rank]
+
+
+def _unshard(kind, local, param, size, group):
+    if not getattr(param, "tensor_model_parallel", False) or size == 1:
+        return local
+    parts = [torch.empty_like(local) for _ in range(size)]
+    dist.all_gather(parts, local.contiguous(), group=group)
+    dim = param.partition_dim
+    if kind == "gate_up":
+        halves = [p.chunk(2, dim=0) for p in parts]
+        return torch.cat([torch.cat([h[i] for h in halves], dim=dim) for i in range(2)], dim=0)
+    return torch.cat(parts, dim=dim)
+
+
+class _HFReader:
+    """Lazy access to tensors of a safetensors checkpoint (single file or sharded with an index)."""
+
+    def __init__(self, hf_dir):
+        from safetensors import safe_open
+
+        index = os.path.join(hf_dir, "model.safetensors.index.json")
+        if os.path.exists(index):
+            with open(index) as f:
+                files = sorted(set(json.load(f)["weight_map"].values()))
+        else:
+            files = sorted(f for f in os.listdir(hf_dir) if f.endswith(".safetensors"))
+        if not files:
+            raise FileNotFoundError(f"no *.safetensors weights in {hf_dir}")
+        self.dir, self.where = hf_dir, {}
+        self.handles = [safe_open(os.path.join(hf_dir, f), "pt") for f in files]
+        for h in self.handles:
+            for key in h.keys():
+                self.where[key] = h
+
+    def get(self, key):
+        if key not in self.where:
+            raise KeyError(f"{self.dir}: tensor {key!r} missing from the HF checkpoint")
+        return self.where[key].get_tensor(key)
+
+
+@torch.no_grad()
+def load_hf_weights(model_chunks, hf_dir: str, args):
+    """Copy this rank's share of an HF checkpoint into the model chunks (every parameter must be covered)."""
+    hf_cfg = read_hf_config(hf_dir)
+    if hf_cfg["vocab_size"] > padded_vocab_size(args):
+        raise ValueError(f"{hf_dir}: vocab_size {hf_cfg['vocab_size']} exceeds the model's padded vocab "
+                         f"{padded_vocab_size(args)}; fix --vocab-size")
+    reader = _HFReader(hf_dir)
+    for chunk in map(unwrap, model_chunks):
+        for name, param in chunk.named_parameters():
+            kind, hf_names = _rule(name, chunk, args)
+            if kind == "skip":
+                continue
+            full = _merge(kind, [reader.get(n) for n in hf_names], args)
+            rank, size, _ = _tp_group(name)
+            local = _shard(kind, full, param, rank, size)
+            if local.shape != param.shape:
+                raise ValueError(f"{name} <- {hf_names}: HF gives {tuple(local.shape)} for this rank, the model "
+                                 f"expects {tuple(param.shape)}; do the model flags match {hf_dir}/config.json?")
+            param.copy_(local.to(param.dtype))
+
+
+@torch.no_grad()
+def iter_hf_weights(model_chunks, args, hf_vocab_size: int | None = None):
+    """Yield (hf_name, full tensor) for this rank's PP stage; every rank must iterate (TP/EP gathers).
+
+    Tensors come out on the rank with tp_rank == 0 and dp_rank == 0 (incl. CP) of each PP stage.
+    """
+    from megatron.core import parallel_state as ps
+
+    hf_vocab = hf_vocab_size or args.vocab_size
+    emits = ps.get_tensor_model_parallel_rank() == 0 and ps.get_data_parallel_rank(with_context_parallel=True) == 0
+    tied = not getattr(args, "untie_embeddings_and_output_weights", False)
+    for chunk in map(unwrap, model_chunks):
+        for name, param in chunk.named_parameters():
+            kind, hf_names = _rule(name, chunk, args)
+            if kind == "skip" or (name == "output_layer.weight" and tied):
+                continue  # tied: the HF model has no lm_head tensor
+            _, size, group = _tp_group(name)
+            full = _unshard(kind, param.detach(), param, size, group)
+            pieces = [(hf_names, full)]
+            if ".experts." in name and ps.get_expert_model_parallel_world_size() > 1:
+                pieces = _gather_experts(name, chunk, args, full)
+            for names, tensor in pieces:
+                if emits:
+                    yield from zip(names, (t.clone() for t in _split(kind, tensor, args, hf_vocab)))
+
+
+def _gather_experts(name, chunk, args, full):
+    """All-gather one local expert tensor over the EP group -> [(hf_names, tensor)] for every EP rank's expert."""
+    from megatron.core import parallel_state as ps
+
+    size, group = ps.get_expert_model_parallel_world_size(), ps.get_expert_model_parallel_group()
+    parts = [torch.empty_like(full) for _ in range(size)]
+    dist.all_gather(parts, full.contiguous(), group=group)
+    local_count = args.num_experts // size
+    out = []
+    for ep_rank, tensor in enumerate(parts):
+        _, hf_names = _rule(name, chunk, args)
+        mine = _global_expert(0, args)  # this rank's first expert; shift the names to ep_rank's experts
+        shift = ep_rank * local_count - mine
+        out.append(([re.sub(r"experts\.(\d+)\.", lambda m: f"experts.{int(m.group(1)) + shift}.", n)
+                     for n in hf_names], tensor))
+    return out
+
+
+def export_hf(model_chunks, args, out_dir: str, template_hf_dir: str):
+    """Write an HF checkpoint (safetensors, one file per PP stage + index; config + tokenizer from the template).
+
+    Collective: every rank must call it. Tensors are cast to the template config's dtype.
+    """
+    from megatron.core import parallel_state as ps
+
+    cfg = read_hf_config(template_hf_dir)
+    dtype = getattr(torch, cfg.get("dtype") or cfg.get("torch_dtype") or "float32")
+    tensors = {n: t.to(dtype).cpu().contiguous() for n, t in iter_hf_weights(model_chunks, args, cfg["vocab_size"])}
+    pp, stage = ps.get_pipeline_model_parallel_world_size(), ps.get_pipeline_model_parallel_rank()
+    fname = "model.safetensors" if pp == 1 else f"model-{stage + 1:05d}-of-{pp:05d}.safetensors"
+    os.makedirs(out_dir, exist_ok=True)
+    if tensors:
+        from safetensors.torch import save_file
+
+        save_file(tensors, os.path.join(out_dir, fname), metadata={"format": "pt"})
+    names = [None] * dist.get_world_size() if dist.is_initialized() else None
+    if names is not None:
+        dist.all_gather_object(names, (fname, sorted(tensors)) if tensors else None)
+    else:
+        names = [(fname, sorted(tensors))]
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        if pp > 1:
+            weight_map = {k: f for item in names if item for f, keys in [item] for k in keys}
+            with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
+                json.dump({"metadata": {}, "weight_map": dict(sorted(weight_map.items()))}, f, indent=2)
+        for f in os.listdir(template_hf_dir):  # config, generation config, tokenizer files
+            if f.endswith((".json", ".jinja", ".txt", ".model", ".tiktoken")) and not f.startswith("model.safetensors"):
+                shutil.copy(os.path.join(template_hf_dir, f), os.path.join(out_dir, f))
+    if dist.is_initialized():
+        dist.barrier()
+    return out_dir
