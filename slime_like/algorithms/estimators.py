@@ -1,0 +1,151 @@
+"""From per-sample scalar rewards to per-token advantages and returns, per `--advantage-estimator`.
+
+The rollout side has already applied the estimator's *group* step to the rewards
+(`group_rewards_for_estimator`: GRPO / GSPO normalise within the prompt's group, REINFORCE++-
+baseline subtracts the group mean, PPO / REINFORCE++ keep the raw reward). The trainer then
+calls `compute_advantages_and_returns`, which does, per estimator (kl = per-token KL of the
+policy against the reference, already computed with `kl_penalty(..., --kl-loss-type)`):
+
+    grpo, gspo                    A_t = r                         (broadcast over valid tokens)
+                                  returns = A
+    reinforce_plus_plus_baseline  A_t = r - kl_coef * kl_t        returns = A
+    reinforce_plus_plus           r_t = -kl_coef * kl_t (+ r on the last valid token)
+                                  returns = discounted_returns(r_t, gamma)
+                                  A = masked_whiten(returns)      (whiten=False leaves it to the caller)
+    ppo                           r_t = -kl_coef * kl_t (+ r on the last valid token)
+                                  A, returns = gae(r_t, values, gamma, lam)
+
+These follow slime's `compute_advantages_and_returns` (grpo/gspo ignore the reward-side KL;
+REINFORCE++-baseline subtracts it per token; REINFORCE++ and PPO put the reward on the last
+token of the response). Two deliberate differences: the "last token" is the last token with
+loss_mask 1 (slime's PPO uses the response's last position, whose reward would be dropped if it
+were a masked tool token), and REINFORCE++'s returns are whitened here as in OpenRLHF / verl
+(slime whitens only under --normalize-advantages; whitening twice changes nothing but eps).
+`--normalize-advantages` itself stays with the caller, which can whiten over all data-parallel
+ranks with `masked_moments` + all_reduce + `whiten_from_moments`.
+All outputs are 0 at masked positions (ppo's returns: advantages + values, see `gae`).
+"""
+from __future__ import annotations
+
+import torch
+
+from .advantages import discounted_returns, gae, group_advantages, reinforce_baseline_advantages
+from .masked import masked_whiten
+
+__all__ = [
+    "compute_advantages_and_returns",
+    "group_rewards_for_estimator",
+    "outcome_broadcast_estimator",
+    "reinforce_plus_plus_estimator",
+    "reinforce_plus_plus_baseline_estimator",
+    "ppo_gae_estimator",
+]
+
+
+def _prepare(rewards, mask, values, kl, kl_coef, name):
+    if mask.dim() != 2:
+        raise ValueError(f"{name}: mask must be [batch, response_len], got shape {tuple(mask.shape)}")
+    valid = mask.bool() if mask.dtype != torch.bool else mask
+    ref = values if values is not None else kl if kl is not None else None
+    dtype = ref.dtype if ref is not None else (mask.dtype if torch.is_floating_point(mask) else torch.float32)
+    r = torch.as_tensor(rewards, dtype=dtype, device=mask.device).reshape(-1)
+    if r.numel() != mask.shape[0]:
+        raise ValueError(f"{name}: got {r.numel()} rewards for a batch of {mask.shape[0]} samples (mask rows)")
+    for key, t in (("values", values), ("kl", kl)):
+        if t is not None and t.shape != mask.shape:
+            raise ValueError(f"{name}: {key} has shape {tuple(t.shape)} but mask has {tuple(mask.shape)}")
+    if kl is None and kl_coef != 0:
+        raise ValueError(f"{name}: kl_coef={kl_coef} (--kl-coef) needs the per-token kl tensor; pass "
+                         f"kl=kl_penalty(log_probs, ref_log_probs, kind) or set --kl-coef 0")
+    zero = torch.zeros((), dtype=dtype, device=mask.device)
+    kl_term = torch.zeros(mask.shape, dtype=dtype, device=mask.device) if kl is None \
+        else torch.where(valid, kl_coef * kl.to(dtype), zero)
+    return valid, r, kl_term, zero
+
+
+def _last_valid_one_hot(valid: torch.Tensor) -> torch.Tensor:
+    """1 at the last valid position of each row (all 0 for a row with no valid token)."""
+    positions = torch.arange(1, valid.shape[1] + 1, device=valid.device)
+    last = (positions * valid).argmax(dim=1)
+    one_hot = torch.zeros(valid.shape, dtype=torch.bool, device=valid.device)
+    one_hot[torch.arange(valid.shape[0], device=valid.device), last] = True
+    return one_hot & valid.any(dim=1, keepdim=True)
+
+
+def _token_rewards(valid, r, kl_term, zero):
+    """-kl_coef * kl on every valid token, plus the sample's reward on its last valid token."""
+    return torch.where(_last_valid_one_hot(valid), r[:, None], zero) - kl_term
+
+
+def outcome_broadcast_estimator(*, rewards, mask, values=None, kl=None, kl_coef=0.0, gamma=1.0, lam=1.0,
+                                whiten=True):
+    """grpo / gspo: the sample's (group-normalised) reward on each of its valid tokens; returns = advantages.
+
+    The reward-side KL is not used (GRPO regularises with --use-kl-loss instead), as in slime.
+    """
+    valid, r, _, zero = _prepare(rewards, mask, values, None, 0.0, "grpo/gspo estimator")
+    adv = torch.where(valid, r[:, None].expand(mask.shape), zero)
+    return adv, adv.clone()
+
+
+def reinforce_plus_plus_baseline_estimator(*, rewards, mask, values=None, kl=None, kl_coef=0.0, gamma=1.0,
+                                           lam=1.0, whiten=True):
+    """reinforce_plus_plus_baseline: A_t = (r - group mean) - kl_coef * kl_t on valid tokens; returns = A."""
+    valid, r, kl_term, zero = _prepare(rewards, mask, values, kl, kl_coef, "reinforce_plus_plus_baseline estimator")
+    adv = torch.where(valid, r[:, None] - kl_term, zero)
+    return adv, adv.clone()
+
+
+def reinforce_plus_plus_estimator(*, rewards, mask, values=None, kl=None, kl_coef=0.0, gamma=1.0, lam=1.0,
+                                  whiten=True):
+    """reinforce_plus_plus: discounted returns of the KL-shaped token rewards; A = whitened returns."""
+    valid, r, kl_term, zero = _prepare(rewards, mask, values, kl, kl_coef, "reinforce_plus_plus estimator")
+    returns = discounted_returns(_token_rewards(valid, r, kl_term, zero), valid, gamma)
+    adv = torch.where(valid, masked_whiten(returns, valid), zero) if whiten and valid.any() else returns.clone()
+    return adv, returns
+
+
+def ppo_gae_estimator(*, rewards, mask, values=None, kl=None, kl_coef=0.0, gamma=1.0, lam=1.0, whiten=True):
+    """ppo: GAE of the KL-shaped token rewards against the critic's values (no whitening here)."""
+    if values is None:
+        raise ValueError("ppo estimator: --advantage-estimator ppo needs the critic's per-token values "
+                         "(values=...); run with --use-critic")
+    valid, r, kl_term, zero = _prepare(rewards, mask, values, kl, kl_coef, "ppo estimator")
+    return gae(_token_rewards(valid, r, kl_term, zero), values, valid, gamma, lam)
+
+
+def compute_advantages_and_returns(estimator: str, *, rewards, mask: torch.Tensor, values: torch.Tensor | None = None,
+                                   kl: torch.Tensor | None = None, kl_coef: float = 0.0, gamma: float = 1.0,
+                                   lam: float = 1.0, whiten: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token `(advantages, returns)`, both `[B, T]`, for `--advantage-estimator estimator`.
+
+    rewards: `[B]` per-sample scalars as the rollout side produced them (see the module docstring);
+    mask: `[B, T]` loss mask; values: `[B, T]` critic values (ppo only); kl: `[B, T]` per-token KL
+    against the reference (needed when kl_coef != 0); kl_coef: `--kl-coef`; gamma: `--gamma`;
+    lam: `--lambd`; whiten: whiten REINFORCE++'s returns into its advantages (set False when the
+    caller whitens across data-parallel ranks itself).
+    """
+    from .registry import get_advantage_estimator
+
+    fn = get_advantage_estimator(estimator)
+    return fn(rewards=rewards, mask=mask, values=values, kl=kl, kl_coef=kl_coef, gamma=gamma, lam=lam, whiten=whiten)
+
+
+def group_rewards_for_estimator(estimator: str, rewards, group_size: int, normalize_std: bool = True,
+                                eps: float = 1e-6) -> torch.Tensor:
+    """The rollout-side group step for `--advantage-estimator estimator` (before the trainer batch):
+
+        grpo, gspo                    group_advantages(rewards, group_size, normalize_std, eps)
+                                      (normalize_std = not --disable-grpo-std-normalization)
+        reinforce_plus_plus_baseline  reinforce_baseline_advantages(rewards, group_size)
+        ppo, reinforce_plus_plus      the raw rewards
+    """
+    from .registry import get_advantage_estimator
+
+    get_advantage_estimator(estimator)  # validate the name with a did-you-mean
+    if estimator in ("grpo", "gspo"):
+        return group_advantages(rewards, group_size, normalize_std=normalize_std, eps=eps)
+    if estimator == "reinforce_plus_plus_baseline":
+        return reinforce_baseline_advantages(rewards, group_size)
+    r = torch.as_tensor(rewards)
+    return r if torch.is_floating_point(r) else r.to(torch.float32)

@@ -1,0 +1,174 @@
+"""Policy, value and SFT losses per token, plus the aggregation of per-token losses.
+
+All losses return a per-token tensor that is 0 at masked positions; `aggregate_loss` turns it
+into the scalar the optimizer sees (`--calculate-per-token-loss` picks mode "sum" and the
+trainer divides by the global token count).
+"""
+from __future__ import annotations
+
+import torch
+
+from .masked import masked_mean, masked_sum
+
+__all__ = ["policy_loss", "tis_weights", "value_loss", "aggregate_loss", "sft_loss", "AGGREGATION_MODES"]
+
+AGGREGATION_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "sum")
+
+
+def _check_same_shape(name: str, mask: torch.Tensor, **tensors: torch.Tensor) -> torch.Tensor:
+    for key, t in tensors.items():
+        if t.shape != mask.shape:
+            raise ValueError(f"{name}: {key} has shape {tuple(t.shape)} but mask has {tuple(mask.shape)}; they must match")
+    return mask.bool() if mask.dtype != torch.bool else mask
+
+
+def _zero_masked(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    return torch.where(valid, x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+def _gspo_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """GSPO's sequence log-ratio, broadcast to the sequence's tokens:
+
+        log s_i = mean over valid t of (logp_t - old_logp_t)
+
+    The gradient flows through every valid token's logp via the mean, d log s_i / d logp_t =
+    1/|y_i| (GSPO paper: grad s_i = s_i * mean_t grad log pi(y_t)), as slime does; it is a true
+    gradient, so gradcheck holds. With one advantage per sequence (grpo-style rewards) this equals
+    the paper's GSPO-token variant.
+    """
+    seq = masked_mean(logp - old_logp, valid, dim=-1)            # [B]
+    return seq.unsqueeze(-1).expand_as(logp)
+
+
+def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                eps_clip: float, eps_clip_high: float | None = None, eps_clip_c: float | None = None,
+                kind: str = "ppo") -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO clipped surrogate (kind="ppo") or its sequence-level variant GSPO (kind="gspo"), per token.
+
+        ratio   = exp(logp - old_logp)                (ppo: per token)
+                = exp(mean_seq(logp - old_logp))      (gspo: one ratio per sequence, see _gspo_log_ratio)
+        L_clip  = max(-A * ratio, -A * clamp(ratio, 1 - eps_clip, 1 + eps_clip_high))
+        L       = min(L_clip, -A * eps_clip_c)  where A < 0   (dual clip, --eps-clip-c, must be > 1)
+                = L_clip                        elsewhere
+
+    `eps_clip_high` defaults to `eps_clip` (symmetric). The loss is 0 at masked positions.
+    Metrics (detached scalars over valid tokens): `clipfrac` (share where the clipped branch is
+    active), `clipfrac_dual` (share where the dual clip bound is active), `approx_kl`
+    (mean of old_logp - logp), `ratio_max`, `ratio_mean`.
+    """
+    valid = _check_same_shape("policy_loss", mask, logp=logp, old_logp=old_logp, advantages=advantages)
+    if eps_clip_high is None:
+        eps_clip_high = eps_clip
+    if not (0 <= eps_clip < 1) or eps_clip_high < 0:
+        raise ValueError(f"policy_loss: need 0 <= eps_clip < 1 and eps_clip_high >= 0 (--eps-clip, --eps-clip-high), "
+                         f"got {eps_clip}, {eps_clip_high}")
+    if eps_clip_c is not None and not eps_clip_c > 1.0:
+        raise ValueError(f"policy_loss: the dual-clip bound --eps-clip-c must be > 1.0, got {eps_clip_c}")
+    if kind == "ppo":
+        log_ratio = logp - old_logp
+    elif kind == "gspo":
+        log_ratio = _gspo_log_ratio(logp, old_logp, valid)
+    else:
+        raise ValueError(f"policy_loss: unknown kind {kind!r}; valid choices: 'ppo', 'gspo' "
+                         f"(GSPO is selected by --advantage-estimator gspo)")
+
+    # Padded slots may hold anything: zero their log-ratio so exp() cannot overflow into NaN grads.
+    log_ratio = _zero_masked(log_ratio, valid)
+    ratio = torch.exp(log_ratio)
+    loss_unclipped = -advantages * ratio
+    loss_clipped = -advantages * torch.clamp(ratio, 1.0 - eps_clip, 1.0 + eps_clip_high)
+    loss = torch.maximum(loss_unclipped, loss_clipped)
+    clipped = loss_clipped > loss_unclipped
+    dual = torch.zeros_like(valid)
+    if eps_clip_c is not None:
+        loss_dual = -advantages * eps_clip_c
+        dual = (advantages < 0) & (loss > loss_dual)
+        loss = torch.where(advantages < 0, torch.minimum(loss, loss_dual), loss)
+    loss = _zero_masked(loss, valid)
+
+    with torch.no_grad():
+        any_valid = bool(valid.any())
+        metrics = {
+            "clipfrac": masked_mean(clipped.to(ratio.dtype), valid),
+            "clipfrac_dual": masked_mean(dual.to(ratio.dtype), valid),
+            "approx_kl": masked_mean((old_logp - logp).detach(), valid),
+            "ratio_max": ratio.detach()[valid].max() if any_valid else ratio.new_zeros(()),
+            "ratio_mean": masked_mean(ratio.detach(), valid),
+        }
+    return loss, metrics
+
+
+def tis_weights(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor, clip_high: float,
+                clip_low: float = 0.0) -> torch.Tensor:
+    """Truncated importance-sampling weights for --use-tis (train / rollout engine mismatch).
+
+        w = clamp(exp(old_logp - rollout_logp), clip_low, clip_high)     detached, 0 at masked tokens
+
+    old_logp comes from the trainer's forward, rollout_logp from the engine that sampled the
+    tokens; the trainer multiplies the per-token policy loss by w (`--tis-clip` is clip_high).
+    """
+    valid = _check_same_shape("tis_weights", mask, old_logp=old_logp, rollout_logp=rollout_logp)
+    if not clip_high >= clip_low:
+        raise ValueError(f"tis_weights: need clip_high >= clip_low (--tis-clip, --tis-clip-low), got {clip_high}, {clip_low}")
+    log_ratio = _zero_masked((old_logp - rollout_logp).detach(), valid)
+    w = torch.clamp(torch.exp(log_ratio), min=clip_low, max=clip_high)
+    return _zero_masked(w, valid)
+
+
+def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
+               value_clip: float | None, *, with_metrics: bool = False):
+    """Clipped value loss per token (PPO critic), 0 at masked positions.
+
+        v_clip = old_values + clamp(values - old_values, -value_clip, value_clip)
+        L      = 0.5 * max((values - returns)^2, (v_clip - returns)^2)
+    `value_clip=None` disables clipping (L = 0.5 (values - returns)^2). With `with_metrics=True`
+    returns `(loss, {"value_clipfrac": ...})` (share of valid tokens where the clipped term wins).
+    """
+    valid = _check_same_shape("value_loss", mask, values=values, old_values=old_values, returns=returns)
+    unclipped = (values - returns) ** 2
+    if value_clip is None:
+        loss, clipped = 0.5 * unclipped, torch.zeros_like(valid)
+    else:
+        if not value_clip > 0:
+            raise ValueError(f"value_loss: value_clip (--value-clip) must be > 0 or None, got {value_clip}")
+        v_clip = old_values + torch.clamp(values - old_values, -value_clip, value_clip)
+        clipped_sq = (v_clip - returns) ** 2
+        loss, clipped = 0.5 * torch.maximum(unclipped, clipped_sq), clipped_sq > unclipped
+    loss = _zero_masked(loss, valid)
+    if not with_metrics:
+        return loss
+    return loss, {"value_clipfrac": masked_mean(clipped.to(values.dtype), valid).detach()}
+
+
+def sft_loss(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Negative log-likelihood per token for `--loss-type sft_loss`: L_t = -logp_t, 0 at masked tokens.
+
+    Reduce with `aggregate_loss` (token-mean gives the usual mean NLL over the batch's tokens).
+    """
+    valid = _check_same_shape("sft_loss", mask, logp=logp)
+    return _zero_masked(-logp, valid)
+
+
+def aggregate_loss(per_token_loss: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean") -> torch.Tensor:
+    """Reduce a `[B, T]` per-token loss to a scalar over the valid tokens.
+
+        token-mean           sum_bt m l / sum_bt m            (each token weighs the same)
+        seq-mean-token-mean  mean_b [ sum_t m l / sum_t m ]   (each sequence weighs the same)
+        seq-mean-token-sum   mean_b [ sum_t m l ]
+        sum                  sum_bt m l                       (--calculate-per-token-loss: the trainer
+                                                               divides by the global token count)
+    The seq-mean modes average over sequences with at least one valid token; empty masks give 0.
+    """
+    valid = _check_same_shape("aggregate_loss", mask, per_token_loss=per_token_loss)
+    if mode == "token-mean":
+        return masked_mean(per_token_loss, valid)
+    if mode == "sum":
+        return masked_sum(per_token_loss, valid)
+    if mode in ("seq-mean-token-mean", "seq-mean-token-sum"):
+        if per_token_loss.dim() != 2:
+            raise ValueError(f"aggregate_loss: mode {mode!r} needs a [batch, response_len] loss, "
+                             f"got shape {tuple(per_token_loss.shape)}")
+        per_seq = (masked_mean if mode == "seq-mean-token-mean" else masked_sum)(per_token_loss, valid, dim=-1)
+        return masked_mean(per_seq, valid.any(dim=-1))
+    from .registry import unknown_choice_error
+    raise unknown_choice_error("aggregation mode", mode, AGGREGATION_MODES)
