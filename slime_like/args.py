@@ -1,0 +1,49 @@
+"""`parse_args()` -> one Namespace for the whole run; `role_args(args, role)` -> a per-role copy.
+
+    args = parse_args()                     # CLI (+ --sglang-config, + --megatron-config-path), validated
+    critic = role_args(args, "critic")      # a deep copy with the critic's overrides; `args` is untouched
+
+Layers, lowest first: Megatron/slime defaults -> the CLI -> derived defaults (validation) -> per-role YAML
+overrides (only inside `role_args`). A config error prints `<prog>: error: <message>` and exits with
+status 2, never a traceback. Nothing here imports torch, ray or transformers.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from slime_like.config.errors import ConfigError
+from slime_like.config.parser import parse_namespace
+from slime_like.config.role_overrides import ROLES, apply_role, load_role_overrides
+from slime_like.config.validate import validate_args
+from slime_like.plan import build_plan
+
+__all__ = ["ConfigError", "ROLES", "parse_args", "role_args"]
+
+
+def parse_args(argv=None, *, exit_on_error: bool = True, prog: str | None = None):
+    """Parse and validate `argv` (default sys.argv[1:]).
+
+    exit_on_error=False raises ConfigError instead of exiting (library use, tests).
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    prog = prog or os.path.basename(sys.argv[0] or "train.py") or "train.py"
+    try:
+        args, parser = parse_namespace(argv, prog=prog)
+        load_role_overrides(args, parser)
+        validate_args(args)
+        build_plan(args)  # the layout must be placeable; raises ConfigError otherwise
+    except ConfigError as e:
+        if not exit_on_error:
+            raise
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    return args
+
+
+def role_args(args, role: str):
+    """A deep copy of `args` with `role`'s YAML overrides (and the critic-* flags for the critic) applied.
+
+    The shared namespace is never mutated; calling this twice gives equal, independent copies.
+    """
+    return apply_role(args, role)

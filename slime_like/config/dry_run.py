@@ -1,0 +1,106 @@
+"""Text of `train.py --dry-run`: resolved config per role (only what differs from defaults), batch
+arithmetic, placement plan per node. `plan` is a slime_like.plan.Plan (passed in: config/ imports no
+module above it)."""
+from __future__ import annotations
+
+from slime_like.config.parser import build_parser, defaults_of, group_of
+from slime_like.config.role_overrides import apply_role
+
+# Bookkeeping attributes that are not flags (still shown when relevant, in their own section).
+_INTERNAL = {"config_warnings", "megatron_role_overrides", "sglang_server_args", "sglang_passthrough_mode",
+             "rollout_engine_requested", "role", "model_args_from_hf", "rollout_external",
+             "disable_grpo_std_normalization"}
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, list):
+        return " ".join(_fmt(x) for x in v) if len(v) <= 12 else f"[{len(v)} values]"
+    return str(v)
+
+
+def config_diff(args, defaults: dict) -> dict:
+    return {k: v for k, v in vars(args).items()
+            if k not in _INTERNAL and not k.startswith("sglang_") and (k not in defaults or defaults[k] != v)}
+
+
+def _section(lines, title, diff, groups):
+    lines.append(title)
+    if not diff:
+        lines.append("  (all defaults)")
+        return
+    by_group: dict = {}
+    for k, v in diff.items():
+        by_group.setdefault(groups.get(k, "derived"), []).append((k, v))
+    for g in sorted(by_group, key=lambda t: (t == "derived", t)):
+        lines.append(f"  [{g}]")
+        for k, v in sorted(by_group[g]):
+            lines.append(f"    {k} = {_fmt(v)}")
+
+
+def report(args, plan) -> str:
+    parser, _ = build_parser()
+    defaults, groups = defaults_of(parser), group_of(parser)
+    lines = ["== slime_like dry run: configuration valid =="]
+    for w in getattr(args, "config_warnings", []):
+        lines.append(f"WARNING: {w}")
+    roles = ["actor"] + (["critic"] if args.use_critic else [])
+    views = {r: apply_role(args, r) for r in roles}
+    per_role = {r: config_diff(v, defaults) for r, v in views.items()}
+    common = {k: v for k, v in per_role["actor"].items()
+              if all(k in d and d[k] == v for d in per_role.values())}
+    _section(lines, "\n-- resolved config, shared by all roles (differs from defaults) --", common, groups)
+    for r in roles:
+        own = {k: v for k, v in per_role[r].items() if k not in common}
+        own.update({k: defaults.get(k) for k in common if k not in per_role[r]})
+        if own or len(roles) > 1:
+            _section(lines, f"\n-- role {r}: differs from the shared values above --", own, groups)
+    if args.sglang_server_args:
+        lines.append(f"\n-- SGLang passthrough ({args.sglang_passthrough_mode}) --")
+        lines += [f"    --{k.replace('_', '-')} {_fmt(v)}" for k, v in sorted(args.sglang_server_args.items())]
+    lines += ["\n-- batch arithmetic --"] + batch_lines(args)
+    lines += ["\n-- placement plan --"] + plan_lines(plan, args)
+    return "\n".join(lines)
+
+
+def batch_lines(args) -> list:
+    samples = args.rollout_batch_size * args.n_samples_per_prompt
+    tp, pp, cp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size, args.context_parallel_size
+    world = args.actor_num_nodes * args.actor_num_gpus_per_node
+    dp = max(world // (tp * pp * cp), 1)
+    out = [f"  samples per rollout   = rollout_batch_size {args.rollout_batch_size} x n_samples_per_prompt "
+           f"{args.n_samples_per_prompt} = {samples}",
+           f"                        = global_batch_size {args.global_batch_size} x num_steps_per_rollout "
+           f"{args.num_steps_per_rollout}",
+           f"  actor parallelism     = {world} GPUs = DP {dp} x TP {tp} x PP {pp} x CP {cp}",
+           f"  samples per DP rank   = {args.global_batch_size // dp} per optimizer step"]
+    if args.use_dynamic_batch_size:
+        out.append(f"  micro-batches         = dynamic, up to {args.max_tokens_per_gpu} tokens per GPU")
+    else:
+        out.append(f"  micro-batches / step  = {args.global_batch_size // dp} / micro_batch_size "
+                   f"{args.micro_batch_size} = {max(args.global_batch_size // dp // args.micro_batch_size, 1)} "
+                   "per DP rank")
+    if args.over_sampling_batch_size != args.rollout_batch_size:
+        out.append(f"  over-sampling         = {args.over_sampling_batch_size} prompts per sampling round")
+    if args.num_rollout is not None:
+        out.append(f"  optimizer steps       = num_rollout {args.num_rollout} x {args.num_steps_per_rollout} = "
+                   f"{args.num_rollout * args.num_steps_per_rollout}")
+    if args.rollout_max_response_len:
+        out.append(f"  response tokens / rollout <= {samples} x {args.rollout_max_response_len} = "
+                   f"{samples * args.rollout_max_response_len}")
+    return out
+
+
+def plan_lines(plan, args) -> list:
+    mode = "colocated (trainers and engines take turns on the same GPUs)" if plan.colocate else "disaggregated"
+    out = [f"  {plan.num_nodes} node(s) x {plan.gpus_per_node} GPU slots, {mode}; engine: {plan.engine_kind}; "
+           f"{plan.num_slots} bundles reserved",
+           f"  actor: {len(plan.actor)} rank(s)" + (f", critic: {len(plan.critic)} rank(s)" if plan.critic else "")
+           + f", engines: {len(plan.engines)} x {args.rollout_num_gpus_per_engine} GPU(s)"]
+    for node, gpus in plan.by_node().items():
+        out.append(f"  node {node}:")
+        for g, labels in gpus.items():
+            bundle = node * plan.gpus_per_node + g
+            out.append(f"    gpu {g} (bundle {bundle:>3}): {' + '.join(labels) if labels else '-'}")
+    return out

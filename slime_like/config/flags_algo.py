@@ -1,0 +1,63 @@
+"""slime's algorithm (GRPO / PPO family) and reward flags."""
+from __future__ import annotations
+
+ADVANTAGE_ESTIMATORS = ["grpo", "gspo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo"]
+
+
+def add_algorithm_group(parser):
+    g = parser.add_argument_group("algorithm (GRPO/PPO)", "Advantages, policy / value losses, KL, importance sampling")
+    a = g.add_argument
+    a("--advantage-estimator", default="grpo", choices=ADVANTAGE_ESTIMATORS, help="Advantage estimator.")
+    a("--loss-type", default="policy_loss", choices=["policy_loss", "sft_loss", "custom_loss"],
+      help="policy_loss (PPO-clip), sft_loss, or custom_loss (--custom-loss-function-path).")
+    a("--custom-loss-function-path", default=None, help="'module.function' for --loss-type custom_loss.")
+    a("--custom-advantage-function-path", default=None, help="'module.function' replacing the advantage computation.")
+    a("--disable-compute-advantages-and-returns", action="store_false", dest="compute_advantages_and_returns",
+      help="Skip advantages/returns (SFT or custom losses).")
+    a("--eps-clip", type=float, default=0.2, help="PPO clip range (lower side: ratio >= 1 - eps_clip).")
+    a("--eps-clip-high", type=float, default=None, help="Upper clip range; default = --eps-clip (symmetric).")
+    a("--eps-clip-c", type=float, default=None, help="Dual-clip PPO lower bound c (> 1) for negative advantages.")
+    a("--value-clip", type=float, default=0.2, help="Clip range of the value loss.")
+    a("--kl-coef", type=float, default=0.0, help="KL penalty folded into the reward (needs a reference model).")
+    a("--use-kl-loss", action="store_true", help="Compute KL to the reference model as a loss term / metric.")
+    a("--kl-loss-coef", type=float, default=0.0, help="Weight of the KL loss (0 = monitor only).")
+    a("--kl-loss-type", default="k1", choices=["k1", "k2", "k3", "low_var_kl"], help="KL estimator.")
+    a("--use-unbiased-kl", action="store_true", help="Importance-weighted (unbiased) KL estimate.")
+    a("--ref-update-interval", type=int, default=None, help="Copy the actor into the reference every N rollouts.")
+    a("--entropy-coef", type=float, default=0.0, help="Entropy bonus weight.")
+    a("--gamma", type=float, default=1.0, help="Discount (PPO GAE).")
+    a("--lambd", type=float, default=1.0, help="GAE lambda.")
+    a("--normalize-advantages", action="store_true", help="Whiten advantages over the batch.")
+    a("--disable-grpo-std-normalization", action="store_false", dest="grpo_std_normalization",
+      help="GRPO without dividing by the group std (Dr. GRPO).")
+    a("--disable-rewards-normalization", action="store_false", dest="rewards_normalization",
+      help="No group normalisation of rewards.")
+    a("--calculate-per-token-loss", action="store_true", help="Average the loss over tokens instead of samples.")
+    a("--use-tis", action="store_true", help="Truncated importance sampling against the rollout log-probs.")
+    a("--tis-clip", type=float, default=2.0, help="Upper clip of the TIS ratio.")
+    a("--tis-clip-low", type=float, default=0.0, help="Lower clip of the TIS ratio.")
+    a("--custom-tis-function-path", default=None, help="'module.function' computing TIS weights.")
+    a("--use-rollout-logprobs", action="store_true", help="Use the engine's log-probs as the old policy.")
+    a("--use-rollout-entropy", action="store_true", help="Compute entropy alongside log-probs.")
+    a("--get-mismatch-metrics", action="store_true", help="Log train/rollout log-prob mismatch metrics.")
+    a("--num-critic-only-steps", type=int, default=0, help="First N rollouts train only the critic.")
+    a("--megatron-config-path", default=None,
+      help="YAML with per-role (actor / critic) overrides of these flags; see docs/configuration.md.")
+    a("--seed", type=int, default=1234, help="Trainer random seed (slime default 1234).")
+    return parser
+
+
+def add_reward_group(parser):
+    g = parser.add_argument_group("reward", "Reward functions")
+    a = g.add_argument
+    a("--rm-type", default=None,
+      help="Built-in reward: math, deepscaler, dapo, f1, gpqa, boxed_<type>, remote_rm.")
+    a("--custom-rm-path", default=None, help="'module.function' reward (args, sample) -> float; overrides --rm-type.")
+    a("--rm-url", default=None, help="Reward service URL for --rm-type remote_rm.")
+    a("--reward-key", default=None, help="Key selecting the reward from dict-valued rewards.")
+    a("--eval-reward-key", default=None, help="--reward-key for eval; default = --reward-key.")
+    a("--group-rm", action="store_true", help="The reward function scores a whole group at once.")
+    a("--custom-reward-post-process-path", default=None, help="'module.function' post-processing rewards.")
+    a("--custom-convert-samples-to-train-data-path", default=None,
+      help="'module.function' turning samples into the training batch.")
+    return parser

@@ -1,0 +1,105 @@
+"""The layered argument parser: real argparse groups, no abbreviations, did-you-mean for typos.
+
+Parsing order (`parse_namespace`):
+  1. build the parser (flag groups; SGLang ServerArgs flags when sglang is importable),
+  2. pull generic `--sglang-*` tokens out of argv (CPU machines),
+  3. argparse; any leftover flag is an error naming the closest real flag,
+  4. collect the SGLang passthrough values.
+Role overlays and validation run afterwards (see slime_like/args.py).
+"""
+from __future__ import annotations
+
+import argparse
+
+from slime_like.config import flags_algo, flags_misc, flags_model, flags_rl, flags_train, sglang_passthrough
+from slime_like.config.errors import ConfigError, did_you_mean
+
+GROUP_ORDER = ["cluster", "model", "model (MoE)", "checkpoint", "rollout", "data", "eval", "perf/parallelism",
+               "algorithm (GRPO/PPO)", "optimizer & LR schedule", "SGLang", "reward",
+               "logging (wandb / tensorboard)", "debug"]
+
+
+class SlimeArgumentParser(argparse.ArgumentParser):
+    """argparse that raises ConfigError instead of printing a 300-flag usage line and exiting."""
+
+    def error(self, message):
+        raise ConfigError(message)
+
+
+def build_parser(prog: str = "train.py", generated_sglang: bool = False):
+    """-> (parser, generated ServerArgs field names or empty set)."""
+    p = SlimeArgumentParser(
+        prog=prog, allow_abbrev=False, usage="%(prog)s [FLAGS ...]   (python %(prog)s --help lists them by group)",
+        description="RL post-training with Megatron-core trainers and SGLang / CPU rollout engines. "
+                    "Flags follow Megatron-LM and slime; see docs/configuration.md.")
+    flags_rl.add_cluster_group(p)
+    flags_model.add_model_group(p)
+    flags_train.add_checkpoint_group(p)
+    flags_rl.add_rollout_group(p)
+    flags_rl.add_data_group(p)
+    flags_rl.add_eval_group(p)
+    flags_train.add_perf_group(p)
+    flags_algo.add_algorithm_group(p)
+    flags_train.add_optimizer_group(p)
+    flags_misc.add_sglang_group(p)
+    sglang_group = p._action_groups[-1]
+    flags_algo.add_reward_group(p)
+    flags_misc.add_logging_group(p)
+    flags_misc.add_debug_group(p)
+    fields = set()
+    if generated_sglang:
+        fields = sglang_passthrough.add_generated_flags(p, sglang_group)
+    return p, fields
+
+
+def defaults_of(parser) -> dict:
+    """dest -> default after type conversion (argparse converts string defaults, e.g. '{}' -> {})."""
+    out = {}
+    for action in parser._actions:
+        if action.dest == "help" or action.default is argparse.SUPPRESS:
+            continue
+        value = action.default
+        if isinstance(value, str) and action.type is not None and callable(action.type):
+            value = action.type(value)
+        out[action.dest] = value
+    return out
+
+
+def group_of(parser) -> dict:
+    """dest -> title of its argparse group (for printing the resolved config by section)."""
+    out = {}
+    for group in parser._action_groups:
+        for action in group._group_actions:
+            out[action.dest] = group.title
+    return out
+
+
+def parse_namespace(argv: list, prog: str = "train.py"):
+    """argv -> (Namespace, parser); raises ConfigError for unknown flags and bad values."""
+    generated = sglang_passthrough.want_generated(argv)
+    parser, fields = build_parser(prog, generated)
+    generic = {}
+    if not fields:
+        argv, generic = sglang_passthrough.extract_generic(argv, parser._option_string_actions)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        raise ConfigError(_unknown_message(extras, parser))
+    sglang_passthrough.collect(args, parser, fields, generic)
+    return args, parser
+
+
+def _unknown_message(extras, parser) -> str:
+    known = [o for o in parser._option_string_actions if o.startswith("--")]
+    flags = [t.split("=", 1)[0] for t in extras if t.startswith("-") and not _is_number(t)]
+    if not flags:
+        return f"unexpected argument(s) {' '.join(extras)!r}: every value must follow its flag"
+    parts = [f"unknown flag {f}{did_you_mean(f, known)}" for f in flags]
+    return "; ".join(parts) + ". Flags are never abbreviated; `--help` lists them by group."
+
+
+def _is_number(tok: str) -> bool:
+    try:
+        float(tok)
+        return True
+    except ValueError:
+        return False

@@ -1,0 +1,166 @@
+"""`--sglang-*` passthrough: every SGLang server setting, prefixed, kept for the engine launcher.
+
+Two modes, chosen when the parser is built:
+* generated -- `sglang` is importable (GPU machines): its own `ServerArgs.add_cli_args` registers the
+  flags, each renamed `--sglang-NAME` with dest `sglang_NAME`, so types, choices and typos are checked
+  exactly as SGLang checks them. Importing sglang pulls in torch, so this mode is skipped when the run
+  cannot use SGLang anyway (`--rollout-engine cpu`, `--debug-train-only`, `--load-debug-rollout-data`)
+  or when SLIME_LIKE_SGLANG_PASSTHROUGH=generic.
+* generic -- no sglang (CPU machines): any `--sglang-NAME [VALUE]` is accepted; a bare flag means True,
+  a value is read as int, then float, else kept as a string.
+
+Either way the result is `args.sglang_server_args = {name: value}` holding only what the user set (on the
+CLI, or in `--sglang-config FILE`, a YAML/JSON mapping of ServerArgs fields; the CLI wins), plus one
+attribute `args.sglang_<name>` per entry. The launcher passes exactly `sglang_server_args` to the server.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+from slime_like.config.errors import ConfigError, did_you_mean
+
+PREFIX = "--sglang-"
+# ServerArgs fields the launcher owns (model, topology, ports): never user-settable through the passthrough.
+LAUNCHER_OWNED = frozenset({
+    "model_path", "config", "trust_remote_code", "random_seed", "enable_memory_saver", "tp_size", "port", "host",
+    "nnodes", "node_rank", "dist_init_addr", "gpu_id_step", "base_gpu_id", "nccl_port", "skip_server_warmup",
+})
+_NO_SGLANG_IMPORT_FLAGS = ("--debug-train-only", "--load-debug-rollout-data")
+
+
+def want_generated(argv) -> bool:
+    """Generate the flags from sglang's ServerArgs only when sglang is installed and the run may use it."""
+    if os.environ.get("SLIME_LIKE_SGLANG_PASSTHROUGH", "") == "generic":
+        return False
+    if any(tok in _NO_SGLANG_IMPORT_FLAGS or tok.startswith("--load-debug-rollout-data=") for tok in argv):
+        return False
+    for i, tok in enumerate(argv):
+        if tok == "--rollout-engine=cpu" or (tok == "--rollout-engine" and argv[i + 1:i + 2] == ["cpu"]):
+            return False
+    return importlib.util.find_spec("sglang") is not None
+
+
+class _Prefixing:
+    """Stands in for an argparse group while ServerArgs.add_cli_args runs: renames every flag it adds."""
+
+    def __init__(self, group, taken: set, dests: set):
+        self.group, self.taken, self.dests = group, taken, dests
+
+    def add_argument(self, *names, **kwargs):
+        longs = [n for n in names if n.startswith("--")]
+        dest = kwargs.pop("dest", None) or (longs[0][2:] if longs else names[0].lstrip("-")).replace("-", "_")
+        if dest in LAUNCHER_OWNED:
+            return None
+        new_names = [PREFIX + n[2:] for n in longs if PREFIX + n[2:] not in self.taken]
+        if not new_names:
+            return None
+        kwargs.pop("required", None)
+        self.taken.update(new_names)
+        self.dests.add(dest)
+        return self.group.add_argument(*new_names, dest="sglang_" + dest, **kwargs)
+
+    def add_argument_group(self, *a, **k):
+        return self
+
+    def add_mutually_exclusive_group(self, *a, **k):
+        return self
+
+    def set_defaults(self, **kwargs):
+        pass
+
+
+def add_generated_flags(parser, group) -> set:
+    """Register sglang's ServerArgs flags under --sglang-*; return the set of ServerArgs field names added."""
+    from sglang.srt.server_args import ServerArgs
+
+    dests: set = set()
+    ServerArgs.add_cli_args(_Prefixing(group, set(parser._option_string_actions), dests))
+    return dests
+
+
+def extract_generic(argv, known_options) -> tuple[list, dict]:
+    """Split `--sglang-NAME [VALUE]` tokens the parser does not know out of argv -> (rest, {name: value})."""
+    rest, found = [], {}
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        flag = tok.split("=", 1)[0]
+        if tok.startswith(PREFIX) and flag not in known_options:
+            name = flag[len(PREFIX):].replace("-", "_")
+            if not name:
+                raise ConfigError(f"'{tok}' names no SGLang setting; write --sglang-NAME [VALUE]")
+            if name in LAUNCHER_OWNED:
+                raise ConfigError(f"{flag} is set by the engine launcher (from --hf-checkpoint, "
+                                  "--rollout-num-gpus-per-engine and the placement plan); remove it")
+            if "=" in tok:
+                found[name] = _coerce(tok.split("=", 1)[1])
+            elif i + 1 < len(argv) and not _looks_like_flag(argv[i + 1]):
+                found[name] = _coerce(argv[i + 1])
+                i += 1
+            else:
+                found[name] = True
+        else:
+            rest.append(tok)
+        i += 1
+    return rest, found
+
+
+def _looks_like_flag(tok: str) -> bool:
+    if not tok.startswith("-"):
+        return False
+    try:
+        float(tok)  # negative numbers are values
+        return False
+    except ValueError:
+        return True
+
+
+def _coerce(text: str):
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def collect(args, parser, generated_fields, generic_values: dict) -> None:
+    """Fill args.sglang_server_args (user-set passthrough values) and the sglang_<name> attributes."""
+    from_file = _load_sglang_config(args.sglang_config, generated_fields) if args.sglang_config else {}
+    chosen = dict(from_file)
+    if generated_fields:
+        for name in generated_fields:
+            value = getattr(args, "sglang_" + name)
+            if value != parser.get_default("sglang_" + name):
+                chosen[name] = value
+    chosen.update(generic_values)
+    for name, value in chosen.items():
+        setattr(args, "sglang_" + name, value)
+    args.sglang_server_args = chosen
+    args.sglang_passthrough_mode = "generated" if generated_fields else "generic"
+
+
+def _load_sglang_config(path: str, generated_fields) -> dict:
+    if not os.path.isfile(path):
+        raise ConfigError(f"--sglang-config {path}: no such file")
+    import yaml
+
+    with open(path) as f:
+        try:
+            data = yaml.safe_load(f) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"--sglang-config {path}: not valid YAML/JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--sglang-config {path}: expected a mapping of SGLang ServerArgs fields to values, "
+                          f"got {type(data).__name__}")
+    out = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name in LAUNCHER_OWNED:
+            raise ConfigError(f"--sglang-config {path}: '{key}' is set by the engine launcher; remove it")
+        if generated_fields and name not in generated_fields:
+            raise ConfigError(f"--sglang-config {path}: '{key}' is not an SGLang ServerArgs field"
+                              f"{did_you_mean(name, generated_fields)}")
+        out[name] = value
+    return out

@@ -1,0 +1,221 @@
+"""Validation and derived defaults, in slime's order. Each error names the flags, their values and the fix.
+
+Mutates the namespace only to fill derived defaults (documented per rule in docs/configuration.md).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from slime_like.config.errors import ConfigError, warn
+from slime_like.config.hf_config import check_model_against_hf, fill_model_from_hf
+from slime_like.config.validate_cluster import validate_cluster
+
+
+def validate_args(args) -> None:
+    args.config_warnings = getattr(args, "config_warnings", [])
+    _require(args)
+    _batch_identity(args)
+    _algorithm(args)
+    _rollout_and_eval(args)
+    _checkpoints(args)
+    _debug(args)
+    fill_model_from_hf(args)
+    _model(args)
+    validate_cluster(args)
+    check_model_against_hf(args)
+    _misc_defaults(args)
+
+
+def _require(args):
+    if args.rollout_batch_size is None:
+        raise ConfigError("--rollout-batch-size is required (prompts per rollout), e.g. --rollout-batch-size 32")
+    for flag in ("rollout_batch_size", "n_samples_per_prompt", "micro_batch_size", "update_weights_interval"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            raise ConfigError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    if args.num_rollout is None and args.num_epoch is None:
+        raise ConfigError("set --num-rollout N (rollouts to run) or --num-epoch N (passes over --prompt-data)")
+
+
+def _batch_identity(args):
+    """Seed 004: rollout_batch_size * n_samples_per_prompt == global_batch_size * num_steps_per_rollout."""
+    samples = args.rollout_batch_size * args.n_samples_per_prompt
+    gbs, steps = args.global_batch_size, args.num_steps_per_rollout
+    rule = (f"--rollout-batch-size {args.rollout_batch_size} x --n-samples-per-prompt {args.n_samples_per_prompt} "
+            f"= {samples} samples per rollout")
+    if steps is not None and steps < 1 or gbs is not None and gbs < 1:
+        raise ConfigError(f"--global-batch-size ({gbs}) and --num-steps-per-rollout ({steps}) must be >= 1")
+    if steps is None and gbs is None:
+        steps, gbs = 1, samples
+    elif steps is None:
+        if samples % gbs:
+            raise ConfigError(f"{rule} is not a multiple of --global-batch-size {gbs}; choose a divisor of {samples} "
+                              "or set --num-steps-per-rollout instead")
+        steps = samples // gbs
+    elif gbs is None:
+        if samples % steps:
+            raise ConfigError(f"{rule} does not split into --num-steps-per-rollout {steps} equal steps; "
+                              f"choose a divisor of {samples}")
+        gbs = samples // steps
+    elif gbs * steps != samples:
+        raise ConfigError(f"{rule}, but --global-batch-size {gbs} x --num-steps-per-rollout {steps} = {gbs * steps}; "
+                          "they must be equal (drop one of the two flags to derive it)")
+    args.global_batch_size, args.num_steps_per_rollout = gbs, steps
+    if not args.use_dynamic_batch_size and gbs % args.micro_batch_size:
+        raise ConfigError(f"--global-batch-size {gbs} is not a multiple of --micro-batch-size {args.micro_batch_size}")
+    if args.use_dynamic_batch_size and args.max_tokens_per_gpu is None:
+        raise ConfigError("--use-dynamic-batch-size needs --max-tokens-per-gpu (the token budget per micro-batch)")
+    if args.use_dynamic_batch_size and args.log_probs_max_tokens_per_gpu is None:
+        args.log_probs_max_tokens_per_gpu = args.max_tokens_per_gpu
+    if args.over_sampling_batch_size is None:
+        args.over_sampling_batch_size = args.rollout_batch_size
+    if args.over_sampling_batch_size < args.rollout_batch_size:
+        raise ConfigError(f"--over-sampling-batch-size {args.over_sampling_batch_size} must be >= "
+                          f"--rollout-batch-size {args.rollout_batch_size}")
+
+
+def _algorithm(args):
+    est = args.advantage_estimator
+    if args.use_critic and est != "ppo":
+        raise ConfigError(f"--use-critic with --advantage-estimator {est}: only ppo uses critic values (GAE); "
+                          "use --advantage-estimator ppo or drop --use-critic")
+    if est == "ppo" and not args.use_critic:
+        args.use_critic = True  # slime: the ppo estimator always trains a critic
+    if args.eps_clip_high is None:
+        args.eps_clip_high = args.eps_clip
+    if args.eps_clip <= 0 or args.eps_clip_high <= 0:
+        raise ConfigError(f"--eps-clip ({args.eps_clip}) and --eps-clip-high ({args.eps_clip_high}) must be > 0")
+    if args.eps_clip_c is not None and args.eps_clip_c <= 1.0:
+        raise ConfigError(f"--eps-clip-c {args.eps_clip_c}: dual-clip PPO needs c > 1 (e.g. 3.0)")
+    if args.kl_coef != 0 and args.kl_loss_coef != 0:
+        raise ConfigError(f"--kl-coef {args.kl_coef} (KL in the reward) and --kl-loss-coef {args.kl_loss_coef} "
+                          "(KL in the loss) are both set; use one of them")
+    if args.use_kl_loss or args.kl_coef != 0:
+        if not args.ref_load:
+            which = "--use-kl-loss" if args.use_kl_loss else f"--kl-coef {args.kl_coef}"
+            raise ConfigError(f"{which} needs a reference model: set --ref-load to its checkpoint")
+        if not os.path.exists(args.ref_load):
+            raise ConfigError(f"--ref-load {args.ref_load}: no such file or directory (the KL reference model)")
+    if est in ("reinforce_plus_plus", "reinforce_plus_plus_baseline") and not args.normalize_advantages:
+        raise ConfigError(f"--advantage-estimator {est} needs --normalize-advantages (REINFORCE++ whitens "
+                          "advantages over the batch); add the flag")
+    if args.loss_type == "custom_loss" and not args.custom_loss_function_path:
+        raise ConfigError("--loss-type custom_loss needs --custom-loss-function-path module.function")
+    if args.use_rollout_logprobs and args.use_tis:
+        raise ConfigError("--use-rollout-logprobs and --use-tis exclude each other: TIS corrects between rollout "
+                          "and trainer log-probs, which --use-rollout-logprobs makes identical")
+    if args.n_samples_per_prompt == 1 and args.grpo_std_normalization and est in ("grpo", "gspo"):
+        args.grpo_std_normalization = False  # slime: the std of a one-sample group is undefined
+        warn(args, "--n-samples-per-prompt 1: GRPO std normalisation turned off (a group of one has no std)")
+    args.disable_grpo_std_normalization = not args.grpo_std_normalization
+    if args.num_critic_only_steps and not args.use_critic:
+        raise ConfigError(f"--num-critic-only-steps {args.num_critic_only_steps} needs a critic "
+                          "(--advantage-estimator ppo)")
+
+
+def _rollout_and_eval(args):
+    if args.rollout_temperature <= 0:
+        raise ConfigError(f"--rollout-temperature {args.rollout_temperature}: must be > 0 (0 is greedy decoding, "
+                          "not a stochastic policy RL can learn from)")
+    if args.eval_temperature is not None and args.eval_temperature < 0:
+        raise ConfigError(f"--eval-temperature {args.eval_temperature}: must be >= 0")
+    for flag in ("rollout_top_p", "eval_top_p"):
+        v = getattr(args, flag)
+        if v is not None and not 0 < v <= 1:
+            raise ConfigError(f"--{flag.replace('_', '-')} {v}: must be in (0, 1]")
+    if args.rollout_max_context_len is not None:
+        if args.rollout_max_prompt_len is None:
+            args.rollout_max_prompt_len = args.rollout_max_context_len - 1
+        if args.rollout_max_prompt_len > args.rollout_max_context_len - 1:
+            raise ConfigError(f"--rollout-max-prompt-len {args.rollout_max_prompt_len} must be < "
+                              f"--rollout-max-context-len {args.rollout_max_context_len} (room for one new token)")
+    if args.eval_max_context_len is None:
+        args.eval_max_context_len = args.rollout_max_context_len
+    data = args.eval_prompt_data
+    if data is not None:
+        if len(data) == 1:
+            warn(args, f"--eval-prompt-data {data[0]}: one value given, read as dataset 'aime' (slime's legacy form); "
+                       "write NAME PATH pairs")
+            data = args.eval_prompt_data = ["aime", data[0]]
+        if len(data) % 2:
+            raise ConfigError(f"--eval-prompt-data {' '.join(data)}: expected NAME PATH pairs, got {len(data)} values")
+        names = data[0::2]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"--eval-prompt-data: dataset names must be unique, got {names}")
+    if args.eval_interval is not None:
+        if args.eval_interval < 1:
+            raise ConfigError(f"--eval-interval {args.eval_interval}: must be >= 1")
+        if not data:
+            raise ConfigError(f"--eval-interval {args.eval_interval} needs eval data: add --eval-prompt-data NAME PATH")
+    if args.eval_function_path is None:
+        args.eval_function_path = args.rollout_function_path
+    if args.eval_reward_key is None:
+        args.eval_reward_key = args.reward_key
+    if args.rm_type == "remote_rm" and not args.rm_url:
+        raise ConfigError("--rm-type remote_rm needs --rm-url http://HOST:PORT/...")
+    if args.partial_rollout and args.over_sampling_batch_size == args.rollout_batch_size \
+            and not args.dynamic_sampling_filter_path:
+        warn(args, "--partial-rollout without over-sampling or a dynamic sampling filter never aborts a generation, "
+                   "so it has no effect")
+    if args.num_epoch is not None and args.num_rollout is not None:
+        warn(args, f"both --num-rollout {args.num_rollout} and --num-epoch {args.num_epoch} set; --num-epoch is "
+                   "ignored (slime)")
+
+
+def _checkpoints(args):
+    if args.save_interval is not None:
+        if not args.save:
+            raise ConfigError(f"--save-interval {args.save_interval} needs --save DIR (where checkpoints go)")
+        if args.save_interval < 1:
+            raise ConfigError(f"--save-interval {args.save_interval}: must be >= 1")
+    if args.hf_checkpoint and not args.debug_train_only and not os.path.isdir(args.hf_checkpoint):
+        raise ConfigError(f"--hf-checkpoint {args.hf_checkpoint}: no such directory (it provides the tokenizer, "
+                          "config.json and the engines' initial weights)")
+    if not args.hf_checkpoint:
+        raise ConfigError("--hf-checkpoint DIR is required (tokenizer, config.json, engine weights)")
+
+
+def _debug(args):
+    if args.load_debug_rollout_data is not None:
+        args.debug_train_only = True
+    if args.debug_rollout_only and args.debug_train_only:
+        raise ConfigError("--debug-rollout-only and --debug-train-only (or --load-debug-rollout-data) exclude each other")
+    if args.dump_details is not None:
+        args.save_debug_rollout_data = f"{args.dump_details}/rollout_data/{{rollout_id}}.pt"
+        args.save_debug_train_data = f"{args.dump_details}/train_data/{{rollout_id}}.pt"
+    if args.bf16 and args.fp16:
+        raise ConfigError("--bf16 and --fp16 exclude each other; choose one")
+
+
+def _model(args):
+    """Megatron's own derived model defaults, so the dry run shows what the trainer will build."""
+    if args.num_attention_heads and args.hidden_size:
+        if args.kv_channels is None:
+            if args.hidden_size % args.num_attention_heads:
+                raise ConfigError(f"--hidden-size {args.hidden_size} is not divisible by --num-attention-heads "
+                                  f"{args.num_attention_heads}; set --kv-channels explicitly")
+            args.kv_channels = args.hidden_size // args.num_attention_heads
+        if not args.group_query_attention:
+            args.num_query_groups = args.num_attention_heads
+        elif args.num_attention_heads % args.num_query_groups:
+            raise ConfigError(f"--num-attention-heads {args.num_attention_heads} is not a multiple of "
+                              f"--num-query-groups {args.num_query_groups}")
+        if args.ffn_hidden_size is None:
+            h = args.hidden_size
+            args.ffn_hidden_size = int(4 * h * 2 / 3 / 64) * 64 if args.swiglu else 4 * h
+    if args.use_rotary_position_embeddings:
+        args.position_embedding_type = "rope"
+    if args.num_experts and args.moe_ffn_hidden_size is None:
+        args.moe_ffn_hidden_size = args.ffn_hidden_size
+    if args.max_position_embeddings is None and args.seq_length is not None:
+        args.max_position_embeddings = args.seq_length
+
+
+def _misc_defaults(args):
+    if args.run_dir is None:
+        args.run_dir = os.path.join("runs", time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
+    if args.use_wandb and args.wandb_dir is None:
+        args.wandb_dir = os.path.join(args.run_dir, "wandb")
+    if args.use_tensorboard and args.tensorboard_dir is None:
+        args.tensorboard_dir = os.path.join(args.run_dir, "tensorboard")
+    args.rollout_external = args.rollout_external_engine_addrs is not None

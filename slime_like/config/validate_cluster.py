@@ -1,0 +1,169 @@
+"""Cluster validation: engine choice, colocation defaults, and the GPU arithmetic of the parallel layout.
+
+GPU detection never imports torch: a CUDA GPU counts as visible when `nvidia-smi` is on PATH and
+CUDA_VISIBLE_DEVICES does not hide every device ("" or "-1"). That is what SGLang needs anyway (NVIDIA
+driver + visible device), it costs microseconds, and it keeps --dry-run free of torch.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+
+from slime_like.config.errors import ConfigError, warn
+
+# Flags that only mean something with CUDA: accepted everywhere, but said out loud on a CPU machine.
+CUDA_ONLY = {
+    "use_flash_attn": "FlashAttention kernels", "moe_grouped_gemm": "grouped GEMM kernels",
+    "moe_permute_fusion": "fused permutation kernels", "moe_enable_deepep": "DeepEP",
+    "fp8_format": "FP8 (TransformerEngine)", "use_precision_aware_optimizer": "TransformerEngine optimizer",
+    "record_memory_history": "CUDA memory history",
+}
+
+
+def cuda_visible() -> bool:
+    if shutil.which("nvidia-smi") is None:
+        return False
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "0").strip() not in ("", "-1")
+
+
+def validate_cluster(args) -> None:
+    _engine(args)
+    _placement_defaults(args)
+    _parallel_layout(args)
+    _hardware_notes(args)
+
+
+def _engine(args):
+    gpu = cuda_visible()
+    has_sglang = importlib.util.find_spec("sglang") is not None
+    args.rollout_engine_requested = args.rollout_engine
+    if args.rollout_engine == "auto":
+        args.rollout_engine = "sglang" if gpu and has_sglang else "cpu"
+        if gpu and not has_sglang:
+            warn(args, "an NVIDIA GPU is visible but sglang is not installed: using the embedded cpu rollout engine "
+                       "(pip install 'slime_like[sglang]' for GPU rollouts)")
+    elif args.rollout_engine == "sglang" and not (args.debug_train_only or args.rollout_external_engine_addrs):
+        if not gpu:
+            raise ConfigError("--rollout-engine sglang needs an NVIDIA GPU (nvidia-smi not found or "
+                              "CUDA_VISIBLE_DEVICES hides all devices); use --rollout-engine cpu or auto")
+        if not has_sglang:
+            raise ConfigError("--rollout-engine sglang: the sglang package is not installed; "
+                              "pip install 'slime_like[sglang]' or use --rollout-engine cpu")
+
+
+def _placement_defaults(args):
+    if args.offload:
+        args.offload_train = args.offload_rollout = True
+    if args.critic_num_nodes is None:
+        args.critic_num_nodes = args.actor_num_nodes
+    if args.critic_num_gpus_per_node is None:
+        args.critic_num_gpus_per_node = args.actor_num_gpus_per_node
+    actor_gpus = args.actor_num_nodes * args.actor_num_gpus_per_node
+    if args.debug_rollout_only:  # slime: no trainer; the engines get the GPUs, nothing is colocated
+        if args.rollout_num_gpus is None:
+            args.rollout_num_gpus = actor_gpus
+        if args.colocate:
+            warn(args, "--debug-rollout-only: --colocate has no trainer to share GPUs with; engines run alone")
+        args.colocate = False
+        args.use_critic = False
+    elif args.debug_train_only or args.rollout_external_engine_addrs:
+        if args.rollout_num_gpus not in (None, 0):
+            warn(args, f"--rollout-num-gpus {args.rollout_num_gpus} ignored: no local engines "
+                       "(--debug-train-only / --rollout-external-engine-addrs)")
+        args.rollout_num_gpus = 0
+    elif args.colocate:
+        if args.rollout_num_gpus is None:
+            args.rollout_num_gpus = actor_gpus
+        elif args.rollout_num_gpus != actor_gpus:
+            raise ConfigError(f"--colocate puts the engines on the actor's GPUs, so --rollout-num-gpus "
+                              f"{args.rollout_num_gpus} must equal --actor-num-nodes {args.actor_num_nodes} x "
+                              f"--actor-num-gpus-per-node {args.actor_num_gpus_per_node} = {actor_gpus}; drop it")
+        if args.offload_train is None:
+            args.offload_train = True
+        if args.offload_rollout is None:
+            args.offload_rollout = True
+    elif args.rollout_num_gpus is None:
+        raise ConfigError("--rollout-num-gpus N is required without --colocate (GPUs for the rollout engines), "
+                          "or add --colocate to share the actor's GPUs")
+    args.offload_train = bool(args.offload_train)
+    args.offload_rollout = bool(args.offload_rollout)
+    for name in ("actor_num_nodes", "actor_num_gpus_per_node", "critic_num_nodes", "critic_num_gpus_per_node",
+                 "num_gpus_per_node", "rollout_num_gpus_per_engine"):
+        if getattr(args, name) < (0 if args.debug_rollout_only and name.startswith("actor") else 1):
+            raise ConfigError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1")
+    if args.rollout_num_gpus < 0:
+        raise ConfigError(f"--rollout-num-gpus {args.rollout_num_gpus}: must be >= 0")
+
+
+def _parallel_layout(args):
+    tp, pp, cp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size, args.context_parallel_size
+    ep = args.expert_model_parallel_size
+    if min(tp, pp, cp, ep) < 1:
+        raise ConfigError(f"parallel sizes must be >= 1: TP {tp}, PP {pp}, CP {cp}, EP {ep}")
+    if args.expert_tensor_parallel_size is None:
+        args.expert_tensor_parallel_size = tp  # Megatron's default
+    etp = args.expert_tensor_parallel_size
+    if args.sequence_parallel and tp == 1:
+        raise ConfigError("--sequence-parallel needs --tensor-model-parallel-size > 1 (it splits activations over "
+                          "the TP group); drop the flag or raise TP")
+    per_node = args.num_gpus_per_node
+    roles = [("actor", args.actor_num_nodes, args.actor_num_gpus_per_node)]
+    if args.use_critic:
+        roles.append(("critic", args.critic_num_nodes, args.critic_num_gpus_per_node))
+    for role, nodes, gpus in roles if not args.debug_rollout_only else []:
+        world = nodes * gpus
+        if gpus > per_node:
+            raise ConfigError(f"--{role}-num-gpus-per-node {gpus} exceeds --num-gpus-per-node {per_node} "
+                              "(the GPU slots of one node)")
+        if world % (tp * pp * cp):
+            raise ConfigError(f"{role} GPUs = --{role}-num-nodes {nodes} x --{role}-num-gpus-per-node {gpus} = "
+                              f"{world}, not divisible by TP {tp} x PP {pp} x CP {cp} = {tp * pp * cp}")
+        if world % (etp * ep * pp):
+            raise ConfigError(f"{role} GPUs = {world}, not divisible by expert TP {etp} x EP {ep} x PP {pp} = "
+                              f"{etp * ep * pp}")
+        if nodes > 1 and gpus != per_node:
+            raise ConfigError(f"--{role}-num-nodes {nodes} with --{role}-num-gpus-per-node {gpus}: a multi-node "
+                              f"{role} must fill whole nodes (--num-gpus-per-node {per_node})")
+        dp = world // (tp * pp * cp)
+        if args.global_batch_size % dp:
+            raise ConfigError(f"--global-batch-size {args.global_batch_size} is not divisible by the {role}'s "
+                              f"data-parallel size {dp} ({world} GPUs / (TP {tp} x PP {pp} x CP {cp}))")
+    if args.colocate and args.use_critic and (args.critic_num_nodes, args.critic_num_gpus_per_node) != \
+            (args.actor_num_nodes, args.actor_num_gpus_per_node):
+        raise ConfigError(f"--colocate: the critic shares the actor's GPUs, so --critic-num-nodes "
+                          f"{args.critic_num_nodes} / --critic-num-gpus-per-node {args.critic_num_gpus_per_node} must "
+                          f"equal the actor's ({args.actor_num_nodes} / {args.actor_num_gpus_per_node}); drop them")
+    if args.num_attention_heads:
+        if args.num_attention_heads % tp:
+            raise ConfigError(f"--num-attention-heads {args.num_attention_heads} not divisible by TP {tp}")
+        if args.group_query_attention and args.num_query_groups % tp:
+            raise ConfigError(f"--num-query-groups {args.num_query_groups} not divisible by TP {tp}")
+    if args.num_layers and pp > 1 and args.decoder_first_pipeline_num_layers is None \
+            and args.decoder_last_pipeline_num_layers is None and args.num_layers % pp:
+        raise ConfigError(f"--num-layers {args.num_layers} not divisible by PP {pp}; set "
+                          "--decoder-first/last-pipeline-num-layers for an uneven split")
+    if args.num_experts and args.num_experts % ep:
+        raise ConfigError(f"--num-experts {args.num_experts} not divisible by EP {ep}")
+    gpe = args.rollout_num_gpus_per_engine
+    if args.rollout_num_gpus % gpe:
+        raise ConfigError(f"--rollout-num-gpus {args.rollout_num_gpus} is not a multiple of "
+                          f"--rollout-num-gpus-per-engine {gpe}")
+    if gpe > per_node:
+        raise ConfigError(f"--rollout-num-gpus-per-engine {gpe} exceeds --num-gpus-per-node {per_node}: an engine "
+                          "never spans nodes here (multi-node engines are not supported)")
+    if args.colocate and args.actor_num_gpus_per_node % gpe:
+        raise ConfigError(f"--colocate: engines sit on the actor's GPUs node by node, so "
+                          f"--actor-num-gpus-per-node {args.actor_num_gpus_per_node} must be a multiple of "
+                          f"--rollout-num-gpus-per-engine {gpe}")
+
+
+def _hardware_notes(args):
+    if cuda_visible():
+        return
+    for dest, what in CUDA_ONLY.items():
+        if getattr(args, dest, None):
+            warn(args, f"--{dest.replace('_', '-')} is accepted but not honoured on this machine ({what} need a CUDA "
+                       "GPU; none is visible)")
+    if args.attention_backend in ("flash", "fused"):
+        warn(args, f"--attention-backend {args.attention_backend} needs CUDA; the CPU trainer uses unfused attention")
