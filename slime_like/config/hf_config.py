@@ -159,13 +159,11 @@ def fill_model_from_hf(args) -> None:
     cfg = read_hf_config(path)
     if not all(k in cfg for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")):
         return
-    from slime_like.config.parser import build_parser
+    from slime_like.config.parser import build_parser, group_of
 
     parser, _ = build_parser()
     derived, _ = parser.parse_known_args(model_flags_from_hf(cfg))
-    for dest in vars(derived):
-        if dest.startswith("sglang_"):
-            continue
-        if getattr(derived, dest) != parser.get_default(dest):
+    for dest, group in group_of(parser).items():
+        if group.startswith("model") and getattr(derived, dest) != parser.get_default(dest):
             setattr(args, dest, getattr(derived, dest))
     args.model_args_from_hf = True

@@ -146,12 +146,12 @@ def _parallel_layout(args):
     if args.num_experts and args.num_experts % ep:
         raise ConfigError(f"--num-experts {args.num_experts} not divisible by EP {ep}")
     gpe = args.rollout_num_gpus_per_engine
-    if args.rollout_num_gpus % gpe:
-        raise ConfigError(f"--rollout-num-gpus {args.rollout_num_gpus} is not a multiple of "
-                          f"--rollout-num-gpus-per-engine {gpe}")
     if gpe > per_node:
         raise ConfigError(f"--rollout-num-gpus-per-engine {gpe} exceeds --num-gpus-per-node {per_node}: an engine "
                           "never spans nodes here (multi-node engines are not supported)")
+    if args.rollout_num_gpus % gpe:
+        raise ConfigError(f"--rollout-num-gpus {args.rollout_num_gpus} is not a multiple of "
+                          f"--rollout-num-gpus-per-engine {gpe}")
     if args.colocate and args.actor_num_gpus_per_node % gpe:
         raise ConfigError(f"--colocate: engines sit on the actor's GPUs node by node, so "
                           f"--actor-num-gpus-per-node {args.actor_num_gpus_per_node} must be a multiple of "

@@ -1,0 +1,22 @@
+"""Helpers shared by the configuration tests (imported as a top-level module: tests/ has no __init__.py)."""
+import json
+import os
+
+# Values of slime_like.tools.tiny_model.build_tiny_checkpoint() defaults (qwen2 arch).
+TINY_QWEN2 = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 128,
+              "rope_theta": 10000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "hidden_act": "silu",
+              "max_position_embeddings": 256}
+
+
+def write_hf_dir(path, cfg=None) -> str:
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg or TINY_QWEN2, f)
+    return str(path)
+
+
+def parse(argv):
+    from slime_like.args import parse_args
+
+    return parse_args([str(a) for a in argv], exit_on_error=False)

@@ -1,0 +1,89 @@
+"""Flag surface: groups, Megatron/slime names, dests, types and defaults; typos; no abbreviations."""
+import pytest
+
+from slime_like.config.errors import ConfigError
+from slime_like.config.parser import GROUP_ORDER, build_parser, defaults_of
+
+from cfg_helpers import parse
+
+
+def test_help_lists_every_group_in_order(capsys):
+    parser, _ = build_parser()
+    text = parser.format_help()
+    positions = [text.index(f"\n{title}:\n") for title in GROUP_ORDER]
+    assert positions == sorted(positions)
+    assert "--rollout-batch-size" in text and "--tensor-model-parallel-size" in text
+
+
+def test_slime_and_megatron_defaults():
+    d = defaults_of(build_parser()[0])
+    expected = {"lr": 1e-6, "clip_grad": 1.0, "seed": 1234, "micro_batch_size": 1, "rollout_temperature": 1.0,
+                "rollout_top_k": -1, "eps_clip": 0.2, "eps_clip_high": None, "kl_loss_type": "k1", "rollout_seed": 42,
+                "advantage_estimator": "grpo", "sglang_server_concurrency": 512, "num_gpus_per_node": 8,
+                "actor_num_gpus_per_node": 8, "update_weight_buffer_size": 512 * 1024 ** 2, "update_weights_interval": 1,
+                "input_key": "input", "metadata_key": "metadata", "loss_type": "policy_loss", "tis_clip": 2.0,
+                "num_query_groups": 1, "rotary_base": 10000, "norm_epsilon": 1e-5, "normalization": "LayerNorm",
+                "adam_beta2": 0.999, "weight_decay": 0.01, "lr_decay_style": "linear", "log_interval": 100,
+                "add_bias_linear": True, "grpo_std_normalization": True, "compute_advantages_and_returns": True,
+                "rollout_engine": "auto", "apply_chat_template_kwargs": {}, "moe_router_topk": 2}
+    assert {k: d[k] for k in expected} == expected
+
+
+def test_issue_recipe_parses(base, tmp_path):
+    argv = base + [
+        "--ref-load", str(tmp_path), "--save", str(tmp_path / "run1"), "--save-interval", "20",
+        "--prompt-data", "/data/dapo.jsonl", "--input-key", "prompt", "--label-key", "label", "--apply-chat-template",
+        "--rollout-shuffle", "--rm-type", "deepscaler", "--rollout-max-response-len", "8192",
+        "--rollout-temperature", "1", "--global-batch-size", "8",
+        "--tensor-model-parallel-size", "2", "--sequence-parallel", "--pipeline-model-parallel-size", "1",
+        "--context-parallel-size", "1", "--expert-model-parallel-size", "1", "--expert-tensor-parallel-size", "1",
+        "--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1",
+        "--use-dynamic-batch-size", "--max-tokens-per-gpu", "9216",
+        "--advantage-estimator", "grpo", "--use-kl-loss", "--kl-loss-coef", "0.00", "--kl-loss-type", "low_var_kl",
+        "--entropy-coef", "0.00", "--eps-clip", "0.2", "--eps-clip-high", "0.28",
+        "--optimizer", "adam", "--lr", "1e-6", "--lr-decay-style", "constant", "--weight-decay", "0.1",
+        "--adam-beta1", "0.9", "--adam-beta2", "0.98", "--rollout-num-gpus-per-engine", "2",
+        "--sglang-mem-fraction-static", "0.7"]
+    args = parse(argv)
+    assert args.tensor_model_parallel_size == 2 and args.sequence_parallel
+    assert args.kl_loss_type == "low_var_kl" and args.eps_clip_high == 0.28 and args.adam_beta2 == 0.98
+    assert args.sglang_mem_fraction_static == 0.7 and args.sglang_server_args == {"mem_fraction_static": 0.7}
+    assert args.log_probs_max_tokens_per_gpu == 9216  # derived from --max-tokens-per-gpu
+
+
+def test_store_false_dests_and_types(base):
+    args = parse(base + ["--disable-bias-linear", "--disable-grpo-std-normalization", "--rollout-stop", "a", "b",
+                         "--rollout-stop-token-ids", "7", "8", "--eval-prompt-data", "aime", "/x.jsonl",
+                         "--moe-layer-freq", "([0]*1+[1]*3)", "--apply-chat-template-kwargs", '{"enable_thinking": false}',
+                         "--no-offload-train"])
+    assert args.add_bias_linear is False
+    assert args.grpo_std_normalization is False and args.disable_grpo_std_normalization is True
+    assert args.rollout_stop == ["a", "b"] and args.rollout_stop_token_ids == [7, 8]
+    assert args.moe_layer_freq == [0, 1, 1, 1]
+    assert args.apply_chat_template_kwargs == {"enable_thinking": False}
+    assert args.offload_train is False and args.offload_rollout is True  # explicit --no-offload-train wins
+
+
+@pytest.mark.parametrize("typo, suggestion", [("--lr-warmup-iter", "--lr-warmup-iters"),
+                                              ("--rollout-batchsize", "--rollout-batch-size"),
+                                              ("--tensor-model-paralel-size", "--tensor-model-parallel-size")])
+def test_typo_names_the_closest_flag(base, typo, suggestion):
+    with pytest.raises(ConfigError, match=f"unknown flag {typo} \\(did you mean {suggestion}"):
+        parse(base + [typo, "5"])
+
+
+def test_no_abbreviations(base):
+    with pytest.raises(ConfigError, match="unknown flag --rollout-batch"):
+        parse(base + ["--rollout-batch", "8"])
+
+
+def test_bad_choice_and_bad_type(base):
+    with pytest.raises(ConfigError, match="invalid choice: 'grp'"):
+        parse(base + ["--advantage-estimator", "grp"])
+    with pytest.raises(ConfigError, match="--lr: invalid float value"):
+        parse(base + ["--lr", "fast"])
+
+
+def test_stray_value_is_an_error(base):
+    with pytest.raises(ConfigError, match="unexpected argument"):
+        parse(base + ["stray"])

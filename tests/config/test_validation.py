@@ -1,0 +1,128 @@
+"""Every validation rule fires with a message naming the flags, the values and the fix; derived defaults."""
+import pytest
+
+from slime_like.config.errors import ConfigError
+
+from cfg_helpers import TINY_QWEN2, parse, write_hf_dir
+
+
+def drop(argv, flag, nvalues=1):
+    i = argv.index(flag)
+    return argv[:i] + argv[i + 1 + nvalues:]
+
+
+RULES = [
+    # (flags appended to the base run, regex the error must match)
+    (["--global-batch-size", "3"], r"= 8 samples per rollout is not a multiple of --global-batch-size 3"),
+    (["--num-steps-per-rollout", "3"], r"does not split into --num-steps-per-rollout 3"),
+    (["--global-batch-size", "4", "--num-steps-per-rollout", "1"],
+     r"--global-batch-size 4 x --num-steps-per-rollout 1 = 4; they must be equal"),
+    (["--use-critic"], r"--use-critic with --advantage-estimator grpo"),
+    (["--use-kl-loss"], r"--use-kl-loss needs a reference model: set --ref-load"),
+    (["--kl-coef", "0.1", "--ref-load", "/nonexistent/ref"], r"--ref-load /nonexistent/ref: no such file"),
+    (["--kl-coef", "0.1", "--kl-loss-coef", "0.1"], r"--kl-coef 0.1 .* and --kl-loss-coef 0.1 .* use one of them"),
+    (["--save-interval", "5"], r"--save-interval 5 needs --save DIR"),
+    (["--eval-interval", "5"], r"--eval-interval 5 needs eval data: add --eval-prompt-data"),
+    (["--eval-prompt-data", "a", "x.jsonl", "b"], r"expected NAME PATH pairs, got 3 values"),
+    (["--rollout-temperature", "0"], r"--rollout-temperature 0.0: must be > 0"),
+    (["--over-sampling-batch-size", "2"], r"--over-sampling-batch-size 2 must be >= --rollout-batch-size 4"),
+    (["--rollout-num-gpus", "1"], r"--colocate .* --rollout-num-gpus 1 must equal .* = 2"),
+    (["--tensor-model-parallel-size", "3"], r"actor GPUs = .* = 2, not divisible by TP 3"),
+    (["--sequence-parallel"], r"--sequence-parallel needs --tensor-model-parallel-size > 1"),
+    (["--rollout-num-gpus-per-engine", "4"], r"--rollout-num-gpus-per-engine 4 exceeds --num-gpus-per-node 2"),
+    (["--advantage-estimator", "reinforce_plus_plus"], r"reinforce_plus_plus needs --normalize-advantages"),
+    (["--use-dynamic-batch-size"], r"--use-dynamic-batch-size needs --max-tokens-per-gpu"),
+    (["--eps-clip-c", "0.5"], r"--eps-clip-c 0.5: dual-clip PPO needs c > 1"),
+    (["--bf16", "--fp16"], r"--bf16 and --fp16 exclude each other"),
+    (["--debug-rollout-only", "--debug-train-only"], r"--debug-rollout-only and --debug-train-only"),
+    (["--rm-type", "remote_rm"], r"--rm-type remote_rm needs --rm-url"),
+    (["--loss-type", "custom_loss"], r"--loss-type custom_loss needs --custom-loss-function-path"),
+    (["--use-tis", "--use-rollout-logprobs"], r"--use-rollout-logprobs and --use-tis exclude each other"),
+    (["--rollout-engine", "sglang"], r"--rollout-engine sglang needs an NVIDIA GPU"),
+    (["--hidden-size", "64", "--num-layers", "3", "--num-attention-heads", "4"],
+     r"disagree with --hf-checkpoint .*--num-layers 3 but config.json has num_hidden_layers = 2"),
+    (["--actor-num-gpus-per-node", "4"], r"--actor-num-gpus-per-node 4 exceeds --num-gpus-per-node 2"),
+    (["--rollout-max-context-len", "10", "--rollout-max-prompt-len", "10"],
+     r"--rollout-max-prompt-len 10 must be < --rollout-max-context-len 10"),
+    (["--micro-batch-size", "3"], r"--global-batch-size 8 is not a multiple of --micro-batch-size 3"),
+    (["--rollout-top-p", "1.5"], r"--rollout-top-p 1.5: must be in \(0, 1\]"),
+]
+
+
+@pytest.mark.parametrize("extra, message", RULES, ids=[" ".join(r[0])[:40] for r in RULES])
+def test_rule_fires_with_its_message(base, extra, message):
+    with pytest.raises(ConfigError, match=message):
+        parse(base + extra)
+
+
+def test_required_flags(base, hf_dir):
+    with pytest.raises(ConfigError, match="--rollout-batch-size is required"):
+        parse(drop(base, "--rollout-batch-size"))
+    with pytest.raises(ConfigError, match="set --num-rollout N"):
+        parse(drop(base, "--num-rollout"))
+    with pytest.raises(ConfigError, match="--hf-checkpoint DIR is required"):
+        parse(drop(base, "--hf-checkpoint"))
+    with pytest.raises(ConfigError, match="--hf-checkpoint /no/such: no such directory"):
+        parse(drop(base, "--hf-checkpoint") + ["--hf-checkpoint", "/no/such"])
+    with pytest.raises(ConfigError, match="--rollout-num-gpus N is required without --colocate"):
+        parse(drop(base, "--colocate", 0))
+
+
+def test_disaggregated_gpu_arithmetic(base):
+    argv = drop(base, "--colocate", 0) + ["--num-gpus-per-node", "8"]
+    with pytest.raises(ConfigError, match="--rollout-num-gpus 3 is not a multiple of --rollout-num-gpus-per-engine 2"):
+        parse(argv + ["--rollout-num-gpus", "3", "--rollout-num-gpus-per-engine", "2"])
+    with pytest.raises(ConfigError, match="a multi-node actor must fill whole nodes"):
+        parse(argv + ["--rollout-num-gpus", "2", "--actor-num-nodes", "2"])
+    with pytest.raises(ConfigError, match="--global-batch-size 8 is not divisible by the actor's data-parallel size 3"):
+        parse(argv + ["--rollout-num-gpus", "2", "--actor-num-gpus-per-node", "3"])
+
+
+def test_batch_identity_derives_the_missing_side(base):
+    a = parse(base)
+    assert (a.global_batch_size, a.num_steps_per_rollout) == (8, 1)
+    a = parse(base + ["--num-steps-per-rollout", "2"])
+    assert (a.global_batch_size, a.num_steps_per_rollout) == (4, 2)
+    a = parse(base + ["--global-batch-size", "2"])
+    assert (a.global_batch_size, a.num_steps_per_rollout) == (2, 4)
+    a = parse(base + ["--global-batch-size", "4", "--num-steps-per-rollout", "2"])
+    assert a.rollout_batch_size * a.n_samples_per_prompt == a.global_batch_size * a.num_steps_per_rollout
+
+
+def test_derived_defaults(base):
+    a = parse(base + ["--eps-clip", "0.3", "--reward-key", "score"])
+    assert a.eps_clip_high == 0.3 and a.over_sampling_batch_size == 4
+    assert a.offload_train and a.offload_rollout and a.rollout_num_gpus == 2  # --colocate
+    assert a.critic_num_nodes == 1 and a.critic_num_gpus_per_node == 2
+    assert a.eval_reward_key == "score" and a.eval_function_path == a.rollout_function_path
+    assert a.rollout_engine == "cpu" and a.rollout_engine_requested == "auto"  # no GPU on this machine
+    assert a.run_dir.startswith("runs")
+    a = parse(base + ["--advantage-estimator", "ppo"])
+    assert a.use_critic  # slime: ppo always trains a critic
+
+
+def test_model_flags_filled_from_config_json_when_absent(base):
+    a = parse(base)
+    assert (a.num_layers, a.hidden_size, a.num_query_groups, a.vocab_size) == (2, 64, 2, 128)
+    assert a.add_qkv_bias and a.swiglu and a.normalization == "RMSNorm" and not a.untie_embeddings_and_output_weights
+
+
+def test_model_flags_checked_against_config_json(tmp_path, base):
+    cfg = dict(TINY_QWEN2, tie_word_embeddings=False, rms_norm_eps=1e-5)
+    hf = write_hf_dir(tmp_path / "other", cfg)
+    argv = drop(base, "--hf-checkpoint") + ["--hf-checkpoint", hf, "--num-layers", "2", "--hidden-size", "64",
+                                            "--num-attention-heads", "4", "--group-query-attention",
+                                            "--num-query-groups", "2", "--ffn-hidden-size", "128",
+                                            "--vocab-size", "128", "--norm-epsilon", "1e-6"]
+    with pytest.raises(ConfigError) as e:
+        parse(argv)
+    msg = str(e.value)
+    assert "--norm-epsilon 1e-06 but config.json has rms_norm_eps = 1e-05" in msg
+    assert "--untie-embeddings-and-output-weights False" in msg
+    assert "python -m slime_like.tools.model_args" in msg
+
+
+def test_cuda_only_flags_warn_on_cpu(base, capsys):
+    a = parse(base + ["--use-flash-attn"])
+    assert any("--use-flash-attn is accepted but not honoured" in w for w in a.config_warnings)
+    assert "--use-flash-attn is accepted but not honoured" in capsys.readouterr().err
