@@ -27,17 +27,19 @@ def _zero_masked(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 
 
 def _gspo_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """GSPO's sequence log-ratio, broadcast to the sequence's tokens:
+    """GSPO's sequence log-ratio on every token, with the gradient flowing per token (GSPO-token):
 
-        log s_i = mean over valid t of (logp_t - old_logp_t)
+        log s_i     = mean over valid t of (logp_t - old_logp_t)
+        log s_{i,t} = sg[log s_i] + logp_t - sg[logp_t]          (sg = stop-gradient)
 
-    The gradient flows through every valid token's logp via the mean, d log s_i / d logp_t =
-    1/|y_i| (GSPO paper: grad s_i = s_i * mean_t grad log pi(y_t)), as slime does; it is a true
-    gradient, so gradcheck holds. With one advantage per sequence (grpo-style rewards) this equals
-    the paper's GSPO-token variant.
+    The value on every token of sequence i is log s_i; the gradient w.r.t. logp_t is that of
+    s_i * log pi(y_t), as in the GSPO paper's GSPO-token objective (and verl). With one advantage
+    per sequence (how grpo-style rewards arrive) it equals the gradient of the sequence-level
+    objective -min(s_i A_i, clip(s_i) A_i) differentiated through the mean (slime's form); with
+    per-token advantages it is deliberately not the derivative of the forward value.
     """
-    seq = masked_mean(logp - old_logp, valid, dim=-1)            # [B]
-    return seq.unsqueeze(-1).expand_as(logp)
+    seq = masked_mean((logp - old_logp).detach(), valid, dim=-1)            # [B]
+    return seq.unsqueeze(-1) + logp - logp.detach()
 
 
 def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,

@@ -99,3 +99,35 @@ def test_entropy_hand_values_and_masked_vocab():
     h.sum().backward()
     assert torch.isfinite(x.grad).all()
     assert_close(x.grad, torch.zeros(1, 3))  # uniform over the two live slots is a maximum: zero gradient
+
+
+def _saved_bytes(fn, logits):
+    """Bytes autograd keeps for backward, counting each storage once and ignoring the logits' own storage."""
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn(logits)
+    storages.pop(logits.untyped_storage().data_ptr(), None)
+    return out, sum(storages.values())
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_logprobs_keep_no_full_vocab_copy_for_backward(gen, temperature):
+    """The reference log_softmax(x / T).gather keeps >= one [N, V] copy alive until backward; ours keeps O(N)."""
+    n, v = 64, 4096
+    logits = torch.randn(n, v, generator=gen).requires_grad_(True)
+    labels = torch.randint(0, v, (n,), generator=gen)
+    ours, ours_bytes = _saved_bytes(lambda x: logprobs_from_logits(x, labels, temperature, chunk_rows=16), logits)
+    ref, ref_bytes = _saved_bytes(
+        lambda x: torch.log_softmax(x / temperature, -1).gather(-1, labels[:, None]).squeeze(-1), logits)
+    full = n * v * logits.element_size()
+    assert ref_bytes >= full          # the naive path really holds a full copy
+    assert ours_bytes <= 64 * n       # labels + one logsumexp per row, nothing of size V
+    assert_close(ours, ref)
+    ent, ent_bytes = _saved_bytes(lambda x: entropy_from_logits(x, chunk_rows=16), logits)
+    assert ent_bytes <= 64 * n
+    assert_close(ent, torch.distributions.Categorical(logits=logits.detach()).entropy())

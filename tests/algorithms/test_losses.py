@@ -104,10 +104,12 @@ def test_gradient_vanishes_exactly_where_clipping_is_active(randn, make_mask, ep
     assert_close(grad[free], (-adv * ratio)[free])  # d(-A r)/d logp = -A r where unclipped
 
 
-def test_gspo_equals_ppo_when_every_token_has_the_same_ratio(randn, make_mask):
-    logp, _, _, mask = batch(randn, make_mask, holes=True)
+@pytest.mark.parametrize("per_token_adv", [True, False])
+def test_gspo_equals_ppo_when_every_token_has_the_same_ratio(randn, make_mask, per_token_adv):
+    logp, _, adv, mask = batch(randn, make_mask, holes=True)
     old = logp.detach() - randn(logp.shape[0], 1) * 0.3         # one log-ratio per sequence
-    adv = randn(logp.shape[0], 1).expand_as(logp).contiguous()  # one advantage per sequence, as GSPO has
+    if not per_token_adv:
+        adv = randn(logp.shape[0], 1).expand_as(logp).contiguous()  # one advantage per sequence
     logp_ppo, logp_gspo = logp.clone().requires_grad_(True), logp.clone().requires_grad_(True)
     loss_ppo, m_ppo = policy_loss(logp_ppo, old, adv, mask, 0.2, 0.25, 3.0, kind="ppo")
     loss_gspo, m_gspo = policy_loss(logp_gspo, old, adv, mask, 0.2, 0.25, 3.0, kind="gspo")
@@ -233,12 +235,17 @@ def test_aggregate_loss_hand_case_and_bad_mode():
 @pytest.mark.parametrize("kind", ["ppo", "gspo"])
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
 def test_policy_loss_gradcheck(make_mask, kind, mode):
+    """GSPO gets one advantage per sequence (as grpo-style rewards arrive): only then is the
+    GSPO-token gradient the derivative of the loss value, see losses._gspo_log_ratio."""
     gen = torch.Generator().manual_seed(3)
     logp = (-torch.rand(3, 5, generator=gen, dtype=F64) * 2).requires_grad_(True)
     # ratios inside (1 - eps, 1 + eps) or far outside: no kink within gradcheck's finite-difference step
     shift = torch.tensor([0.05, -0.05, 0.6, -0.6, 0.0], dtype=F64)
     old = (logp.detach() + shift)
     adv = torch.randn(3, 5, generator=gen, dtype=F64)
+    if kind == "gspo":
+        adv = adv[:, :1].expand(3, 5).contiguous()
+        old = logp.detach() + torch.tensor([[0.05], [-0.6], [0.6]], dtype=F64)  # sequence ratios off the kinks
     mask = make_mask(3, 5, min_len=2)
     fn = lambda x: aggregate_loss(policy_loss(x, old, adv, mask, 0.2, 0.3, 3.0, kind=kind)[0], mask, mode)  # noqa: E731
     assert torch.autograd.gradcheck(fn, (logp,))
