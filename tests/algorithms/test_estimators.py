@@ -174,3 +174,14 @@ def test_registry_unrelated_key_has_no_suggestion():
     assert "Did you mean" not in str(info.value) and "k1, k2, k3, low_var_kl" in str(info.value)
     with pytest.raises(KeyError):
         compute_advantages_and_returns("dapo", rewards=[1.0], mask=torch.ones(1, 2))
+
+
+def test_dtypes_and_bool_masks():
+    """float32 inputs give float32 outputs; a bool mask works like a 0/1 float mask."""
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.bool)
+    values = torch.tensor([[0.1, 0.2, 0.0], [0.3, 0.0, 0.0]])
+    for estimator in algos.ADVANTAGE_ESTIMATORS:
+        adv, ret = compute_advantages_and_returns(estimator, rewards=[1.0, -1.0], mask=mask, values=values)
+        adv_f, ret_f = compute_advantages_and_returns(estimator, rewards=[1.0, -1.0], mask=mask.float(), values=values)
+        assert adv.dtype == ret.dtype == torch.float32
+        assert torch.equal(adv, adv_f) and torch.equal(ret, ret_f)
