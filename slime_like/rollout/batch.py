@@ -1,0 +1,88 @@
+"""One rollout's samples -> the trainer's columnar batch (docs/architecture.md), and its DP split.
+
+``rewards`` holds the estimator's rollout-side group step:
+    grpo, gspo                      group_advantages (std normalisation unless
+                                    --disable-grpo-std-normalization)
+    reinforce_plus_plus_baseline    reinforce_baseline_advantages (group mean subtracted)
+    ppo, reinforce_plus_plus        raw rewards (the trainer builds token-level returns)
+With --disable-rewards-normalization the raw rewards are passed for every estimator.
+"""
+from __future__ import annotations
+
+from ..sample import Status
+from .rewards import scalar_reward
+
+BATCH_KEYS = ("tokens", "response_lengths", "loss_masks", "rewards", "raw_rewards", "rollout_log_probs",
+              "sample_indices", "truncated")
+
+
+def _groups_in_order(samples):
+    groups: dict[int, list] = {}
+    for s in samples:
+        groups.setdefault(s.group_index, []).append(s)
+    return list(groups.values())
+
+
+def group_step(args, raw_rewards: list[float], group_size: int) -> list[float]:
+    from ..algorithms import group_advantages, reinforce_baseline_advantages
+
+    estimator = getattr(args, "advantage_estimator", "grpo")
+    if not getattr(args, "rewards_normalization", True):
+        return list(raw_rewards)
+    if estimator in ("grpo", "gspo"):
+        normalize_std = (getattr(args, "grpo_std_normalization", True)
+                         and not getattr(args, "disable_grpo_std_normalization", False))
+        return group_advantages(raw_rewards, group_size, normalize_std=normalize_std).tolist()
+    if estimator == "reinforce_plus_plus_baseline":
+        return reinforce_baseline_advantages(raw_rewards, group_size).tolist()
+    if estimator in ("ppo", "reinforce_plus_plus"):
+        return list(raw_rewards)
+    raise ValueError(f"--advantage-estimator {estimator!r}: unknown to the rollout batch builder "
+                     f"(grpo, gspo, reinforce_plus_plus, reinforce_plus_plus_baseline, ppo)")
+
+
+def to_train_batch(args, samples) -> dict:
+    """Columnar dict, one entry per sample, groups kept contiguous (group order = first appearance)."""
+    batch = {k: [] for k in BATCH_KEYS}
+    for group in _groups_in_order(samples):
+        raw = [scalar_reward(args, s.reward) for s in group]
+        for s, r, adv in zip(group, raw, group_step(args, raw, len(group))):
+            if not (len(s.loss_mask) == len(s.rollout_log_probs) == s.response_length):
+                raise ValueError(f"sample {s.index} (prompt {s.group_index}): response_length "
+                                 f"{s.response_length}, loss_mask {len(s.loss_mask)}, rollout_log_probs "
+                                 f"{len(s.rollout_log_probs)} must be equal")
+            batch["tokens"].append(list(s.tokens))
+            batch["response_lengths"].append(s.response_length)
+            batch["loss_masks"].append(list(s.loss_mask))
+            batch["rewards"].append(float(adv))
+            batch["raw_rewards"].append(float(r))
+            batch["rollout_log_probs"].append(list(s.rollout_log_probs))
+            batch["sample_indices"].append(s.index)
+            batch["truncated"].append(int(s.status == Status.TRUNCATED))
+    return batch
+
+
+def _balanced_assignment(lengths: list[int], dp_size: int) -> list[list[int]]:
+    """Equal sample counts per rank, token totals balanced greedily (longest first to the lightest
+    rank that still has room): within max(length) of optimal, good enough against stragglers."""
+    per_rank = len(lengths) // dp_size
+    loads, ranks = [0] * dp_size, [[] for _ in range(dp_size)]
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        r = min((r for r in range(dp_size) if len(ranks[r]) < per_rank), key=lambda r: loads[r])
+        ranks[r].append(i)
+        loads[r] += lengths[i]
+    return [sorted(r) for r in ranks]
+
+
+def split_for_dp(batch: dict, dp_size: int, balance: bool = False) -> list[dict]:
+    """One dict per data-parallel rank, whole samples each: strided (rank r gets r, r+D, ...) like slime,
+    or with ``balance=True`` (--balance-data) token-balanced."""
+    n = len(batch["tokens"])
+    if dp_size < 1 or n % dp_size:
+        raise ValueError(f"the rollout has {n} samples, which does not split evenly over {dp_size} data-parallel "
+                         f"ranks; make --rollout-batch-size x --n-samples-per-prompt a multiple of the DP size")
+    if balance:
+        assignment = _balanced_assignment([len(t) for t in batch["tokens"]], dp_size)
+    else:
+        assignment = [list(range(r, n, dp_size)) for r in range(dp_size)]
+    return [{k: [v[i] for i in idx] for k, v in batch.items()} for idx in assignment]

@@ -1,0 +1,161 @@
+"""RolloutController: everything the rollout side does for the training loop, as a plain class.
+
+    ctl = RolloutController(args, engine_urls)        # the Ray layer wraps it in an actor
+    samples, metrics = ctl.generate(rollout_id)       # scored samples of one rollout (whole groups)
+    metrics = ctl.evaluate(rollout_id)                # eval/<name>/... per --eval-prompt-data dataset
+    state = ctl.state_dict(); ctl.load_state_dict(state)   # the data source position + partial buffer
+
+Each call runs its own asyncio loop (``asyncio.run``), so it must not be called from inside a
+running event loop. ``--save-debug-rollout-data PATH`` writes each rollout's samples (``{rollout_id}``
+in PATH is substituted); ``--load-debug-rollout-data PATH`` replays them instead of generating (no
+engines or prompt data needed). A tqdm bar counts finished samples when stderr is a terminal
+(``--disable-tqdm`` / env ``SLIME_LIKE_NO_TQDM=1`` turns it off).
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import sys
+import time
+
+from ..sample import Status
+from .data_source import RolloutDataSource
+from .engines import EnginePool, set_current_state
+from .eval import eval_datasets, eval_metrics
+from .generate import GenerateState, RolloutOutput
+from .hooks import load_function
+from .rewards import scalar_reward
+from .serialize import sample_from_dict, sample_to_dict
+
+logger = logging.getLogger(__name__)
+DEFAULT_ROLLOUT_FUNCTION = "slime_like.rollout.generate.generate_rollout"
+
+
+def load_tokenizer(args):
+    from transformers import AutoTokenizer
+
+    path = getattr(args, "hf_checkpoint", None)
+    if not path:
+        raise ValueError("--hf-checkpoint is required: the rollout tokenizes prompts with its tokenizer")
+    return AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+
+
+def rollout_metrics(args, samples, elapsed: float, tokens_generated: int) -> dict:
+    rewards = [scalar_reward(args, s.reward) for s in samples]
+    lengths = [s.response_length for s in samples]
+    n = max(len(samples), 1)
+    return {"rollout/reward": sum(rewards) / n,
+            "rollout/response_len/mean": sum(lengths) / n, "rollout/response_len/max": max(lengths, default=0),
+            "rollout/truncated_ratio": sum(s.status == Status.TRUNCATED for s in samples) / n,
+            "rollout/num_samples": len(samples), "rollout/time_s": elapsed,
+            "rollout/tokens_per_s": tokens_generated / elapsed if elapsed > 0 else 0.0}
+
+
+class RolloutController:
+    def __init__(self, args, engine_urls: list[str], tokenizer=None):
+        self.args, self.engine_urls = args, list(engine_urls or [])
+        self.debug_load = getattr(args, "load_debug_rollout_data", None)
+        self.dead_engines: dict[str, str] = {}     # survives across rollouts: a dead engine stays dead
+        self.tokenizer = None
+        self.data_source = None
+        if self.debug_load:
+            return
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(args)
+        self.rollout_fn = load_function(getattr(args, "rollout_function_path", None) or DEFAULT_ROLLOUT_FUNCTION,
+                                        "--rollout-function-path")
+        eval_path = getattr(args, "eval_function_path", None)
+        self.eval_fn = load_function(eval_path, "--eval-function-path") if eval_path else self.rollout_fn
+        custom_ds = getattr(args, "data_source_path", None)
+        if custom_ds:
+            self.data_source = load_function(custom_ds, "--data-source-path")(args, self.tokenizer)
+        elif getattr(args, "prompt_data", None):
+            self.data_source = RolloutDataSource(args, self.tokenizer)
+
+    # ------------------------------------------------------------------ running a hook in a loop
+    def _progress(self, total: int, desc: str):
+        off = (getattr(self.args, "disable_tqdm", False) or os.environ.get("SLIME_LIKE_NO_TQDM") == "1"
+               or not sys.stderr.isatty())
+        if off:
+            return None
+        from tqdm import tqdm
+        return tqdm(total=total, desc=desc, unit="sample", dynamic_ncols=True)
+
+    async def _run(self, fn, rollout_id: int, evaluation: bool, progress):
+        async with EnginePool(self.engine_urls, dead=self.dead_engines) as pool:
+            state = GenerateState(self.args, pool, self.tokenizer, progress)
+            set_current_state(state)
+            out = fn(self.args, rollout_id, self.data_source, evaluation=evaluation)
+            if inspect.isawaitable(out):
+                out = await out
+            return out, pool.tokens_generated
+
+    def _call(self, fn, rollout_id: int, evaluation: bool, total: int, desc: str):
+        progress = self._progress(total, desc)
+        try:
+            return asyncio.run(self._run(fn, rollout_id, evaluation, progress))
+        finally:
+            if progress is not None:
+                progress.close()
+
+    # ------------------------------------------------------------------ public API
+    def generate(self, rollout_id: int):
+        """(samples of the kept groups, flattened, metrics dict)."""
+        if self.debug_load:
+            samples = self._load_debug(rollout_id)
+            return samples, rollout_metrics(self.args, samples, 0.0, 0)
+        if self.data_source is None:
+            raise ValueError("--prompt-data is required to generate rollouts")
+        total = int(self.args.rollout_batch_size) * int(self.args.n_samples_per_prompt)
+        t0 = time.perf_counter()
+        out, tokens = self._call(self.rollout_fn, rollout_id, False, total, f"rollout {rollout_id}")
+        elapsed = time.perf_counter() - t0
+        groups = out.groups if isinstance(out, RolloutOutput) else out
+        # Completion order depends on timing; prompt order makes runs reproducible.
+        samples = [s for g in sorted(groups, key=lambda g: g[0].group_index) for s in g]
+        metrics = rollout_metrics(self.args, samples, elapsed, tokens)
+        if isinstance(out, RolloutOutput):
+            metrics.update(out.metrics)
+        if self.dead_engines:
+            metrics["rollout/dead_engines"] = len(self.dead_engines)
+        if getattr(self.args, "save_debug_rollout_data", None):
+            self._save_debug(rollout_id, samples)
+        return samples, metrics
+
+    def evaluate(self, rollout_id: int) -> dict:
+        datasets = eval_datasets(self.args)
+        if not datasets:
+            return {}
+        out, _ = self._call(self.eval_fn, rollout_id, True, 0, f"eval {rollout_id}")
+        metrics = {}
+        for name, groups in out.items():
+            metrics.update(eval_metrics(self.args, name, groups))
+        return metrics
+
+    def state_dict(self) -> dict:
+        ds = self.data_source
+        return {"data_source": ds.state_dict() if ds is not None and hasattr(ds, "state_dict") else None}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("data_source") is not None and self.data_source is not None:
+            self.data_source.load_state_dict(state["data_source"])
+
+    # ------------------------------------------------------------------ debug dumps (slime's flags)
+    def _save_debug(self, rollout_id: int, samples) -> None:
+        import torch
+
+        path = self.args.save_debug_rollout_data.format(rollout_id=rollout_id)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        torch.save({"rollout_id": rollout_id, "samples": [sample_to_dict(s) for s in samples]}, path)
+        logger.info("saved rollout %d (%d samples) to %s", rollout_id, len(samples), path)
+
+    def _load_debug(self, rollout_id: int):
+        import torch
+
+        path = self.debug_load.format(rollout_id=rollout_id)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"--load-debug-rollout-data: {path} does not exist (rollout {rollout_id}); "
+                                    f"was it written by --save-debug-rollout-data with the same pattern?")
+        data = torch.load(path, weights_only=False)
+        return [sample_from_dict(d) for d in data["samples"]]

@@ -1,0 +1,103 @@
+"""The rollout's view of the engines: several SGLang-protocol URLs, least-loaded choice, fail-over.
+
+Requests go to the live engine with the fewest requests in flight (ties: round-robin order). An
+engine that stops answering (connection refused / reset / timeout: ``EngineUnreachable``) is marked
+dead for the rest of the run and the request is sent again, unchanged, to another engine: the
+sample is only updated from a successful answer, so a retried request is never counted twice.
+When no engine is left the rollout fails naming every dead address and its last error.
+An engine that answers with an HTTP error (a bad request) is not retried: that error is raised.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import itertools
+import logging
+
+import aiohttp
+
+from ..backends.sglang.client import EngineClient, EngineUnreachable
+
+logger = logging.getLogger(__name__)
+
+
+class NoEngineLeft(RuntimeError):
+    pass
+
+
+class EnginePool:
+    def __init__(self, urls: list[str], dead: dict | None = None, timeout: float | None = 3600.0):
+        if not urls:
+            raise ValueError("no rollout engine URLs (the engines did not start, or "
+                             "--rollout-external-engine-addrs is empty)")
+        self.urls = list(urls)
+        self.dead: dict[str, str] = dead if dead is not None else {}   # url -> last error, shared across runs
+        self._timeout = timeout
+        self._session: aiohttp.ClientSession | None = None
+        self.clients: dict[str, EngineClient] = {}
+        self.in_flight = {u: 0 for u in self.urls}
+        self._rr = itertools.count()
+        self.tokens_generated = 0          # output tokens of successful answers (for tokens/s)
+
+    async def __aenter__(self):
+        # One connection pool for all engines; no per-connection limit (the semaphore bounds concurrency).
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                              timeout=aiohttp.ClientTimeout(total=self._timeout))
+        self.clients = {u: EngineClient(u, session=self._session, timeout=self._timeout) for u in self.urls}
+        return self
+
+    async def __aexit__(self, *exc):
+        await self._session.close()
+
+    @property
+    def alive(self) -> list[str]:
+        return [u for u in self.urls if u not in self.dead]
+
+    def _pick(self) -> str:
+        alive = self.alive
+        if not alive:
+            raise NoEngineLeft("every rollout engine is down: " + "; ".join(f"{u}: {e}" for u, e in self.dead.items()))
+        start = next(self._rr) % len(alive)
+        rotated = alive[start:] + alive[:start]
+        return min(rotated, key=lambda u: self.in_flight[u])
+
+    async def generate(self, input_ids: list[int], sampling_params: dict, rid: str | None = None) -> dict:
+        while True:
+            url = self._pick()
+            self.in_flight[url] += 1
+            try:
+                out = await self.clients[url].generate(input_ids, sampling_params, return_logprob=True, rid=rid)
+                self.tokens_generated += int((out.get("meta_info") or {}).get("completion_tokens") or 0)
+                return out
+            except EngineUnreachable as exc:
+                if url not in self.dead:
+                    self.dead[url] = str(exc)
+                    logger.error("rollout engine %s stopped answering (%s); %d engine(s) left, retrying its "
+                                 "requests there", url, exc, len(self.alive))
+            finally:
+                self.in_flight[url] -= 1
+
+    async def abort_all(self) -> None:
+        async def one(url):
+            try:
+                await self.clients[url].abort()
+            except EngineUnreachable as exc:
+                self.dead.setdefault(url, str(exc))
+        await asyncio.gather(*(one(u) for u in self.alive))
+
+
+# The pool (and the rest of a rollout's shared state) of the rollout running in this task tree.
+_CURRENT = contextvars.ContextVar("slime_like_rollout_state", default=None)
+
+
+def current_state():
+    """The running rollout's GenerateState (custom generate / rollout functions call its methods)."""
+    state = _CURRENT.get()
+    if state is None:
+        raise RuntimeError("no rollout is running: current_state() is only available inside a rollout "
+                           "(generate_rollout / a --custom-generate-function-path function)")
+    return state
+
+
+def set_current_state(state):
+    return _CURRENT.set(state)

@@ -1,0 +1,96 @@
+"""Evaluation: ``--eval-prompt-data NAME PATH [NAME PATH ...]``, n samples per prompt, metrics per dataset.
+
+Metrics, under ``eval/<name>/``:
+  ``reward``            mean scalar reward over all samples (``--eval-reward-key``, else ``--reward-key``)
+  ``accuracy``          share of samples with reward > 0 (a sample counts as correct when its reward is
+                        positive, which fits 0/1 and -1/+1 graders alike)
+  ``pass@k``            for k = 1, 2, 4, ... and n (= ``--n-samples-per-eval-prompt``): the unbiased
+                        estimator of Chen et al. 2021, mean over prompts of 1 - C(n-c, k) / C(n, k), c =
+                        correct samples of the prompt
+  ``response_len/mean`` mean response length in tokens
+  ``truncated_ratio``   share of samples that hit the max response length
+Sampling: the rollout's parameters with ``--eval-temperature/--eval-top-p/--eval-top-k/
+--eval-max-response-len`` overriding where set.
+"""
+from __future__ import annotations
+
+import asyncio
+import copy
+
+from ..sample import Status
+from .data_source import load_prompts, make_group
+from .engines import current_state
+from .rewards import scalar_reward
+
+
+def eval_datasets(args) -> list[tuple[str, str]]:
+    items = list(getattr(args, "eval_prompt_data", None) or [])
+    if len(items) % 2:
+        raise ValueError(f"--eval-prompt-data takes NAME PATH pairs; got an odd number of values: {items}")
+    return [(items[i], items[i + 1]) for i in range(0, len(items), 2)]
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k = 1 - C(n-c, k) / C(n, k), as the numerically stable product."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples per prompt, got {n}")
+    if n - c < k:
+        return 1.0
+    prob_all_wrong = 1.0
+    for i in range(n - c + 1, n + 1):
+        prob_all_wrong *= 1.0 - k / i
+    return 1.0 - prob_all_wrong
+
+
+def ks_for(n: int) -> list[int]:
+    ks, k = [], 1
+    while k < n:
+        ks.append(k)
+        k *= 2
+    return ks + [n]
+
+
+def eval_args(args):
+    """A copy with the eval reward key in force (the shared namespace is never mutated)."""
+    view = copy.copy(args)
+    view.reward_key = getattr(args, "eval_reward_key", None) or getattr(args, "reward_key", None)
+    return view
+
+
+async def eval_rollout(args, rollout_id: int) -> dict:
+    """{dataset name: list of groups}; every prompt of every dataset, n samples each, scored."""
+    from .generate import generate_group, sampling_params_from_args
+
+    state = current_state()
+    eargs = eval_args(args)
+    n = int(getattr(args, "n_samples_per_eval_prompt", 1) or 1)
+    params = sampling_params_from_args(args, evaluation=True)
+    out = {}
+    for name, path in eval_datasets(args):
+        records = load_prompts(path, state.tokenizer, getattr(args, "eval_input_key", None) or args.input_key,
+                               getattr(args, "eval_label_key", None) or getattr(args, "label_key", None),
+                               getattr(args, "metadata_key", "metadata"),
+                               bool(getattr(args, "apply_chat_template", False)),
+                               getattr(args, "eval_max_prompt_len", None), flag=f"--eval-prompt-data {name}")
+        groups = [make_group(rec, i, n) for i, rec in enumerate(records)]
+        out[name] = await asyncio.gather(*(generate_group(eargs, g, params) for g in groups))
+    return out
+
+
+def eval_metrics(args, name: str, groups: list) -> dict:
+    eargs = eval_args(args)
+    rewards, correct_per_group, lengths, truncated = [], [], [], []
+    for group in groups:
+        rs = [scalar_reward(eargs, s.reward) if s.status != Status.FAILED else 0.0 for s in group]
+        rewards += rs
+        correct_per_group.append(sum(r > 0 for r in rs))
+        lengths += [s.response_length for s in group]
+        truncated += [s.status == Status.TRUNCATED for s in group]
+    n = len(groups[0]) if groups else 0
+    p = f"eval/{name}/"
+    m = {p + "reward": sum(rewards) / len(rewards), p + "accuracy": sum(r > 0 for r in rewards) / len(rewards),
+         p + "response_len/mean": sum(lengths) / len(lengths), p + "truncated_ratio": sum(truncated) / len(truncated),
+         p + "num_prompts": len(groups)}
+    for k in ks_for(n):
+        m[p + f"pass@{k}"] = sum(pass_at_k(n, c, k) for c in correct_per_group) / len(groups)
+    return m

@@ -1,0 +1,207 @@
+"""Generation: asyncio requests to SGLang-protocol engines, groups, rewards, over-sampling + filters.
+
+Hooks (slime's signatures):
+  ``--rollout-function-path``: ``[async] def generate_rollout(args, rollout_id, data_source, evaluation=False)``
+      returns the rollout's groups (``list[list[Sample]]`` or a ``RolloutOutput``); with
+      ``evaluation=True`` a dict ``{dataset name: list[list[Sample]]}``. It runs inside the
+      controller's event loop, so ``current_state()`` (engines, tokenizer, semaphore) is available.
+  ``--custom-generate-function-path``: ``async def generate(args, sample, sampling_params) -> Sample``
+      replaces ``generate_sample`` for every sample; call ``current_state().engine_generate(ids, params)``
+      to reach the engines (fail-over included) and ``append_engine_output`` to record an answer.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from dataclasses import dataclass, field
+
+from ..sample import Sample, Status
+from .batch import split_for_dp, to_train_batch  # noqa: F401  (re-exported: the Ray manager imports them here)
+from .engines import NoEngineLeft, current_state
+from .filters import decide
+from .hooks import load_function
+from .rewards import assign_rewards
+
+logger = logging.getLogger(__name__)
+FINISHED = (Status.COMPLETED, Status.TRUNCATED)
+
+
+class GenerationError(RuntimeError):
+    pass
+
+
+def sampling_params_from_args(args, evaluation: bool = False) -> dict:
+    """SGLang ``sampling_params`` from the rollout flags (eval overrides where set)."""
+    p = {"temperature": args.rollout_temperature, "top_p": args.rollout_top_p, "top_k": args.rollout_top_k,
+         "max_new_tokens": args.rollout_max_response_len, "stop": args.rollout_stop,
+         "stop_token_ids": args.rollout_stop_token_ids,
+         "skip_special_tokens": bool(getattr(args, "rollout_skip_special_tokens", False)),
+         # Keep a matched stop string in the text so text and tokens agree (RL trains on the tokens).
+         "no_stop_trim": True}
+    if evaluation:
+        for key, flag in (("temperature", "eval_temperature"), ("top_p", "eval_top_p"), ("top_k", "eval_top_k"),
+                          ("max_new_tokens", "eval_max_response_len"), ("min_new_tokens", "eval_min_new_tokens")):
+            if getattr(args, flag, None) is not None:
+                p[key] = getattr(args, flag)
+    if p["max_new_tokens"] is None:
+        raise ValueError("--rollout-max-response-len is required (SGLang's max_new_tokens per response)")
+    return {k: v for k, v in p.items() if v is not None}
+
+
+class GenerateState:
+    """Shared by every request of one rollout: engines, concurrency bound, abort flag, progress."""
+
+    def __init__(self, args, pool, tokenizer=None, progress=None):
+        self.args, self.pool, self.tokenizer, self.progress = args, pool, tokenizer, progress
+        self.semaphore = asyncio.Semaphore(int(args.sglang_server_concurrency) * len(pool.urls))
+        self.aborted = False
+        self._rid = itertools.count()
+        path = getattr(args, "custom_generate_function_path", None)
+        self.generate_fn = load_function(path, "--custom-generate-function-path") if path else generate_sample
+
+    async def engine_generate(self, input_ids: list[int], sampling_params: dict) -> dict:
+        return await self.pool.generate(input_ids, sampling_params, rid=f"rollout-{next(self._rid)}")
+
+    async def abort(self) -> None:
+        """Stop everything: queued samples are not sent, running ones come back with finish_reason abort."""
+        self.aborted = True
+        await self.pool.abort_all()
+
+
+def append_engine_output(sample: Sample, out: dict, loss_mask_value: int = 1) -> int:
+    """Append one /generate answer to the sample (tokens, log-probs, mask, text, status); returns #tokens."""
+    meta = out.get("meta_info") or {}
+    lp = meta.get("output_token_logprobs")
+    if lp is None:
+        raise GenerationError(f"engine answer has no meta_info.output_token_logprobs (return_logprob was set); "
+                              f"keys: {sorted(meta)}")
+    new_ids = [int(t) for _, t, *_ in lp]
+    new_lps = [float(v) for v, *_ in lp]
+    sample.tokens += new_ids
+    sample.response_length += len(new_ids)
+    sample.loss_mask += [loss_mask_value] * len(new_ids)
+    sample.rollout_log_probs += new_lps
+    sample.response += out.get("text", "")
+    kind = (meta.get("finish_reason") or {}).get("type")
+    sample.status = {"length": Status.TRUNCATED, "abort": Status.ABORTED}.get(kind, Status.COMPLETED)
+    return len(new_ids)
+
+
+async def generate_sample(args, sample: Sample, sampling_params: dict) -> Sample:
+    """The default per-sample generate: one /generate call, continuing a partial response if any."""
+    state = current_state()
+    params = dict(sampling_params)
+    params["max_new_tokens"] = params["max_new_tokens"] - sample.response_length
+    if params["max_new_tokens"] <= 0:
+        sample.status = Status.TRUNCATED
+        return sample
+    out = await state.engine_generate(sample.tokens, params)
+    append_engine_output(sample, out)
+    return sample
+
+
+def reset_sample(sample: Sample) -> None:
+    """Drop the response (back to a fresh prompt)."""
+    del sample.tokens[sample.prompt_length:]
+    sample.response_length, sample.response, sample.reward = 0, "", None
+    sample.loss_mask, sample.rollout_log_probs, sample.status = [], [], Status.PENDING
+
+
+async def generate_group(args, group: list[Sample], sampling_params: dict) -> list[Sample]:
+    """Generate every unfinished sample of one prompt's group, then score the group (if all finished)."""
+    state = current_state()
+
+    async def one(sample: Sample) -> Sample:
+        if sample.status in FINISHED:        # finished in an earlier rollout (partial rollout)
+            return sample
+        async with state.semaphore:
+            if state.aborted:
+                sample.status = Status.ABORTED
+                return sample
+            if sample.response_length and getattr(args, "mask_offpolicy_in_partial_rollout", False):
+                sample.loss_mask = [0] * sample.response_length   # generated by older weights
+            sample.status = Status.PENDING
+            try:
+                out = await state.generate_fn(args, sample, sampling_params)
+            except NoEngineLeft:
+                raise
+            except Exception as exc:
+                raise GenerationError(f"generation failed for prompt index {sample.group_index} (sample "
+                                      f"{sample.index}): {type(exc).__name__}: {exc}") from exc
+        if not isinstance(out, Sample):
+            raise GenerationError(f"{state.generate_fn.__module__}.{state.generate_fn.__name__} returned "
+                                  f"{type(out).__name__}, expected the Sample")
+        if state.progress is not None:
+            state.progress.update(1)
+        return out
+
+    group[:] = await asyncio.gather(*(one(s) for s in group))
+    if all(s.status in FINISHED for s in group):
+        await assign_rewards(args, group)
+    return group
+
+
+@dataclass
+class RolloutOutput:
+    groups: list                       # kept groups (list[list[Sample]])
+    metrics: dict = field(default_factory=dict)
+    filtered: list = field(default_factory=list)     # group indices dropped by the filter
+    failed: list = field(default_factory=list)       # group indices with a FAILED sample
+    returned: list = field(default_factory=list)     # group indices handed back to the data source
+
+
+async def generate_rollout(args, rollout_id: int, data_source, evaluation: bool = False):
+    """Default ``--rollout-function-path``: ``--rollout-batch-size`` kept groups (see module doc)."""
+    if evaluation:
+        from .eval import eval_rollout
+        return await eval_rollout(args, rollout_id)
+    state = current_state()
+    target = int(args.rollout_batch_size)
+    over = int(getattr(args, "over_sampling_batch_size", None) or target)
+    filter_path = getattr(args, "dynamic_sampling_filter_path", None)
+    filter_fn = load_function(filter_path, "--dynamic-sampling-filter-path") if filter_path else None
+    params = sampling_params_from_args(args)
+    result = RolloutOutput(groups=[])
+    pending: dict[asyncio.Task, list[Sample]] = {}
+    leftovers: list[list[Sample]] = []
+    submitted = 0
+    try:
+        while len(result.groups) < target:
+            while len(result.groups) + len(pending) < target:     # top up from the data source
+                for g in data_source.get_samples(over):
+                    pending[asyncio.ensure_future(generate_group(args, g, params))] = g
+                    submitted += 1
+            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                group = pending.pop(task)
+                task.result()                                      # re-raise a generation / reward error
+                if len(result.groups) >= target:
+                    leftovers.append(group)                        # finished after the batch was full
+                elif any(s.status == Status.ABORTED for s in group):
+                    leftovers.append(group)                        # the engine aborted it (e.g. weight update)
+                elif any(s.status == Status.FAILED for s in group):
+                    result.failed.append(group[0].group_index)
+                elif filter_fn is not None and not (d := decide(filter_fn, args, group)).keep:
+                    result.filtered.append(group[0].group_index)
+                    logger.debug("filtered prompt %d: %s", group[0].group_index, d.reason)
+                else:
+                    result.groups.append(group)
+        if pending:                                                # over-sampled groups still running
+            await state.abort()
+            await asyncio.gather(*pending)
+            leftovers += list(pending.values())
+            pending = {}
+    finally:
+        for task in pending:                                       # an error: stop the rest
+            task.cancel()
+    for group in leftovers:
+        if not getattr(args, "partial_rollout", False):
+            for s in group:                                        # the prompt is redone from scratch later
+                reset_sample(s)
+        result.returned.append(group[0].group_index)
+    data_source.add_samples(leftovers)
+    result.metrics = {"rollout/groups_submitted": submitted, "rollout/groups_kept": len(result.groups),
+                      "rollout/groups_filtered": len(result.filtered), "rollout/groups_failed": len(result.failed),
+                      "rollout/groups_returned": len(result.returned)}
+    return result

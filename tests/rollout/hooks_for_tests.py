@@ -1,0 +1,24 @@
+"""User functions the rollout tests pass through --custom-rm-path / --custom-generate-function-path."""
+from slime_like.rollout.generate import generate_sample
+
+
+def reward_even_groups_split(args, sample):
+    """Even prompts: rewards [1, 0, ...] (varied, kept by the filter); odd prompts: all 0 (filtered)."""
+    return 1.0 if sample.group_index % 2 == 0 and sample.index % 2 == 0 else 0.0
+
+
+def reward_one_in_four(args, sample):
+    return 1.0 if sample.index % 4 == 0 else 0.0
+
+
+def reward_length(args, sample):
+    return float(sample.response_length)
+
+
+def reward_raises(args, sample):
+    raise RuntimeError(f"grader crashed on {sample.response_length} tokens")
+
+
+async def generate_three_tokens(args, sample, sampling_params):
+    sample.metadata["custom_generate"] = True
+    return await generate_sample(args, sample, dict(sampling_params, max_new_tokens=3))

@@ -1,0 +1,152 @@
+"""Generation against the real embedded CPU engine (subprocess, SGLang HTTP protocol)."""
+import math
+
+import pytest
+
+from slime_like.rollout.controller import RolloutController
+from slime_like.rollout.engines import NoEngineLeft
+from slime_like.rollout.rewards import RewardFunctionError
+from slime_like.sample import Status
+
+from .conftest import free_port
+
+H = "rollout.hooks_for_tests"
+ROWS = [{"q": f"{i}+{i}=", "a": str(2 * i)} for i in range(6)]
+
+
+def _check_sample_shapes(s):
+    assert s.response_length == len(s.loss_mask) == len(s.rollout_log_probs) > 0
+    assert len(s.tokens) == s.prompt_length + s.response_length
+    assert all(math.isfinite(lp) and lp <= 0 for lp in s.rollout_log_probs)
+
+
+def test_groups_statuses_logprobs(engine_url, prompt_file, make_args):
+    args = make_args(prompt_file(ROWS), "--rollout-batch-size", 3, "--n-samples-per-prompt", 2,
+                     "--rollout-max-response-len", 6, "--custom-rm-path", f"{H}.reward_length")
+    ctl = RolloutController(args, [engine_url])
+    samples, metrics = ctl.generate(0)
+    assert len(samples) == 6
+    groups = {}
+    for s in samples:
+        groups.setdefault(s.group_index, []).append(s.index)
+        _check_sample_shapes(s)
+        assert s.loss_mask == [1] * s.response_length
+        assert s.status in (Status.COMPLETED, Status.TRUNCATED)
+        assert (s.status == Status.TRUNCATED) == (s.response_length == 6)
+        assert s.reward == float(s.response_length)
+    assert groups == {0: [0, 1], 1: [2, 3], 2: [4, 5]}
+    assert metrics["rollout/groups_kept"] == 3 and metrics["rollout/num_samples"] == 6
+    assert metrics["rollout/reward"] == pytest.approx(sum(s.response_length for s in samples) / 6)
+    assert metrics["rollout/response_len/max"] <= 6 and metrics["rollout/tokens_per_s"] > 0
+    # the next rollout continues with the next prompts
+    samples2, _ = ctl.generate(1)
+    assert sorted({s.group_index for s in samples2}) == [3, 4, 5]
+    assert [s.prompt for s in samples2[::2]] == [r["q"] for r in ROWS[3:]]
+
+
+def test_over_sampling_filter_bookkeeping(engine_url, prompt_file, make_args):
+    args = make_args(prompt_file(ROWS * 2), "--rollout-batch-size", 2, "--n-samples-per-prompt", 2,
+                     "--over-sampling-batch-size", 2, "--custom-rm-path", f"{H}.reward_even_groups_split",
+                     "--dynamic-sampling-filter-path", "slime_like.rollout.filters.check_reward_nonzero_std")
+    ctl = RolloutController(args, [engine_url])
+    samples, metrics = ctl.generate(0)
+    kept = sorted({s.group_index for s in samples})
+    assert len(kept) == 2 and all(g % 2 == 0 for g in kept)          # odd prompts have constant rewards
+    submitted = metrics["rollout/groups_submitted"]
+    buffered = [g[0].group_index for g in ctl.data_source.buffer]
+    filtered_count = metrics["rollout/groups_filtered"]
+    assert filtered_count >= 1
+    # every submitted prompt is kept, filtered, or back in the buffer: exactly once
+    assert len(kept) + filtered_count + len(buffered) == submitted
+    assert set(kept).isdisjoint(buffered) and submitted == ctl.data_source.next_group_index
+
+
+def test_partial_rollout_resumes_aborted_groups(engine_url, prompt_file, make_args):
+    # concurrency 1: samples run one at a time, so when the first group is done the others are
+    # queued or mid-generation, and get aborted.
+    args = make_args(prompt_file(ROWS), "--rollout-batch-size", 1, "--n-samples-per-prompt", 2,
+                     "--over-sampling-batch-size", 3, "--rollout-max-response-len", 40, "--partial-rollout",
+                     "--sglang-server-concurrency", 1, "--custom-rm-path", f"{H}.reward_length")
+    ctl = RolloutController(args, [engine_url])
+    samples, metrics = ctl.generate(0)
+    assert {s.group_index for s in samples} == {0}
+    assert metrics["rollout/groups_returned"] == 2
+    buffer = ctl.data_source.buffer
+    assert [g[0].group_index for g in buffer] == [1, 2]
+    partial = {}
+    for g in buffer:
+        for s in g:
+            assert s.status in (Status.ABORTED, Status.COMPLETED, Status.TRUNCATED)
+            assert s.response_length == len(s.loss_mask) == len(s.rollout_log_probs)
+            partial[s.index] = (list(s.tokens), list(s.rollout_log_probs))
+    state = ctl.state_dict()
+
+    ctl2 = RolloutController(args, [engine_url])      # resume in a new controller from the saved state
+    ctl2.load_state_dict(state)
+    samples2, metrics2 = ctl2.generate(1)
+    assert {s.group_index for s in samples2} == {1}   # the buffered group comes first and is finished
+    for s in samples2:
+        _check_sample_shapes(s)
+        old_tokens, old_lps = partial[s.index]
+        assert s.tokens[:len(old_tokens)] == old_tokens            # continued, not restarted
+        assert s.rollout_log_probs[:len(old_lps)] == old_lps
+    assert [g[0].group_index for g in ctl2.data_source.buffer] == [2, 3]   # 2 buffered + 1 fresh were taken
+    assert metrics2["rollout/groups_submitted"] == 3
+
+
+def test_without_partial_rollout_aborted_groups_restart(engine_url, prompt_file, make_args):
+    args = make_args(prompt_file(ROWS), "--rollout-batch-size", 1, "--n-samples-per-prompt", 2,
+                     "--over-sampling-batch-size", 3, "--rollout-max-response-len", 40,
+                     "--sglang-server-concurrency", 1, "--custom-rm-path", f"{H}.reward_length")
+    ctl = RolloutController(args, [engine_url])
+    ctl.generate(0)
+    for g in ctl.data_source.buffer:                  # prompts kept for later, responses dropped
+        assert all(s.response_length == 0 and s.status == Status.PENDING and s.reward is None for s in g)
+
+
+def test_dead_engine_requests_move_to_live_one(engine_url, prompt_file, make_args):
+    dead = f"http://127.0.0.1:{free_port()}"
+    args = make_args(prompt_file(ROWS), "--rollout-batch-size", 3, "--n-samples-per-prompt", 2,
+                     "--custom-rm-path", f"{H}.reward_length")
+    ctl = RolloutController(args, [dead, engine_url])
+    samples, metrics = ctl.generate(0)
+    assert sorted(s.index for s in samples) == list(range(6))   # nothing dropped or doubled
+    assert metrics["rollout/dead_engines"] == 1 and dead in ctl.dead_engines
+
+
+def test_all_engines_dead_fails_with_address(prompt_file, make_args):
+    dead = f"http://127.0.0.1:{free_port()}"
+    args = make_args(prompt_file(ROWS), "--rollout-batch-size", 1, "--custom-rm-path", f"{H}.reward_length")
+    with pytest.raises(NoEngineLeft, match=dead.replace(".", r"\.")):
+        RolloutController(args, [dead]).generate(0)
+
+
+def test_reward_error_names_prompt(engine_url, prompt_file, make_args):
+    args = make_args(prompt_file(ROWS), "--rollout-batch-size", 1, "--custom-rm-path", f"{H}.reward_raises")
+    with pytest.raises(RewardFunctionError, match=r"prompt index 0 .*RuntimeError: grader crashed"):
+        RolloutController(args, [engine_url]).generate(0)
+
+
+def test_custom_generate_hook(engine_url, prompt_file, make_args):
+    args = make_args(prompt_file(ROWS), "--rollout-batch-size", 2, "--n-samples-per-prompt", 2,
+                     "--rollout-max-response-len", 10, "--custom-rm-path", f"{H}.reward_length",
+                     "--custom-generate-function-path", f"{H}.generate_three_tokens")
+    samples, _ = RolloutController(args, [engine_url]).generate(0)
+    assert len(samples) == 4
+    for s in samples:
+        assert s.metadata["custom_generate"] is True and 0 < s.response_length <= 3
+        _check_sample_shapes(s)
+
+
+def test_debug_save_and_load(engine_url, prompt_file, make_args, tmp_path):
+    pattern = str(tmp_path / "dbg" / "rollout_{rollout_id}.pt")
+    args = make_args(prompt_file(ROWS), "--rollout-batch-size", 2, "--custom-rm-path", f"{H}.reward_length",
+                     "--save-debug-rollout-data", pattern)
+    samples, _ = RolloutController(args, [engine_url]).generate(7)
+    replay_args = make_args(prompt_file(ROWS), "--rollout-batch-size", 2, "--custom-rm-path", f"{H}.reward_length",
+                            "--load-debug-rollout-data", pattern)
+    replayed, metrics = RolloutController(replay_args, []).generate(7)
+    assert [(s.index, s.tokens, s.rollout_log_probs, s.reward, s.status) for s in replayed] == \
+           [(s.index, s.tokens, s.rollout_log_probs, s.reward, s.status) for s in samples]
+    with pytest.raises(FileNotFoundError, match="rollout_8.pt"):
+        RolloutController(replay_args, []).generate(8)
