@@ -16,3 +16,24 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 def run_ranks(fn, world_size, *args, timeout=240.0):
     return run_local_ranks(fn, world_size, *args, timeout=timeout)
+
+
+import pytest  # noqa: E402
+
+# name -> build_tiny_checkpoint kwargs; init_std 0.1 so logits are far from zero and parity is meaningful
+TINY = {
+    "qwen2": dict(arch="qwen2", tie_embeddings=True),
+    "qwen2_untied": dict(arch="qwen2", tie_embeddings=False),
+    "qwen3": dict(arch="qwen3", tie_embeddings=True),
+    "llama": dict(arch="llama", tie_embeddings=False),
+    "qwen3_moe": dict(arch="qwen3_moe", tie_embeddings=True, num_experts=4, moe_topk=2),
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpts(tmp_path_factory):
+    """{name: HF dir} of tiny random checkpoints (see TINY), built once per session."""
+    from slime_like.tools.tiny_model import build_tiny_checkpoint
+
+    root = tmp_path_factory.mktemp("megatron_tiny")
+    return {name: build_tiny_checkpoint(str(root / name), init_std=0.1, **kw) for name, kw in TINY.items()}

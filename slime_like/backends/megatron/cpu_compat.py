@@ -27,6 +27,10 @@ cuda_stream              MoE alltoall token dispatcher creates `torch.cuda.Strea
 moe_te_gemm              moe_utils.router_gating_linear reads the global `te_general_gemm`, which is only
                          defined when TransformerEngine imports: "NameError: name 'te_general_gemm' is not
                          defined" (MoE router forward). Defining it as None selects the torch.mm path.
+moe_splits               the alltoall dispatcher turns its split sizes into numpy arrays only for CUDA
+                         tensors (maybe_move_tensor_to_cpu); on CPU they stay tensors and gloo's
+                         all_to_all_single fails: "TypeError: all_to_all_single(): incompatible function
+                         arguments" (expert parallel > 1).
 """
 from __future__ import annotations
 
@@ -155,6 +159,21 @@ def _patch_moe_te_gemm():
         moe_utils.te_general_gemm = None
 
 
+def _patch_moe_splits():
+    import megatron.core.transformer.moe.moe_utils as moe_utils
+    import megatron.core.transformer.moe.token_dispatcher as dispatcher
+
+    original = moe_utils.maybe_move_tensor_to_cpu
+
+    def maybe_move_tensor_to_cpu(tensor, as_numpy=False, record_stream=False):
+        if as_numpy and torch.is_tensor(tensor) and tensor.device.type == "cpu":
+            return tensor.numpy()
+        return original(tensor, as_numpy=as_numpy, record_stream=record_stream)
+
+    moe_utils.maybe_move_tensor_to_cpu = maybe_move_tensor_to_cpu
+    dispatcher.maybe_move_tensor_to_cpu = maybe_move_tensor_to_cpu  # imported by name
+
+
 PATCHES = {
     "rope_device": _patch_rope_device,
     "causal_mask": _patch_causal_mask,
@@ -164,6 +183,7 @@ PATCHES = {
     "cuda_sync": _patch_cuda_sync,
     "cuda_stream": _patch_cuda_stream,
     "moe_te_gemm": _patch_moe_te_gemm,
+    "moe_splits": _patch_moe_splits,
 }
 
 
