@@ -76,7 +76,9 @@ def model_flags_from_hf(cfg: dict) -> list:
     if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3":
         out += ["--use-rope-scaling", "--rope-scaling-factor", _num(scaling.get("factor", 8.0))]
     if mt.startswith("glm4"):
-        out += ["--post-self-attn-layernorm", "--post-mlp-layernorm"]
+        # GLM-4: extra norms after attention and MLP ("sandwich"), RoPE applied to interleaved pairs (HF Glm4),
+        # which Megatron's fused RoPE kernel does not do.
+        out += ["--post-self-attn-layernorm", "--post-mlp-layernorm", "--rotary-interleaved", "--no-rope-fusion"]
     out += ["--vocab-size", cfg["vocab_size"]]
     if not cfg.get("tie_word_embeddings", True):
         out.append("--untie-embeddings-and-output-weights")

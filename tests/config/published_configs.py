@@ -1,0 +1,57 @@
+"""Architecture fields of the models' published Hugging Face config.json files (values as published).
+
+Sources: the config.json of each model repository on huggingface.co (Qwen/Qwen2.5-*, Qwen/Qwen3-*,
+meta-llama/Llama-3.1-8B, THUDM/GLM-4-9B-0414), plus the tiny model of slime_like.tools.tiny_model.
+Keys are the shipped scripts/models/<name>.sh file names.
+"""
+
+_Q25 = {"model_type": "qwen2", "hidden_act": "silu", "rope_theta": 1000000.0, "rms_norm_eps": 1e-06}
+_Q3 = {"model_type": "qwen3", "hidden_act": "silu", "rope_theta": 1000000.0, "rms_norm_eps": 1e-06,
+       "head_dim": 128, "vocab_size": 151936, "attention_bias": False}
+
+PUBLISHED = {
+    "qwen2.5-0.5B": dict(_Q25, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "qwen2.5-1.5B": dict(_Q25, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "qwen2.5-3B": dict(_Q25, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
+                       num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "qwen2.5-7B": dict(_Q25, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                       num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
+    "qwen2.5-14B": dict(_Q25, hidden_size=5120, intermediate_size=13824, num_hidden_layers=48, num_attention_heads=40,
+                        num_key_value_heads=8, vocab_size=152064, tie_word_embeddings=False, rms_norm_eps=1e-05),
+    "qwen2.5-32B": dict(_Q25, hidden_size=5120, intermediate_size=27648, num_hidden_layers=64, num_attention_heads=40,
+                        num_key_value_heads=8, vocab_size=152064, tie_word_embeddings=False, rms_norm_eps=1e-05),
+    "qwen3-0.6B": dict(_Q3, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                       num_key_value_heads=8, tie_word_embeddings=True),
+    "qwen3-1.7B": dict(_Q3, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
+                       num_key_value_heads=8, tie_word_embeddings=True),
+    "qwen3-4B": dict(_Q3, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
+                     num_key_value_heads=8, tie_word_embeddings=True),
+    "qwen3-8B": dict(_Q3, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
+                     num_key_value_heads=8, tie_word_embeddings=False),
+    "qwen3-14B": dict(_Q3, hidden_size=5120, intermediate_size=17408, num_hidden_layers=40, num_attention_heads=40,
+                      num_key_value_heads=8, tie_word_embeddings=False),
+    "qwen3-32B": dict(_Q3, hidden_size=5120, intermediate_size=25600, num_hidden_layers=64, num_attention_heads=64,
+                      num_key_value_heads=8, tie_word_embeddings=False),
+    "qwen3-30B-A3B": dict(_Q3, model_type="qwen3_moe", hidden_size=2048, intermediate_size=6144,
+                          num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4,
+                          tie_word_embeddings=False, num_experts=128, num_experts_per_tok=8,
+                          moe_intermediate_size=768, decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True,
+                          router_aux_loss_coef=0.001),
+    "llama3.1-8B": {"model_type": "llama", "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
+                    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                    "vocab_size": 128256, "rope_theta": 500000.0, "rms_norm_eps": 1e-05,
+                    "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
+                    "max_position_embeddings": 131072,
+                    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                     "original_max_position_embeddings": 8192, "rope_type": "llama3"}},
+    "glm4-9B": {"model_type": "glm4", "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 13696,
+                "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
+                "vocab_size": 151552, "rope_theta": 10000.0, "rms_norm_eps": 1e-05, "partial_rotary_factor": 0.5,
+                "attention_bias": True, "tie_word_embeddings": False},
+    # slime_like.tools.tiny_model.build_tiny_checkpoint() defaults
+    "tiny-qwen2": {"model_type": "qwen2", "hidden_act": "silu", "hidden_size": 64, "intermediate_size": 128,
+                   "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128,
+                   "rope_theta": 10000.0, "rms_norm_eps": 1e-06, "tie_word_embeddings": True},
+}

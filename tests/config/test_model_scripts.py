@@ -1,0 +1,94 @@
+"""scripts/models/*.sh agree with `python -m slime_like.tools.model_args` on each model's published config.json."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from slime_like.config.hf_config import model_flags_from_hf, read_hf_config
+from slime_like.config.parser import build_parser, group_of
+from slime_like.tools.model_args import render
+
+from published_configs import PUBLISHED
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODELS = os.path.join(ROOT, "scripts", "models")
+SHIPPED = sorted(f[:-3] for f in os.listdir(MODELS) if f.endswith(".sh"))
+REQUIRED = ["qwen2.5-0.5B", "qwen2.5-1.5B", "qwen2.5-3B", "qwen2.5-7B", "qwen2.5-14B", "qwen2.5-32B", "qwen3-0.6B",
+            "qwen3-1.7B", "qwen3-4B", "qwen3-8B", "qwen3-14B", "qwen3-32B", "qwen3-30B-A3B", "llama3.1-8B", "glm4-9B",
+            "tiny-qwen2"]
+
+
+def sourced_model_args(path):
+    """MODEL_ARGS exactly as bash sees it after `source`."""
+    out = subprocess.run(["bash", "-c", 'source "$1" && printf "%s\\0" "${MODEL_ARGS[@]}"', "_", path],
+                         capture_output=True, text=True, check=True).stdout
+    return [t for t in out.split("\0") if t]
+
+
+def tool_model_args(tmp_path, cfg):
+    """What the tool prints for `cfg` written as config.json, sourced by bash (in-process; the CLI is tested below)."""
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    text = render(model_flags_from_hf(read_hf_config(str(tmp_path))), "generated")
+    script = tmp_path / "gen.sh"
+    script.write_text(text)
+    return sourced_model_args(str(script))
+
+
+def model_view(tokens):
+    """The values of every model-architecture dest after parsing `tokens` (defaults fill the rest)."""
+    parser, _ = build_parser()
+    args, extra = parser.parse_known_args(tokens)
+    assert extra == []
+    return {d: getattr(args, d) for d, g in group_of(parser).items() if g.startswith("model")}
+
+
+def test_every_required_model_is_shipped():
+    assert set(REQUIRED) <= set(SHIPPED)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_file_agrees_with_the_tool(tmp_path, name):
+    assert name in PUBLISHED, f"scripts/models/{name}.sh has no published config in tests/config/published_configs.py"
+    shipped = model_view(sourced_model_args(os.path.join(MODELS, name + ".sh")))
+    generated = model_view(tool_model_args(tmp_path, PUBLISHED[name]))
+    assert shipped == generated
+
+
+def test_spot_values_of_published_configs():
+    v = model_view(sourced_model_args(os.path.join(MODELS, "qwen2.5-7B.sh")))
+    assert (v["num_layers"], v["hidden_size"], v["num_query_groups"], v["vocab_size"]) == (28, 3584, 4, 152064)
+    assert v["add_qkv_bias"] and v["untie_embeddings_and_output_weights"] and v["rotary_base"] == 1000000
+    v = model_view(sourced_model_args(os.path.join(MODELS, "qwen3-30B-A3B.sh")))
+    assert (v["num_experts"], v["moe_router_topk"], v["moe_ffn_hidden_size"], v["kv_channels"]) == (128, 8, 768, 128)
+    assert v["moe_layer_freq"] == [1] * 48 and v["qk_layernorm"] and not v["add_qkv_bias"]
+    v = model_view(sourced_model_args(os.path.join(MODELS, "llama3.1-8B.sh")))
+    assert v["use_rope_scaling"] and v["rope_scaling_factor"] == 8.0 and v["norm_epsilon"] == 1e-5
+
+
+def test_tiny_model_file_matches_the_real_tiny_checkpoint(tiny_ckpt, tmp_path):
+    """The file the tests and the demo source describes what build_tiny_checkpoint() really writes."""
+    with open(os.path.join(tiny_ckpt, "config.json")) as f:
+        real = json.load(f)
+    assert model_view(sourced_model_args(os.path.join(MODELS, "tiny-qwen2.sh"))) == \
+        model_view(tool_model_args(tmp_path, real))
+
+
+def test_tool_cli_prints_a_sourceable_file(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(PUBLISHED["qwen3-4B"]))
+    r = subprocess.run([sys.executable, "-m", "slime_like.tools.model_args", str(tmp_path)], capture_output=True,
+                       text=True, check=True)
+    (tmp_path / "m.sh").write_text(r.stdout)
+    assert model_view(sourced_model_args(str(tmp_path / "m.sh"))) == \
+        model_view(sourced_model_args(os.path.join(MODELS, "qwen3-4B.sh")))
+
+
+def test_tool_errors_cleanly(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "slime_like.tools.model_args", str(tmp_path / "missing")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "no such file or directory" in r.stderr and "Traceback" not in r.stderr
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    r = subprocess.run([sys.executable, "-m", "slime_like.tools.model_args", str(tmp_path)], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "config.json has no" in r.stderr and "Traceback" not in r.stderr
