@@ -23,8 +23,11 @@ from slime_like.backends.megatron.data import MicroBatch
 
 
 def _tp():
+    """(group, size, rank) of tensor parallelism; no TP before mcore's parallel state exists."""
     from megatron.core import parallel_state as ps
 
+    if not ps.model_parallel_is_initialized():
+        return None, 1, 0
     return ps.get_tensor_model_parallel_group(), ps.get_tensor_model_parallel_world_size(), \
         ps.get_tensor_model_parallel_rank()
 
@@ -38,9 +41,13 @@ def vocab_parallel_logprobs_entropy(logits: torch.Tensor, targets: torch.Tensor,
     (megatron's reduce_from_tensor_model_parallel_region): every TP rank computes the same loss, so each
     rank's slice gets exactly dL/d(sum). The max is a constant shift (detached), which is exact.
     """
-    from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region as reduce_sum
+    from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region
 
     group, tp, rank = _tp()
+
+    def reduce_sum(x, group):
+        return reduce_from_tensor_model_parallel_region(x.contiguous(), group=group) if tp > 1 else x
+
     logits = logits.float()
     v_local = logits.size(-1)
     m = logits.detach().max(dim=-1, keepdim=True).values
@@ -71,10 +78,6 @@ def response_logits(output: torch.Tensor, mb: MicroBatch, temperature: float = 1
 def response_values(output: torch.Tensor, mb: MicroBatch) -> torch.Tensor:
     """`[n, Rmax]` critic values at the same positions as the log-probs (value head output size 1)."""
     return output[mb.rows, mb.cols, 0].float()
-
-
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (x * mask).sum() / mask.sum().clamp(min=1)
 
 
 def policy_terms(args, output: torch.Tensor, mb: MicroBatch):

@@ -114,15 +114,15 @@ class MegatronTrainer(TrainerDistMixin):
         return bool(path) and os.path.isfile(os.path.join(path, "latest_checkpointed_iteration.txt"))
 
     def _load_weights_from(self, chunks, path):
-        from slime_like.backends.megatron import checkpoint, hf_weights
+        """Weights only, from a Megatron checkpoint (has the iteration marker) or else an HF directory."""
+        if self._has_megatron_checkpoint(path):
+            from slime_like.backends.megatron import checkpoint
 
-        if checkpoint.is_hf_dir(path):
-            hf_weights.load_hf_weights(chunks, path, self.args)
-        elif self._has_megatron_checkpoint(path):
             checkpoint.load_checkpoint(path, chunks, optimizer=None, scheduler=None, load_optim=False)
         else:
-            raise FileNotFoundError(f"{path!r} is neither an HF model directory (config.json + *.safetensors) nor a "
-                                    "Megatron checkpoint (latest_checkpointed_iteration.txt)")
+            from slime_like.backends.megatron import hf_weights
+
+            hf_weights.load_hf_weights(chunks, path, self.args)  # names the path if it is not an HF dir
 
     def _load_initial_weights(self, chunks, role):
         """--ref-load (torch_dist or HF dir), else --hf-checkpoint; a missing --load falls back to them."""
