@@ -72,6 +72,7 @@ class CPUEngine:
         self.model_lock = threading.RLock()     # held for one step / one weight update
         self._cond = threading.Condition()      # guards the queues below
         self._waiting: deque[Request] = deque()
+        self._inflight: dict[int, Request] = {}  # every submitted, unfinished request (so none is ever lost)
         self._abort_rids: set[str] = set()
         self._abort_all = False
         self._paused = False
@@ -102,6 +103,7 @@ class CPUEngine:
             self._finish(req, counted=False)
             return
         with self._cond:
+            self._inflight[id(req)] = req
             self._waiting.append(req)
             self._cond.notify_all()
 
@@ -145,7 +147,7 @@ class CPUEngine:
                 if self._stop:
                     return
             try:
-                with self.model_lock:
+                with self.model_lock, torch.inference_mode():
                     self._step()
             except Exception as e:  # never let one bad step kill the server silently
                 logger.exception("scheduler step failed")
@@ -240,6 +242,7 @@ class CPUEngine:
 
     def _finish(self, r: Request, counted: bool = True) -> None:
         r.finished_at = time.time()
+        self._inflight.pop(id(r), None)
         if counted:
             self.stats["finished_requests"] += 1
         if r.on_done is not None:
@@ -247,7 +250,7 @@ class CPUEngine:
 
     def _fail_all(self, message: str) -> None:
         with self._cond:
-            pending = list(self._waiting) + list(self.batch.rows)
+            pending = list(self._inflight.values())
             self._waiting.clear()
         self.batch = kv_batch.RunningBatch()
         for r in pending:

@@ -11,6 +11,8 @@ Every error names the URL and endpoint: ``EngineError`` for an HTTP error answer
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 
 import aiohttp
 
@@ -39,10 +41,14 @@ class EngineClient:
         if not url.startswith(("http://", "https://")):
             url = "http://" + url
         self.url = url.rstrip("/")
-        self._session, self._own_session = session, session is None
+        # Without a shared session each call opens and closes its own, so a throwaway client leaks nothing;
+        # pass one session (or use `async with EngineClient(...)`) to pool connections for heavy traffic.
+        self._session, self._own_session = session, False
         self.timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=connect_timeout)
 
     async def __aenter__(self):
+        if self._session is None:
+            self._session, self._own_session = aiohttp.ClientSession(timeout=self.timeout), True
         return self
 
     async def __aexit__(self, *exc):
@@ -51,13 +57,7 @@ class EngineClient:
     async def close(self) -> None:
         if self._own_session and self._session is not None:
             await self._session.close()
-            self._session = None
-
-    def _sess(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=self.timeout)
-            self._own_session = True
-        return self._session
+            self._session, self._own_session = None, False
 
     async def request(self, method: str, path: str, payload: dict | None = None, timeout: float | None = None):
         """Send one request; return parsed JSON (or text / None for empty bodies). Raises EngineError."""
@@ -65,8 +65,9 @@ class EngineClient:
         kw = {"json": payload} if payload is not None else {}
         if timeout is not None:
             kw["timeout"] = aiohttp.ClientTimeout(total=timeout)
+        session = self._session if self._session is not None and not self._session.closed else None
         try:
-            async with self._sess().request(method, url, **kw) as resp:
+            async with _maybe_session(session, self.timeout) as sess, sess.request(method, url, **kw) as resp:
                 body = await resp.read()
                 text = body.decode("utf-8", "replace")
                 if resp.status >= 400:
@@ -74,7 +75,7 @@ class EngineClient:
                 if not body:
                     return None
                 if resp.content_type == "application/json":
-                    return await resp.json(content_type=None)
+                    return json.loads(text)
                 return text
         except EngineError:
             raise
@@ -155,9 +156,16 @@ class EngineClient:
         return await self.request("POST", "/resume_memory_occupation", {"tags": tags} if tags else {})
 
 
-def _error_message(text: str) -> str:
-    import json
+@contextlib.asynccontextmanager
+async def _maybe_session(session, timeout):
+    if session is not None:
+        yield session
+    else:
+        async with aiohttp.ClientSession(timeout=timeout) as s:
+            yield s
 
+
+def _error_message(text: str) -> str:
     try:
         j = json.loads(text)
     except ValueError:

@@ -1,0 +1,91 @@
+"""sglang-router (SGLang Model Gateway) in front of several engines: command line, start, worker registration.
+
+    python -m sglang_router.launch_router --worker-urls URL1 URL2 --host H --port P --policy cache_aware \
+        --request-timeout-secs N
+
+The router speaks the same native API as one engine (/generate, /health, ...), so the rollout client only
+changes its base URL. Engines started later join through ``POST /add_worker?url=...``. On a CPU machine there
+is no router package; the rollout side then spreads requests over the engine URLs itself.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+import urllib.parse
+
+from slime_like.backends.sglang.launcher import EngineProcess, EngineStartError
+
+POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "bucket", "manual", "consistent_hashing",
+            "prefix_hash")
+
+
+def build_router_command(args, worker_urls: list[str], *, host: str = "0.0.0.0", port: int = 30000,
+                         policy: str = "cache_aware", python: str | None = None) -> list[str]:
+    """argv for `python -m sglang_router.launch_router` routing over `worker_urls`."""
+    if policy not in POLICIES:
+        import difflib
+        close = difflib.get_close_matches(policy, POLICIES, n=1)
+        raise ValueError(f"router policy {policy!r} is unknown" + (f"; did you mean {close[0]!r}?" if close else
+                                                                  f"; choose one of {POLICIES}"))
+    cmd = [python or sys.executable, "-m", "sglang_router.launch_router", "--host", host, "--port", str(port),
+           "--policy", policy]
+    if worker_urls:
+        cmd += ["--worker-urls", *worker_urls]
+    timeout = getattr(args, "sglang_router_request_timeout_secs", None)
+    if timeout is not None:
+        cmd += ["--request-timeout-secs", str(timeout)]
+    return cmd
+
+
+def add_worker_url(router_url: str, worker_url: str) -> str:
+    """The registration request a late engine sends: POST {router}/add_worker?url={worker}."""
+    return f"{router_url.rstrip('/')}/add_worker?{urllib.parse.urlencode({'url': worker_url})}"
+
+
+def add_worker(router_url: str, worker_url: str, timeout: float = 60.0) -> None:
+    import urllib.request
+
+    req = urllib.request.Request(add_worker_url(router_url, worker_url), data=b"", method="POST")
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        r.read()
+
+
+def start_router(args, worker_urls: list[str], *, host: str = "127.0.0.1", port: int = 30000,
+                 policy: str = "cache_aware", log_dir: str | None = None, health_timeout: float = 120.0,
+                 cmd: list[str] | None = None) -> EngineProcess:
+    """Start the router as a child process and wait for its /health; raises EngineStartError with its log."""
+    if cmd is None and importlib.util.find_spec("sglang_router") is None:
+        raise EngineStartError("sglang-router is not installed (pip install sglang-router); on CPU, point the "
+                               "rollout at the engine URLs directly instead of a router")
+    cmd = cmd or build_router_command(args, worker_urls, host=host, port=port, policy=policy)
+    log_dir = log_dir or os.path.join(getattr(args, "save", None) or tempfile.gettempdir(), "engine_logs")
+    os.makedirs(log_dir, exist_ok=True)
+    log_path = os.path.join(log_dir, f"router_{port}.log")
+    with open(log_path, "ab") as log:
+        popen = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = EngineProcess("sglang-router", f"http://{host}:{port}", popen, log_path)
+    _wait_health(proc, health_timeout)
+    return proc
+
+
+def _wait_health(proc: EngineProcess, timeout: float) -> None:
+    import time
+    import urllib.error
+    import urllib.request
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if not proc.alive():
+            raise EngineStartError(f"{proc.name} at {proc.url} exited with code {proc.popen.returncode}; "
+                                   f"last lines of {proc.log_path}:\n{proc.log_tail()}")
+        try:
+            with urllib.request.urlopen(proc.url + "/health", timeout=5):
+                return
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.5)
+    proc.stop()
+    raise EngineStartError(f"{proc.name} at {proc.url} not healthy after {timeout:.0f}s; last lines of "
+                           f"{proc.log_path}:\n{proc.log_tail()}")

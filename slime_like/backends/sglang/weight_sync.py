@@ -1,0 +1,242 @@
+"""Trainer-side weight senders: push HF-named tensors from trainer rank 0 into running engines.
+
+Two paths, both speaking SGLang's endpoints, so they work with real SGLang and with the CPU engine:
+
+* ``DistributedWeightSender`` (disaggregated): a dedicated process group {trainer rank 0, every engine rank}
+  (``/init_weights_update_group``; rank 0 = the trainer). Per bucket of at most ``bucket_bytes`` the engines
+  get ``/update_weights_from_distributed {names, dtypes, shapes}`` and then one broadcast per tensor from
+  rank 0, in the same order. NCCL on GPU, gloo on CPU.
+* ``TensorWeightSender`` (colocated): ``/update_weights_from_tensor`` with ``serialized_named_tensors`` in
+  SGLang's MultiprocessingSerializer format: CUDA IPC handles on GPU, torch shared-memory segments
+  (``file_system`` strategy) on CPU -- the engine maps the trainer's tensors and copies them; no bytes of the
+  weights go through HTTP.
+
+Around a sync, ``paused(urls)`` pauses generation and flushes the engines' caches, and continues afterwards.
+All calls are synchronous (the Ray trainer actor calls them); HTTP fan-out runs in threads.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Iterable, Iterator
+
+import torch
+
+from slime_like.backends.sglang import tensor_serializer
+from slime_like.backends.sglang.client import EngineError, EngineUnreachable
+
+
+# ------------------------------------------------------------------------------------------- sync HTTP helpers
+def post(url: str, path: str, payload: dict | None = None, timeout: float = 600.0):
+    """POST JSON, return parsed JSON (or text). Errors name the URL and carry the server's message."""
+    full = url.rstrip("/") + path
+    data = json.dumps(payload if payload is not None else {}).encode()
+    req = urllib.request.Request(full, data=data, headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            text = resp.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as e:
+        body = e.read().decode("utf-8", "replace")
+        try:
+            j = json.loads(body)
+            msg = (j.get("error") or {}).get("message") or j.get("message") or body
+        except (ValueError, AttributeError):
+            msg = body
+        raise EngineError(full, e.code, str(msg)[:2000]) from None
+    except (urllib.error.URLError, OSError) as e:
+        raise EngineUnreachable(full, f"{type(e).__name__}: {e}") from None
+    try:
+        out = json.loads(text) if text else None
+    except ValueError:
+        return text
+    if isinstance(out, dict) and out.get("success") is False:
+        raise EngineError(full, 200, str(out.get("message")))
+    return out
+
+
+def post_all(urls: list[str], path: str, payload: dict | None = None, timeout: float = 600.0) -> list:
+    """POST the same payload to every engine concurrently; raise the first error (naming its URL)."""
+    with ThreadPoolExecutor(max_workers=max(1, len(urls))) as pool:
+        futs = [pool.submit(post, u, path, payload, timeout) for u in urls]
+        return [f.result() for f in futs]
+
+
+def pause_generation(urls: list[str], mode: str = "abort") -> None:
+    """SGLang's /pause_generation (mode 'abort' is SGLang's default: in-flight requests return as aborted)."""
+    post_all(urls, "/pause_generation", {"mode": mode})
+
+
+def flush_cache(urls: list[str]) -> None:
+    post_all(urls, "/flush_cache")
+
+
+def continue_generation(urls: list[str]) -> None:
+    post_all(urls, "/continue_generation")
+
+
+@contextlib.contextmanager
+def paused(urls: list[str], mode: str = "abort"):
+    """Pause generation and flush caches for the duration of a weight sync; always continue afterwards."""
+    pause_generation(urls, mode)
+    flush_cache(urls)
+    try:
+        yield
+    finally:
+        continue_generation(urls)
+
+
+def buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> Iterator[list]:
+    """Group (name, tensor) pairs into lists of at most `bucket_bytes` (a larger tensor gets its own bucket)."""
+    if bucket_bytes <= 0:
+        raise ValueError(f"--update-weight-buffer-size must be > 0, got {bucket_bytes}")
+    cur, size = [], 0
+    for name, t in named_tensors:
+        n = t.numel() * t.element_size()
+        if cur and size + n > bucket_bytes:
+            yield cur
+            cur, size = [], 0
+        cur.append((name, t))
+        size += n
+    if cur:
+        yield cur
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _dtype_name(dt: torch.dtype) -> str:
+    return str(dt).replace("torch.", "")
+
+
+# ------------------------------------------------------------------------------------------- senders
+class DistributedWeightSender:
+    """Broadcast weights from trainer rank 0 to engines over a dedicated process group.
+
+    engine_urls: one URL per engine; engine_tp_size: ranks per engine (an engine with TP=t joins as t ranks,
+    engine i taking ranks 1 + i*t .. (i+1)*t). World size = 1 + len(engine_urls) * engine_tp_size.
+    """
+
+    def __init__(self, engine_urls: list[str], backend: str = "gloo", group_name: str = "slime_like_weight_sync",
+                 master_address: str | None = None, master_port: int | None = None, engine_tp_size: int = 1,
+                 timeout_s: float = 600.0):
+        if backend not in ("gloo", "nccl"):
+            raise ValueError(f"weight sync backend {backend!r}; choose 'gloo' (CPU) or 'nccl' (GPU)")
+        if backend == "nccl" and not torch.cuda.is_available():
+            raise RuntimeError("weight sync backend 'nccl' needs CUDA on the trainer; use backend='gloo' on CPU")
+        self.engine_urls = list(engine_urls)
+        self.backend, self.group_name, self.engine_tp_size = backend, group_name, engine_tp_size
+        self.master_address = master_address or _local_ip()
+        self.master_port = master_port
+        self.timeout_s = timeout_s
+        self.group = None
+
+    @property
+    def world_size(self) -> int:
+        return 1 + len(self.engine_urls) * self.engine_tp_size
+
+    def init_payloads(self) -> list[dict]:
+        """The /init_weights_update_group body for each engine (exposed for tests and logs)."""
+        return [dict(master_address=self.master_address, master_port=self.master_port,
+                     rank_offset=1 + i * self.engine_tp_size, world_size=self.world_size,
+                     group_name=self.group_name, backend=self.backend) for i in range(len(self.engine_urls))]
+
+    def connect(self) -> None:
+        """Join as rank 0 while every engine joins through /init_weights_update_group (concurrently)."""
+        from slime_like.backends.sglang.process_group import init_custom_process_group
+
+        if self.master_port is None:
+            self.master_port = _free_port(self.master_address)
+        with ThreadPoolExecutor(max_workers=len(self.engine_urls)) as pool:
+            futs = [pool.submit(post, u, "/init_weights_update_group", p, self.timeout_s)
+                    for u, p in zip(self.engine_urls, self.init_payloads())]
+            try:
+                self.group = init_custom_process_group(
+                    self.backend, f"tcp://{self.master_address}:{self.master_port}", self.world_size, 0,
+                    self.group_name, timeout=timedelta(seconds=self.timeout_s))
+            finally:
+                for f in futs:  # surfaces an engine's refusal (naming its URL) instead of a rendezvous timeout
+                    f.result()
+
+    def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int = 512 << 20,
+             weight_version: str | None = None) -> int:
+        """Send every tensor, bucket by bucket; returns the number of bytes broadcast."""
+        if self.group is None:
+            raise RuntimeError("DistributedWeightSender.send() before connect()")
+        sent = 0
+        device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else torch.device("cpu")
+        with ThreadPoolExecutor(max_workers=len(self.engine_urls)) as pool:
+            for bucket in buckets(named_tensors, bucket_bytes):
+                payload = dict(names=[n for n, _ in bucket], dtypes=[_dtype_name(t.dtype) for _, t in bucket],
+                               shapes=[list(t.shape) for _, t in bucket], group_name=self.group_name,
+                               flush_cache=True)
+                if weight_version is not None:
+                    payload["weight_version"] = weight_version
+                futs = [pool.submit(post, u, "/update_weights_from_distributed", payload, self.timeout_s)
+                        for u in self.engine_urls]
+                for _, t in bucket:
+                    t = t.detach().to(device).contiguous()
+                    torch.distributed.broadcast(t, src=0, group=self.group)
+                    sent += t.numel() * t.element_size()
+                for f in futs:
+                    f.result()
+        return sent
+
+    def close(self) -> None:
+        from slime_like.backends.sglang.process_group import destroy_process_group
+
+        if self.group is None:
+            return
+        try:
+            post_all(self.engine_urls, "/destroy_weights_update_group", {"group_name": self.group_name}, 60)
+        finally:
+            destroy_process_group(self.group)
+            self.group = None
+
+
+class TensorWeightSender:
+    """Colocated path: hand tensors to engines on the same machine through /update_weights_from_tensor."""
+
+    def __init__(self, engine_urls: list[str], engine_tp_size: int = 1, timeout_s: float = 600.0):
+        self.engine_urls, self.engine_tp_size, self.timeout_s = list(engine_urls), engine_tp_size, timeout_s
+
+    def payload(self, bucket: list, weight_version: str | None = None) -> dict:
+        """One entry per engine TP rank; each rank maps the same handles (on GPU: IPC handles of this GPU)."""
+        blob = tensor_serializer.serialize([(n, t.detach().contiguous()) for n, t in bucket], output_str=True)
+        p = {"serialized_named_tensors": [blob] * self.engine_tp_size, "load_format": None, "flush_cache": True}
+        if weight_version is not None:
+            p["weight_version"] = weight_version
+        return p
+
+    def connect(self) -> None:  # symmetric with DistributedWeightSender; nothing to set up
+        pass
+
+    def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int = 512 << 20,
+             weight_version: str | None = None) -> int:
+        sent = 0
+        for bucket in buckets(named_tensors, bucket_bytes):
+            # `bucket` holds the tensors alive until every engine has answered (it has copied them by then).
+            post_all(self.engine_urls, "/update_weights_from_tensor", self.payload(bucket, weight_version),
+                     self.timeout_s)
+            sent += sum(t.numel() * t.element_size() for _, t in bucket)
+        return sent
+
+    def close(self) -> None:
+        pass
+
+
+def _local_ip() -> str:
+    """This node's address as other nodes see it (falls back to loopback on an isolated machine)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
