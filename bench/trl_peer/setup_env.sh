@@ -9,6 +9,7 @@ PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 VENV=.venv-trl
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+echo '*' > "$VENV/.gitignore"                # git never sees the venv (as Python 3.13's venv does by itself)
 # torch first and alone, so the resolver can never pick another torch for trl's sake.
 "$VENV/bin/python" -m pip install -q torch==2.13.0
 "$VENV/bin/python" -m pip install -q trl==1.16.0 transformers==5.23.0 tokenizers==0.23.3 \
