@@ -142,6 +142,12 @@ def _rollout_and_eval(args):
         names = data[0::2]
         if len(set(names)) != len(names):
             raise ConfigError(f"--eval-prompt-data: dataset names must be unique, got {names}")
+    if not args.debug_train_only:
+        if args.prompt_data and not os.path.exists(args.prompt_data):
+            raise ConfigError(f"--prompt-data {args.prompt_data}: no such file")
+        for name, path in zip((data or [])[0::2], (data or [])[1::2]):
+            if not os.path.exists(path):
+                raise ConfigError(f"--eval-prompt-data {name} {path}: no such file")
     if args.eval_interval is not None:
         if args.eval_interval < 1:
             raise ConfigError(f"--eval-interval {args.eval_interval}: must be >= 1")
