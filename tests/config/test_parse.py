@@ -30,9 +30,10 @@ def test_slime_and_megatron_defaults():
 
 
 def test_issue_recipe_parses(base, tmp_path):
+    (tmp_path / "dapo.jsonl").write_text("{}\n")
     argv = base + [
         "--ref-load", str(tmp_path), "--save", str(tmp_path / "run1"), "--save-interval", "20",
-        "--prompt-data", "/data/dapo.jsonl", "--input-key", "prompt", "--label-key", "label", "--apply-chat-template",
+        "--prompt-data", str(tmp_path / "dapo.jsonl"), "--input-key", "prompt", "--label-key", "label", "--apply-chat-template",
         "--rollout-shuffle", "--rm-type", "deepscaler", "--rollout-max-response-len", "8192",
         "--rollout-temperature", "1", "--global-batch-size", "8",
         "--tensor-model-parallel-size", "2", "--sequence-parallel", "--pipeline-model-parallel-size", "1",
@@ -51,9 +52,10 @@ def test_issue_recipe_parses(base, tmp_path):
     assert args.log_probs_max_tokens_per_gpu == 9216  # derived from --max-tokens-per-gpu
 
 
-def test_store_false_dests_and_types(base):
+def test_store_false_dests_and_types(base, tmp_path):
+    (tmp_path / "x.jsonl").write_text("{}\n")
     args = parse(base + ["--disable-bias-linear", "--disable-grpo-std-normalization", "--rollout-stop", "a", "b",
-                         "--rollout-stop-token-ids", "7", "8", "--eval-prompt-data", "aime", "/x.jsonl",
+                         "--rollout-stop-token-ids", "7", "8", "--eval-prompt-data", "aime", str(tmp_path / "x.jsonl"),
                          "--moe-layer-freq", "([0]*1+[1]*3)", "--apply-chat-template-kwargs", '{"enable_thinking": false}',
                          "--no-offload-train"])
     assert args.add_bias_linear is False

@@ -55,6 +55,13 @@ def test_rule_fires_with_its_message(base, extra, message):
         parse(base + extra)
 
 
+def test_data_files_must_exist(base):
+    with pytest.raises(ConfigError, match="--prompt-data /no/train.jsonl: no such file"):
+        parse(base + ["--prompt-data", "/no/train.jsonl"])
+    with pytest.raises(ConfigError, match="--eval-prompt-data aime /no/aime.jsonl: no such file"):
+        parse(base + ["--eval-prompt-data", "aime", "/no/aime.jsonl"])
+
+
 def test_required_flags(base, hf_dir):
     with pytest.raises(ConfigError, match="--rollout-batch-size is required"):
         parse(drop(base, "--rollout-batch-size"))
