@@ -22,3 +22,11 @@ def reward_raises(args, sample):
 async def generate_three_tokens(args, sample, sampling_params):
     sample.metadata["custom_generate"] = True
     return await generate_sample(args, sample, dict(sampling_params, max_new_tokens=3))
+
+
+async def reward_length_slow(args, sample):
+    """Slow grader: while group 0 is being scored, the next queued sample is already generating."""
+    import asyncio
+
+    await asyncio.sleep(0.3)
+    return float(sample.response_length)

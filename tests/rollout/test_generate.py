@@ -65,8 +65,8 @@ def test_partial_rollout_resumes_aborted_groups(engine_url, prompt_file, make_ar
     # concurrency 1: samples run one at a time, so when the first group is done the others are
     # queued or mid-generation, and get aborted.
     args = make_args(prompt_file(ROWS), "--rollout-batch-size", 1, "--n-samples-per-prompt", 2,
-                     "--over-sampling-batch-size", 3, "--rollout-max-response-len", 40, "--partial-rollout",
-                     "--sglang-server-concurrency", 1, "--custom-rm-path", f"{H}.reward_length")
+                     "--over-sampling-batch-size", 3, "--rollout-max-response-len", 120, "--partial-rollout",
+                     "--sglang-server-concurrency", 1, "--custom-rm-path", f"{H}.reward_length_slow")
     ctl = RolloutController(args, [engine_url])
     samples, metrics = ctl.generate(0)
     assert {s.group_index for s in samples} == {0}
@@ -79,6 +79,9 @@ def test_partial_rollout_resumes_aborted_groups(engine_url, prompt_file, make_ar
             assert s.status in (Status.ABORTED, Status.COMPLETED, Status.TRUNCATED)
             assert s.response_length == len(s.loss_mask) == len(s.rollout_log_probs)
             partial[s.index] = (list(s.tokens), list(s.rollout_log_probs))
+    # group 1's first sample was generating while group 0 was scored (0.3 s): aborted mid-response
+    cut = [s for g in buffer for s in g if s.status == Status.ABORTED and 0 < s.response_length < 120]
+    assert cut, [(s.index, s.status, s.response_length) for g in buffer for s in g]
     state = ctl.state_dict()
 
     ctl2 = RolloutController(args, [engine_url])      # resume in a new controller from the saved state
@@ -90,6 +93,8 @@ def test_partial_rollout_resumes_aborted_groups(engine_url, prompt_file, make_ar
         old_tokens, old_lps = partial[s.index]
         assert s.tokens[:len(old_tokens)] == old_tokens            # continued, not restarted
         assert s.rollout_log_probs[:len(old_lps)] == old_lps
+    resumed = [s for s in samples2 if s.index == cut[0].index][0]
+    assert resumed.response_length > cut[0].response_length and resumed.status != Status.ABORTED
     assert [g[0].group_index for g in ctl2.data_source.buffer] == [2, 3]   # 2 buffered + 1 fresh were taken
     assert metrics2["rollout/groups_submitted"] == 3
 
