@@ -9,7 +9,7 @@ from slime_like.config.role_overrides import apply_role
 # Bookkeeping attributes that are not flags (still shown when relevant, in their own section).
 _INTERNAL = {"config_warnings", "megatron_role_overrides", "sglang_server_args", "sglang_passthrough_mode",
              "rollout_engine_requested", "role", "model_args_from_hf", "rollout_external",
-             "disable_grpo_std_normalization"}
+             "disable_grpo_std_normalization", "disable_bias_linear"}
 
 
 def _fmt(v) -> str:

@@ -80,7 +80,7 @@ def model_flags_from_hf(cfg: dict) -> list:
         # which Megatron's fused RoPE kernel does not do.
         out += ["--post-self-attn-layernorm", "--post-mlp-layernorm", "--rotary-interleaved", "--no-rope-fusion"]
     out += ["--vocab-size", cfg["vocab_size"]]
-    if not cfg.get("tie_word_embeddings", True):
+    if not cfg.get("tie_word_embeddings", False):
         out.append("--untie-embeddings-and-output-weights")
     n_exp = cfg.get("num_experts") or cfg.get("n_routed_experts")
     if n_exp:
@@ -120,7 +120,7 @@ def expected_from_hf(cfg: dict) -> dict:
            "num_query_groups": cfg.get("num_key_value_heads") or heads, "ffn_hidden_size": cfg["intermediate_size"],
            "vocab_size": cfg["vocab_size"], "rotary_base": float(theta),
            "norm_epsilon": float(cfg.get("rms_norm_eps", cfg.get("layer_norm_eps", 1e-5))),
-           "untie_embeddings_and_output_weights": not cfg.get("tie_word_embeddings", True),
+           "untie_embeddings_and_output_weights": not cfg.get("tie_word_embeddings", False),
            "kv_channels": cfg.get("head_dim") or cfg["hidden_size"] // heads}
     n_exp = cfg.get("num_experts") or cfg.get("n_routed_experts")
     if n_exp:
@@ -168,4 +168,8 @@ def fill_model_from_hf(args) -> None:
     for dest, group in group_of(parser).items():
         if group.startswith("model") and getattr(derived, dest) != parser.get_default(dest):
             setattr(args, dest, getattr(derived, dest))
+    # HF decoder LMs train without hidden dropout; Megatron's 0.1 defaults would make the trainer's log-probs
+    # differ from the engine's. slime recipes pass both as 0.0 explicitly.
+    args.attention_dropout = float(cfg.get("attention_dropout", 0.0))
+    args.hidden_dropout = 0.0
     args.model_args_from_hf = True

@@ -211,6 +211,13 @@ def _model(args):
             args.ffn_hidden_size = int(4 * h * 2 / 3 / 64) * 64 if args.swiglu else 4 * h
     if args.use_rotary_position_embeddings:
         args.position_embedding_type = "rope"
+    # Megatron's store_false dest is add_bias_linear; mirror it under the flag's own name for readers
+    # that look for `disable_bias_linear` (same convention as disable_grpo_std_normalization).
+    args.disable_bias_linear = not args.add_bias_linear
+    if (args.attention_dropout or args.hidden_dropout) and args.loss_type != "sft_loss":
+        warn(args, f"--attention-dropout {args.attention_dropout} / --hidden-dropout {args.hidden_dropout} (Megatron's "
+                   "defaults are 0.1): the trainer's log-probs will not match the rollout engine's; RL recipes pass "
+                   "--attention-dropout 0.0 --hidden-dropout 0.0")
     if args.num_experts and args.moe_ffn_hidden_size is None:
         args.moe_ffn_hidden_size = args.ffn_hidden_size
     if args.max_position_embeddings is None and args.seq_length is not None:

@@ -133,3 +133,12 @@ def test_cuda_only_flags_warn_on_cpu(base, capsys):
     a = parse(base + ["--use-flash-attn"])
     assert any("--use-flash-attn is accepted but not honoured" in w for w in a.config_warnings)
     assert "--use-flash-attn is accepted but not honoured" in capsys.readouterr().err
+
+
+def test_dropout_off_when_model_comes_from_config_json_and_warned_otherwise(base):
+    a = parse(base)
+    assert (a.attention_dropout, a.hidden_dropout) == (0.0, 0.0) and a.disable_bias_linear and not a.add_bias_linear
+    a = parse(base + ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+                      "--group-query-attention", "--num-query-groups", "2", "--ffn-hidden-size", "128",
+                      "--vocab-size", "128", "--norm-epsilon", "1e-6", "--swiglu"])
+    assert a.attention_dropout == 0.1 and any("log-probs will not match" in w for w in a.config_warnings)
