@@ -26,7 +26,7 @@ def parse_args(argv=None, *, exit_on_error: bool = True, prog: str | None = None
 
     exit_on_error=False raises ConfigError instead of exiting (library use, tests).
     """
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = [str(a) for a in (sys.argv[1:] if argv is None else argv)]
     prog = prog or os.path.basename(sys.argv[0] or "train.py") or "train.py"
     try:
         args, parser = parse_namespace(argv, prog=prog)

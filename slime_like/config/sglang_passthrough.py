@@ -56,6 +56,8 @@ class _Prefixing:
         if not new_names:
             return None
         kwargs.pop("required", None)
+        if isinstance(kwargs.get("help"), str) and "%(" not in kwargs["help"]:
+            kwargs["help"] = kwargs["help"].replace("%", "%%")  # argparse formats help with %-interpolation
         self.taken.update(new_names)
         self.dests.add(dest)
         return self.group.add_argument(*new_names, dest="sglang_" + dest, **kwargs)

@@ -166,6 +166,23 @@ def _rollout_and_eval(args):
     if args.num_epoch is not None and args.num_rollout is not None:
         warn(args, f"both --num-rollout {args.num_rollout} and --num-epoch {args.num_epoch} set; --num-epoch is "
                    "ignored (slime)")
+    elif args.num_epoch is not None:
+        _num_rollout_from_epochs(args)
+
+
+def _num_rollout_from_epochs(args):
+    """slime: num_rollout = num_epoch * dataset_size // rollout_batch_size (JSONL records counted here)."""
+    if args.num_epoch < 1:
+        raise ConfigError(f"--num-epoch {args.num_epoch}: must be >= 1")
+    if not args.prompt_data or not args.prompt_data.endswith(".jsonl"):
+        raise ConfigError(f"--num-epoch needs a JSONL --prompt-data to count prompts (got {args.prompt_data!r}); "
+                          "set --num-rollout instead")
+    with open(args.prompt_data, "rb") as f:
+        n = sum(1 for line in f if line.strip())
+    args.num_rollout = max(1, args.num_epoch * n // args.rollout_batch_size)
+    if args.rollout_max_prompt_len is not None:
+        warn(args, f"--num-rollout {args.num_rollout} derived from --num-epoch {args.num_epoch} x {n} prompts counted "
+                   "before --rollout-max-prompt-len filtering")
 
 
 def _checkpoints(args):

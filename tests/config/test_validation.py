@@ -142,3 +142,12 @@ def test_dropout_off_when_model_comes_from_config_json_and_warned_otherwise(base
                       "--group-query-attention", "--num-query-groups", "2", "--ffn-hidden-size", "128",
                       "--vocab-size", "128", "--norm-epsilon", "1e-6", "--swiglu"])
     assert a.attention_dropout == 0.1 and any("log-probs will not match" in w for w in a.config_warnings)
+
+
+def test_num_epoch_derives_num_rollout(base, tmp_path):
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join('{"input": "%d"}\n' % i for i in range(10)))
+    argv = drop(base, "--num-rollout") + ["--prompt-data", str(data), "--num-epoch", "2"]
+    assert parse(argv).num_rollout == 2 * 10 // 4
+    with pytest.raises(ConfigError, match="--num-epoch needs a JSONL --prompt-data"):
+        parse(drop(base, "--num-rollout") + ["--num-epoch", "2"])
