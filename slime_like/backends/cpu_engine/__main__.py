@@ -26,6 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
+    if not os.path.isfile(os.path.join(args.model_path, "config.json")):  # fail before the slow torch import
+        raise SystemExit(f"--model-path {args.model_path!r} has no config.json (expected a Hugging Face model dir)")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch

@@ -1,0 +1,92 @@
+"""Launchers: exact SGLang / router command lines, start-up failure reports, engine death, no orphans."""
+import argparse
+import os
+import sys
+
+import pytest
+
+from engine_helpers import engine_args, free_port, run, start
+from slime_like.backends.sglang.client import EngineClient, EngineUnreachable
+from slime_like.backends.sglang.launcher import (EngineStartError, build_cpu_engine_command, build_sglang_command,
+                                                 start_engine)
+from slime_like.backends.sglang.router import add_worker_url, build_router_command
+
+
+def test_sglang_command_exact():
+    args = argparse.Namespace(hf_checkpoint="/ckpt/Qwen2.5-7B", rollout_num_gpus_per_engine=2, seed=42,
+                              colocate=True, sglang_server_args={"mem_fraction_static": 0.7, "enable_dp_attention": True,
+                                                                 "cuda_graph_bs": [1, 2, 4], "disable_radix_cache": False,
+                                                                 "log_level": "warning"})
+    cmd = build_sglang_command(args, port=30001, host="10.0.0.2", base_gpu_id=4, nccl_port=31001, python="python")
+    assert cmd == ["python", "-m", "sglang.launch_server", "--model-path", "/ckpt/Qwen2.5-7B", "--trust-remote-code",
+                   "--tp-size", "2", "--base-gpu-id", "4", "--port", "30001", "--host", "10.0.0.2",
+                   "--random-seed", "42", "--enable-memory-saver", "--nccl-port", "31001",
+                   "--cuda-graph-bs", "1", "2", "4", "--enable-dp-attention", "--log-level", "warning",
+                   "--mem-fraction-static", "0.7"]
+
+
+def test_sglang_command_generic_attributes_and_multinode():
+    # the config layer's generic form: attributes sglang_<name>; client-side ones are not server flags
+    args = argparse.Namespace(hf_checkpoint="/m", rollout_num_gpus_per_engine=16, sglang_server_concurrency=512,
+                              sglang_router_ip=None, sglang_chunked_prefill_size=4096)
+    cmd = build_sglang_command(args, port=1, host="h", dist_init_addr="10.0.0.1:5000", nnodes=2, node_rank=1,
+                               python="py")
+    assert cmd == ["py", "-m", "sglang.launch_server", "--model-path", "/m", "--trust-remote-code", "--tp-size", "16",
+                   "--base-gpu-id", "0", "--port", "1", "--host", "h", "--dist-init-addr", "10.0.0.1:5000",
+                   "--nnodes", "2", "--node-rank", "1", "--chunked-prefill-size", "4096"]
+    with pytest.raises(ValueError, match="dist_init_addr"):
+        build_sglang_command(args, port=1, nnodes=2)
+    with pytest.raises(ValueError, match="hf-checkpoint"):
+        build_sglang_command(argparse.Namespace(hf_checkpoint=None), port=1)
+
+
+def test_cpu_engine_command():
+    args = argparse.Namespace(hf_checkpoint="/m", seed=3, sglang_server_args={"max_running_requests": 8,
+                                                                              "dtype": "bfloat16"})
+    assert build_cpu_engine_command(args, port=9, python="py") == [
+        "py", "-m", "slime_like.backends.cpu_engine", "--model-path", "/m", "--host", "127.0.0.1", "--port", "9",
+        "--dtype", "bfloat16", "--max-running-requests", "8", "--random-seed", "3"]
+
+
+def test_router_command_exact():
+    args = argparse.Namespace(sglang_router_request_timeout_secs=14400)
+    cmd = build_router_command(args, ["http://10.0.0.1:30000", "http://10.0.0.2:30000"], host="0.0.0.0", port=3000,
+                               python="python")
+    assert cmd == ["python", "-m", "sglang_router.launch_router", "--host", "0.0.0.0", "--port", "3000",
+                   "--policy", "cache_aware", "--worker-urls", "http://10.0.0.1:30000", "http://10.0.0.2:30000",
+                   "--request-timeout-secs", "14400"]
+    assert add_worker_url("http://r:3000/", "http://10.0.0.3:30000") == \
+        "http://r:3000/add_worker?url=http%3A%2F%2F10.0.0.3%3A30000"
+    with pytest.raises(ValueError, match="did you mean 'round_robin'"):
+        build_router_command(args, [], policy="round_robn")
+
+
+def test_failed_start_names_engine_and_shows_log(tmp_path):
+    args = engine_args(str(tmp_path / "no_model"))
+    port = free_port()
+    with pytest.raises(EngineStartError) as e:
+        start_engine(args, kind="cpu", engine_index=3, port=port, log_dir=str(tmp_path), health_timeout=120)
+    msg = str(e.value)
+    assert "rollout engine 3 (cpu)" in msg and f"http://127.0.0.1:{port}" in msg
+    assert "config.json" in msg  # the engine's own error, from its log tail
+
+
+def test_start_timeout_kills_the_process(tmp_path):
+    cmd = [sys.executable, "-c", "import time; print('stuck loading', flush=True); time.sleep(600)"]
+    with pytest.raises(EngineStartError, match=r"not healthy after 2s(.|\n)*stuck loading"):
+        start_engine(engine_args("/m"), kind="cpu", engine_index=5, port=free_port(), log_dir=str(tmp_path),
+                     health_timeout=2, cmd=cmd)
+
+
+@pytest.mark.slow
+def test_stop_leaves_no_orphans_and_a_dead_engine_is_a_clear_client_error(tiny_ckpt, tmp_path_factory):
+    proc = start(tiny_ckpt, tmp_path_factory, index=7)
+    assert run(EngineClient(proc.url).health())
+    assert "CPU engine ready" in proc.log_tail()
+    proc.stop()
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.popen.pid, 0)  # the whole process group is gone
+    proc.stop()  # idempotent
+    with pytest.raises(EngineUnreachable, match=proc.url.replace(".", r"\.")):
+        run(EngineClient(proc.url).generate([1, 2], {"max_new_tokens": 2}))
+    assert not run(EngineClient(proc.url).health())
