@@ -27,8 +27,9 @@ PPO_ARGS=(--advantage-estimator ppo --use-critic --megatron-config-path "${SCRIP
 OPTIMIZER_ARGS=(--optimizer adam --lr 1e-6 --lr-decay-style constant --weight-decay 0.1
                 --adam-beta1 0.9 --adam-beta2 0.98)
 SGLANG_ARGS=(--rollout-num-gpus 2 --rollout-num-gpus-per-engine 2 --sglang-mem-fraction-static 0.8)
+MISC_ARGS=(--attention-dropout 0.0 --hidden-dropout 0.0 --accumulate-allreduce-grads-in-fp32 --attention-softmax-in-fp32)
 
 "${PYTHON:-python}" "${SCRIPT_DIR}/../train.py" \
    --actor-num-nodes 1 --actor-num-gpus-per-node 4 --critic-num-nodes 1 --critic-num-gpus-per-node 2 \
    "${MODEL_ARGS[@]}" "${CKPT_ARGS[@]}" "${ROLLOUT_ARGS[@]}" "${PERF_ARGS[@]}" \
-   "${PPO_ARGS[@]}" "${OPTIMIZER_ARGS[@]}" "${SGLANG_ARGS[@]}" "$@"
+   "${PPO_ARGS[@]}" "${OPTIMIZER_ARGS[@]}" "${SGLANG_ARGS[@]}" "${MISC_ARGS[@]}" "$@"

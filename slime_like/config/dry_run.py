@@ -55,7 +55,7 @@ def report(args, plan) -> str:
         own = {k: v for k, v in per_role[r].items() if k not in common}
         own.update({k: defaults.get(k) for k in common if k not in per_role[r]})
         if own or len(roles) > 1:
-            _section(lines, f"\n-- role {r}: differs from the shared values above --", own, groups)
+            _section(lines, f"\n-- role {r}: values not shared by every role --", own, groups)
     if args.sglang_server_args:
         lines.append(f"\n-- SGLang passthrough ({args.sglang_passthrough_mode}) --")
         lines += [f"    --{k.replace('_', '-')} {_fmt(v)}" for k, v in sorted(args.sglang_server_args.items())]

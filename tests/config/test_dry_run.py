@@ -48,7 +48,7 @@ def test_ppo_recipe_dry_run_shows_both_roles(placeholders):
     r = run(["bash", "scripts/run-qwen2.5-7B-ppo.sh", "--dry-run"], placeholders)
     assert r.returncode == 0, r.stderr
     out = r.stdout
-    assert "-- role critic: differs from the shared values above --" in out
+    assert "-- role critic: values not shared by every role --" in out
     critic = out.split("-- role critic")[1].split("--\n", 1)[1].split("\n-- ")[0]
     assert "lr = 1e-05" in critic and "lr_warmup_iters = 10" in critic and "save = " in critic
     assert "actor: 4 rank(s), critic: 2 rank(s), engines: 1 x 2 GPU(s)" in out
