@@ -139,3 +139,15 @@ def test_lr_schedule_horizon_from_fraction_and_num_rollout():
         O.schedule_steps(_sched_args(lr_decay_style="cosin"))
     with pytest.raises(ValueError, match="shorter than the decay"):
         O.schedule_steps(_sched_args(lr_warmup_iters=10))
+
+
+def test_padded_vocab_columns_are_not_tokens():
+    """Megatron pads the output layer (128 x TP); those columns must not take probability mass or grads."""
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(2, 5, 48, generator=g, requires_grad=True)
+    targets = torch.randint(0, 40, (2, 5), generator=g)
+    logp, ent = L.vocab_parallel_logprobs_entropy(logits, targets, vocab_size=40)
+    torch.testing.assert_close(logp, alg.logprobs_from_logits(logits[..., :40].detach(), targets))
+    torch.testing.assert_close(ent, alg.entropy_from_logits(logits[..., :40].detach()))
+    (logp.sum() + ent.sum()).backward()
+    assert torch.isfinite(logits.grad).all() and logits.grad[..., 40:].abs().max() == 0

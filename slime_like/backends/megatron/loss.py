@@ -32,8 +32,13 @@ def _tp():
         ps.get_tensor_model_parallel_rank()
 
 
-def vocab_parallel_logprobs_entropy(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool = True):
+def vocab_parallel_logprobs_entropy(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool = True,
+                                    vocab_size: int | None = None):
     """log p(targets) and entropy from vocab-sharded logits `[..., V_local]` (temperature already applied).
+
+    `vocab_size`: the model's real vocabulary (HF config). Megatron pads the output layer to a multiple of
+    128 x TP; those padding columns are not tokens (the rollout engine never samples them), so they are
+    excluded from the softmax - otherwise log-probs would depend on the TP size.
 
         m = max_v z_v (all ranks),  Z = sum_v exp(z_v - m),  log p(y) = (z_y - m) - log Z,
         H = log Z - sum_v p_v (z_v - m)
@@ -50,6 +55,12 @@ def vocab_parallel_logprobs_entropy(logits: torch.Tensor, targets: torch.Tensor,
 
     logits = logits.float()
     v_local = logits.size(-1)
+    start = rank * v_local
+    if vocab_size is not None and start + v_local > vocab_size:
+        # A large finite negative (not -inf): exp() gives exactly 0 and 0 * shifted stays finite, so
+        # neither the entropy nor any gradient sees a NaN; masked_fill passes no gradient to the padding.
+        padding = torch.arange(start, start + v_local, device=logits.device) >= vocab_size
+        logits = logits.masked_fill(padding, -1e30)
     m = logits.detach().max(dim=-1, keepdim=True).values
     if tp > 1:
         torch.distributed.all_reduce(m, op=torch.distributed.ReduceOp.MAX, group=group)
@@ -57,7 +68,6 @@ def vocab_parallel_logprobs_entropy(logits: torch.Tensor, targets: torch.Tensor,
     exp = shifted.exp()
     sum_exp = reduce_sum(exp.sum(dim=-1), group=group)
     log_z = sum_exp.log()
-    start = rank * v_local
     in_slice = (targets >= start) & (targets < start + v_local)
     local = (targets - start).clamp(0, v_local - 1)
     target_logit = reduce_sum(shifted.gather(-1, local.unsqueeze(-1)).squeeze(-1) * in_slice, group=group)
@@ -91,7 +101,7 @@ def policy_terms(args, output: torch.Tensor, mb: MicroBatch):
     """
     mask = mb.loss_mask
     logp, entropy = vocab_parallel_logprobs_entropy(response_logits(output, mb, args.rollout_temperature),
-                                                    mb.targets)
+                                                    mb.targets, vocab_size=args.vocab_size)
     old = mb.fields.get("log_probs", logp.detach())
     kind = "gspo" if args.advantage_estimator == "gspo" else "ppo"
     pg, pg_metrics = alg.policy_loss(logp, old, mb.fields["advantages"], mask, args.eps_clip,
@@ -132,7 +142,8 @@ def value_terms(args, output: torch.Tensor, mb: MicroBatch):
 
 def sft_terms(args, output: torch.Tensor, mb: MicroBatch):
     """Per-token negative log-likelihood of the response (--loss-type sft_loss) via algorithms.sft_loss."""
-    logp, _ = vocab_parallel_logprobs_entropy(response_logits(output, mb, 1.0), mb.targets, with_entropy=False)
+    logp, _ = vocab_parallel_logprobs_entropy(response_logits(output, mb, 1.0), mb.targets, with_entropy=False,
+                                              vocab_size=args.vocab_size)
     loss = alg.sft_loss(logp, mb.loss_mask)
     if loss.dim() == 0:  # a reduced NLL cannot be re-aggregated over the step; fail loudly
         raise TypeError("algorithms.sft_loss must return per-token losses [n, R] for the Megatron trainer")
@@ -158,7 +169,7 @@ def make_loss_func(kind: str, args, mb: MicroBatch, scale: float, per_token: boo
     return loss_func
 
 
-def forward_only_func(kind: str, mb: MicroBatch, temperature: float):
+def forward_only_func(kind: str, mb: MicroBatch, temperature: float, vocab_size: int | None = None):
     """loss_func for compute_log_probs / compute_values: per-token outputs, no loss (forward only)."""
 
     def loss_func(output):
@@ -167,7 +178,7 @@ def forward_only_func(kind: str, mb: MicroBatch, temperature: float):
                 out = response_values(output, mb)
             else:
                 out, _ = vocab_parallel_logprobs_entropy(response_logits(output, mb, temperature), mb.targets,
-                                                         with_entropy=False)
+                                                         with_entropy=False, vocab_size=vocab_size)
         return torch.zeros((), device=output.device), {"ids": mb.sample_ids, "out": out.float().cpu(),
                                                        "lengths": mb.response_lengths}
 

@@ -172,7 +172,7 @@ class MegatronTrainer(TrainerDistMixin):
         for chunk in model:
             chunk.eval()
         with torch.no_grad():
-            outs = self._run(model, mbs, lambda mb: L.forward_only_func(kind, mb, temperature), forward_only=True)
+            outs = self._run(model, mbs, lambda mb: L.forward_only_func(kind, mb, temperature, self.args.vocab_size), forward_only=True)
         for chunk in model:
             chunk.train()
         result = None
