@@ -64,14 +64,18 @@ def _missing_key(path, line_no, key, flag, row) -> PromptDataError:
                            f"{sorted(row)}){hint}")
 
 
-def tokenize_prompt(tokenizer, prompt, apply_chat_template: bool, where: str = "") -> list[int]:
+def tokenize_prompt(tokenizer, prompt, apply_chat_template: bool, where: str = "", tools=None,
+                    template_kwargs: dict | None = None) -> list[int]:
     if apply_chat_template:
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
         if not (isinstance(messages, list) and all(isinstance(m, dict) and "role" in m and "content" in m
                                                    for m in messages)):
             raise PromptDataError(f"{where}: --apply-chat-template needs a message list "
                                   f"[{{'role': ..., 'content': ...}}, ...] or a string, got {prompt!r:.80}")
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        kwargs = dict(template_kwargs or {})
+        if tools is not None:
+            kwargs["tools"] = tools
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
     else:
         if not isinstance(prompt, str):
             raise PromptDataError(f"{where}: the prompt is a {type(prompt).__name__}, not text; pass "
@@ -82,8 +86,13 @@ def tokenize_prompt(tokenizer, prompt, apply_chat_template: bool, where: str = "
 
 def load_prompts(path: str, tokenizer, input_key: str = "input", label_key: str | None = None,
                  metadata_key: str | None = "metadata", apply_chat_template: bool = False,
-                 max_prompt_len: int | None = None, flag: str = "--prompt-data") -> list[dict]:
-    """Records ``{"prompt", "label", "metadata", "prompt_ids", "row"}``; long prompts dropped (logged)."""
+                 max_prompt_len: int | None = None, flag: str = "--prompt-data", tool_key: str | None = None,
+                 template_kwargs: dict | None = None) -> list[dict]:
+    """Records ``{"prompt", "label", "metadata", "prompt_ids", "row"}``; long prompts dropped (logged).
+
+    With a chat template, ``row[tool_key]`` (when present) is passed as ``tools=`` and
+    ``template_kwargs`` (``--apply-chat-template-kwargs``) as extra keyword arguments.
+    """
     records, too_long = [], 0
     for line_no, row in _read_rows(path, flag):
         if input_key not in row:
@@ -96,7 +105,8 @@ def load_prompts(path: str, tokenizer, input_key: str = "input", label_key: str 
         if not isinstance(metadata, dict):
             raise PromptDataError(f"{path}:{line_no}: --metadata-key {metadata_key!r} holds a "
                                   f"{type(metadata).__name__}, expected an object")
-        ids = tokenize_prompt(tokenizer, row[input_key], apply_chat_template, f"{path}:{line_no}")
+        ids = tokenize_prompt(tokenizer, row[input_key], apply_chat_template, f"{path}:{line_no}",
+                              tools=row.get(tool_key) if tool_key else None, template_kwargs=template_kwargs)
         if max_prompt_len is not None and len(ids) > max_prompt_len:
             too_long += 1
             continue
@@ -128,7 +138,9 @@ class RolloutDataSource:
         self.records = load_prompts(path, tokenizer, args.input_key, getattr(args, "label_key", None),
                                     getattr(args, "metadata_key", "metadata"),
                                     bool(getattr(args, "apply_chat_template", False)),
-                                    getattr(args, "rollout_max_prompt_len", None))
+                                    getattr(args, "rollout_max_prompt_len", None),
+                                    tool_key=getattr(args, "tool_key", None),
+                                    template_kwargs=getattr(args, "apply_chat_template_kwargs", None))
         self.n_samples = int(args.n_samples_per_prompt)
         self.shuffle = bool(getattr(args, "rollout_shuffle", False))
         self.seed = int(getattr(args, "rollout_seed", 42) or 0)

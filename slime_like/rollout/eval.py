@@ -71,7 +71,9 @@ async def eval_rollout(args, rollout_id: int) -> dict:
                                getattr(args, "eval_label_key", None) or getattr(args, "label_key", None),
                                getattr(args, "metadata_key", "metadata"),
                                bool(getattr(args, "apply_chat_template", False)),
-                               getattr(args, "eval_max_prompt_len", None), flag=f"--eval-prompt-data {name}")
+                               getattr(args, "eval_max_prompt_len", None), flag=f"--eval-prompt-data {name}",
+                               tool_key=getattr(args, "eval_tool_key", None) or getattr(args, "tool_key", None),
+                               template_kwargs=getattr(args, "apply_chat_template_kwargs", None))
         groups = [make_group(rec, i, n) for i, rec in enumerate(records)]
         out[name] = await asyncio.gather(*(generate_group(eargs, g, params) for g in groups))
     return out

@@ -140,9 +140,16 @@ def _is_plain_fraction(s: str) -> bool:
     return bool(re.search(r"^-?[0-9]+.?/0*[1-9][0-9]*.?$", s))
 
 
-def _latex_to_text(s: str) -> str:
-    from pylatexenc import latex2text
+def _pylatexenc():
+    try:
+        from pylatexenc import latex2text
+    except ImportError as exc:  # without it the grader would silently grade differently
+        raise ImportError("--rm-type deepscaler needs pylatexenc (pip install pylatexenc==2.10), the LaTeX "
+                          "converter of the reference grader") from exc
+    return latex2text
 
+
+def _latex_to_text(s: str, latex2text) -> str:
     s = s.replace("\\tfrac", "\\frac").replace("\\dfrac", "\\frac").replace("\\frac", " \\frac")
     s = latex2text.LatexNodes2Text().latex_to_text(s)
     for uni, ascii_ in (("√", "sqrt"), ("π", "pi"), ("∞", "inf"), ("∪", "U"), ("·", "*"), ("×", "*")):
@@ -168,8 +175,9 @@ def sympy_normalize(expr: str | None) -> str | None:
     if _is_float(expr) and _is_int_value(float(expr)):
         expr = str(int(round(float(expr))))
     if "\\" in expr:
+        latex2text = _pylatexenc()
         try:
-            expr = _latex_to_text(expr)
+            expr = _latex_to_text(expr, latex2text)
         except Exception:
             pass
     expr = re.sub("- *", "-", expr)
