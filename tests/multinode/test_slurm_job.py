@@ -1,6 +1,7 @@
 """The tiny job script on a real 2-node Slurm: Ray head + worker started with srun, training across both nodes,
 teardown that leaves no process behind."""
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ def test_tiny_job_two_nodes(local_slurm, tmp_path):
     out = tmp_path / "job-%j.out"
     sub = local_slurm.run(
         "sbatch", "--parsable", "-N2", f"--output={out}",
-        f"--export=ALL,RUN_DIR={run_dir},RAY_LOG_DIR={logs},RAY_WAIT_TIMEOUT=150,TINY_TRAIN={int(TRAIN)}",
+        f"--export=ALL,SLIME_LIKE_ROOT={REPO},RUN_DIR={run_dir},RAY_LOG_DIR={logs},RAY_WAIT_TIMEOUT=150,TINY_TRAIN={int(TRAIN)}",
         str(REPO / "scripts" / "slurm" / "tiny.sbatch"), check=False)
     assert sub.returncode == 0, f"sbatch failed: {sub.stderr}"
     job_id = sub.stdout.strip().split(";")[0]
@@ -48,3 +49,30 @@ def test_tiny_job_two_nodes(local_slurm, tmp_path):
     assert processes_with(marker_env=f"SLURM_JOB_ID={job_id}", marker_cmd=f"/tmp/ray_{job_id}/") == []
     assert not Path(f"/tmp/ray_{job_id}").exists()
     assert f"ray cluster of job {job_id} stopped (exit status 0)" in text
+
+
+@pytest.mark.slow
+def test_cancelled_job_leaves_nothing(local_slurm, tmp_path):
+    """scancel while a driver holds actors on both nodes: the trap stops the driver and both Ray nodes."""
+    out = tmp_path / "hold.out"
+    sub = local_slurm.run("sbatch", "--parsable", f"--output={out}",
+                          f"--export=ALL,SLIME_LIKE_ROOT={REPO},RAY_LOG_DIR={tmp_path},RAY_WAIT_TIMEOUT=150",
+                          str(Path(__file__).with_name("hold.sbatch")), check=False)
+    assert sub.returncode == 0, f"sbatch failed: {sub.stderr}"
+    job_id = sub.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 240
+    while "holding actors" not in (out.read_text() if out.exists() else ""):
+        state = local_slurm.job_state(job_id)["JobState"]
+        if state not in ("PENDING", "CONFIGURING", "RUNNING") or time.monotonic() > deadline:
+            local_slurm.run("scancel", job_id, check=False)
+            pytest.fail(f"job {job_id} ({state}) never held its actors; log:\n{out.read_text() if out.exists() else ''}")
+        time.sleep(1)
+    assert processes_with(marker_cmd=f"/tmp/ray_{job_id}/"), "the Ray nodes of the held job are not running"
+
+    local_slurm.run("scancel", job_id)
+    state = wait_for_job(local_slurm, job_id, 120)
+    text = out.read_text()
+    assert state["JobState"] == "CANCELLED", state
+    assert processes_with(marker_env=f"SLURM_JOB_ID={job_id}", marker_cmd=f"/tmp/ray_{job_id}/") == [], text[-3000:]
+    assert not Path(f"/tmp/ray_{job_id}").exists()
+    assert "signal received, stopping" in text and f"ray cluster of job {job_id} stopped" in text, text[-3000:]
