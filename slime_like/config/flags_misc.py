@@ -1,8 +1,42 @@
-"""Logging (console / metrics.jsonl / wandb / tensorboard), debug flags, and the SGLang flags slime owns.
+"""Logging (console / metrics.jsonl / wandb / tensorboard), debug flags, the SGLang flags slime owns, and the
+slime flags we recognise but do not implement (a clear error instead of "unknown flag").
 
 The other `--sglang-*` flags are passed through to the engine: see sglang_passthrough.py.
 """
 from __future__ import annotations
+
+import argparse
+
+from slime_like.config.errors import ConfigError
+
+# slime features slime_like does not implement: recognised so the error says so (never silently ignored).
+UNSUPPORTED = {
+    "--use-opd": "on-policy distillation", "--opd-type": "on-policy distillation",
+    "--opd-kl-coef": "on-policy distillation", "--opd-teacher-load": "on-policy distillation",
+    "--use-routing-replay": "MoE routing replay", "--use-rollout-routing-replay": "MoE rollout routing replay",
+    "--megatron-to-hf-mode": "Megatron-Bridge weight conversion", "--use-slime-router": "slime's own router",
+    "--prefill-num-servers": "prefill/decode disaggregation", "--rollout-data-transport": "straw / NIXL transport",
+    "--release-train": "releasing trainer actors between steps", "--update-weight-mode": "delta weight sync",
+    "--update-weight-transport": "disk weight sync", "--custom-config-path": "free-form YAML attributes",
+    "--eval-config": "OmegaConf eval dataset configs (use --eval-prompt-data NAME PATH ...)",
+    "--only-train-params-name-list": "partial-parameter training", "--freeze-params-name-list": "parameter freezing",
+    "--pg-loss-type": "REINFORCE score centering", "--use-score-centering": "REINFORCE score centering",
+    "--use-opsm": "off-policy sequence masking", "--allgather-cp": "all-gather context parallelism",
+    "--flush-cache-interval": "PipelineRL-style in-flight weight updates",
+}
+
+
+class _Unsupported(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        raise ConfigError(f"{option_string} is a slime flag for {UNSUPPORTED[option_string]}, which slime_like does "
+                          "not implement; remove it (docs/configuration.md lists these flags)")
+
+
+def add_unsupported_group(parser):
+    g = parser.add_argument_group("unsupported slime flags")
+    for flag in UNSUPPORTED:
+        g.add_argument(flag, action=_Unsupported, nargs="*", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    return parser
 
 
 def add_sglang_group(parser):

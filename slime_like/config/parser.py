@@ -46,6 +46,7 @@ def build_parser(prog: str = "train.py", generated_sglang: bool = False):
     flags_algo.add_reward_group(p)
     flags_misc.add_logging_group(p)
     flags_misc.add_debug_group(p)
+    flags_misc.add_unsupported_group(p)
     fields = set()
     if generated_sglang:
         fields = sglang_passthrough.add_generated_flags(p, sglang_group)

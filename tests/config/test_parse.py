@@ -89,3 +89,15 @@ def test_bad_choice_and_bad_type(base):
 def test_stray_value_is_an_error(base):
     with pytest.raises(ConfigError, match="unexpected argument"):
         parse(base + ["stray"])
+
+
+def test_unimplemented_slime_flags_say_so(base):
+    with pytest.raises(ConfigError, match="--use-opd is a slime flag for on-policy distillation, which slime_like does not"):
+        parse(base + ["--use-opd", "--opd-type", "sglang"])
+    with pytest.raises(ConfigError, match="--update-weight-mode is a slime flag for delta weight sync"):
+        parse(base + ["--update-weight-mode", "delta"])
+    assert "--use-opd" not in build_parser()[0].format_help()
+
+
+def test_slime_llama_spelling_of_rope_scaling(base):
+    assert parse(base + ["--rotary-scaling-factor", "4.0"]).rope_scaling_factor == 4.0
