@@ -6,8 +6,8 @@ Two modes, chosen when the parser is built:
   exactly as SGLang checks them. Importing sglang pulls in torch, so this mode is skipped when the run
   cannot use SGLang anyway (`--rollout-engine cpu`, `--debug-train-only`, `--load-debug-rollout-data`)
   or when SLIME_LIKE_SGLANG_PASSTHROUGH=generic.
-* generic -- no sglang (CPU machines): any `--sglang-NAME [VALUE]` is accepted; a bare flag means True,
-  a value is read as int, then float, else kept as a string.
+* generic -- no sglang (CPU machines): any `--sglang-NAME [VALUE ...]` is accepted; a bare flag means True,
+  each value is read as int, then float, else kept as a string; several values make a list.
 
 Either way the result is `args.sglang_server_args = {name: value}` holding only what the user set (on the
 CLI, or in `--sglang-config FILE`, a YAML/JSON mapping of ServerArgs fields; the CLI wins), plus one
@@ -97,11 +97,12 @@ def extract_generic(argv, known_options) -> tuple[list, dict]:
                                   "--rollout-num-gpus-per-engine and the placement plan); remove it")
             if "=" in tok:
                 found[name] = _coerce(tok.split("=", 1)[1])
-            elif i + 1 < len(argv) and not _looks_like_flag(argv[i + 1]):
-                found[name] = _coerce(argv[i + 1])
-                i += 1
-            else:
-                found[name] = True
+            else:  # every value up to the next flag: one -> scalar, several -> list (--sglang-cuda-graph-bs 1 2 4)
+                values = []
+                while i + 1 < len(argv) and not _looks_like_flag(argv[i + 1]):
+                    values.append(_coerce(argv[i + 1]))
+                    i += 1
+                found[name] = True if not values else values[0] if len(values) == 1 else values
         else:
             rest.append(tok)
         i += 1

@@ -36,6 +36,11 @@ def test_sglang_config_file_and_cli_wins(base, tmp_path):
         parse(base + ["--sglang-config", str(cfg)])
 
 
+def test_generic_list_values(base):
+    args = parse(base + ["--sglang-cuda-graph-bs", "1", "2", "4", "--sglang-log-level", "info"])
+    assert args.sglang_server_args == {"cuda_graph_bs": [1, 2, 4], "log_level": "info"}
+
+
 def test_extract_keeps_other_tokens_in_order():
     rest, found = extract_generic(["--lr", "1", "--sglang-a", "x", "--seed", "3", "--sglang-b"], {"--lr", "--seed"})
     assert rest == ["--lr", "1", "--seed", "3"] and found == {"a": "x", "b": True}
