@@ -101,3 +101,38 @@ def test_unimplemented_slime_flags_say_so(base):
 
 def test_slime_llama_spelling_of_rope_scaling(base):
     assert parse(base + ["--rotary-scaling-factor", "4.0"]).rope_scaling_factor == 4.0
+
+
+# Every flag issue 2 and the seeds name (plus those other parts of the product need) is registered.
+NAMED = """--num-layers --hidden-size --ffn-hidden-size --num-attention-heads --group-query-attention --num-query-groups
+--kv-channels --swiglu --normalization --norm-epsilon --use-rotary-position-embeddings --rotary-base --vocab-size
+--disable-bias-linear --add-qkv-bias --qk-layernorm --untie-embeddings-and-output-weights --max-position-embeddings
+--seq-length --num-experts --moe-router-topk --moe-ffn-hidden-size --moe-shared-expert-intermediate-size
+--moe-layer-freq --bf16 --fp16 --attention-dropout --hidden-dropout --attention-backend --lr-warmup-iters
+--lr-warmup-fraction --min-lr --lr-decay-iters --hf-checkpoint --ref-load --load --save --save-interval
+--no-save-optim --no-load-optim --save-hf --rollout-function-path --custom-generate-function-path --custom-rm-path
+--dynamic-sampling-filter-path --over-sampling-batch-size --partial-rollout --num-epoch --micro-batch-size
+--num-steps-per-rollout --balance-data --use-tis --tis-clip --eps-clip-c --gamma --lambd --normalize-advantages
+--disable-grpo-std-normalization --kl-coef --loss-type --calculate-per-token-loss --offload --offload-train
+--offload-rollout --rollout-num-gpus --rollout-num-gpus-per-engine --eval-interval --eval-prompt-data
+--n-samples-per-eval-prompt --eval-max-response-len --eval-top-p --use-wandb --wandb-project --use-tensorboard
+--rollout-engine --num-gpus-per-node --run-dir --dry-run --update-weights-interval --update-weight-buffer-size
+--sglang-server-concurrency --rollout-max-prompt-len --rollout-seed --seed --rm-url --reward-key --eval-reward-key
+--group-rm --rollout-stop --rollout-stop-token-ids --rollout-skip-special-tokens --eval-temperature --eval-top-k
+--eval-input-key --eval-label-key --debug-rollout-only --debug-train-only --save-debug-rollout-data
+--load-debug-rollout-data --keep-old-actor --critic-load --critic-save --critic-lr --critic-lr-warmup-iters
+--wandb-group --wandb-mode --wandb-dir --tensorboard-dir --log-interval --eval-function-path --buffer-filter-path
+--actor-num-nodes --actor-num-gpus-per-node --critic-num-nodes --critic-num-gpus-per-node --colocate --use-critic
+--advantage-estimator --megatron-config-path --prompt-data --input-key --label-key --metadata-key
+--apply-chat-template --rollout-shuffle --rm-type --num-rollout --rollout-batch-size --n-samples-per-prompt
+--rollout-max-response-len --rollout-temperature --rollout-top-p --rollout-top-k --global-batch-size
+--tensor-model-parallel-size --sequence-parallel --pipeline-model-parallel-size --context-parallel-size
+--expert-model-parallel-size --expert-tensor-parallel-size --recompute-granularity --recompute-method
+--recompute-num-layers --use-dynamic-batch-size --max-tokens-per-gpu --use-kl-loss --kl-loss-coef --kl-loss-type
+--entropy-coef --eps-clip --eps-clip-high --optimizer --lr --lr-decay-style --weight-decay --adam-beta1
+--adam-beta2 --clip-grad --sglang-config""".split()
+
+
+def test_every_named_flag_is_registered():
+    options = build_parser()[0]._option_string_actions
+    assert [f for f in NAMED if f not in options] == []
