@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 import sys
 from typing import Any, Mapping
 
@@ -107,11 +108,13 @@ def read_metrics(path: str) -> list[dict]:
 
 
 class MetricsLogger:
-    """Writes each rollout's metrics to <run_dir>/metrics.jsonl, the console, and the optional trackers.
+    """Writes each rollout's metrics to <run_dir>/metrics.jsonl, one console line, and the optional trackers.
 
-    Flags read from args (names as slime's): run_dir, log_interval (console line every N rollouts; the file
-    gets every rollout), use_wandb, wandb_project, wandb_group, wandb_mode, wandb_dir, use_tensorboard,
-    tensorboard_dir. A tracker that was asked for but is not installed fails here, before any work starts.
+    Flags read from args (names as slime's): run_dir, use_wandb, wandb_project, wandb_group, wandb_team,
+    wandb_mode, wandb_dir, wandb_key, wandb_host, wandb_run_id, wandb_random_suffix, use_tensorboard,
+    tensorboard_dir, tb_project_name, tb_experiment_name. A tracker that was asked for but is not installed
+    fails here, before any work starts. The console line is printed for every rollout (`--log-interval` keeps
+    Megatron's meaning: the trainer's per-optimizer-step log).
     """
 
     def __init__(self, args, stream=None):
@@ -119,7 +122,6 @@ class MetricsLogger:
         if not run_dir:
             raise ValueError("MetricsLogger needs --run-dir (the directory that gets metrics.jsonl); got none")
         self.run_dir = run_dir
-        self.log_interval = int(getattr(args, "log_interval", 1) or 1)
         self.stream = stream if stream is not None else sys.stdout
         os.makedirs(run_dir, exist_ok=True)
         self.path = os.path.join(run_dir, METRICS_FILE)
@@ -139,11 +141,21 @@ class MetricsLogger:
         mode = getattr(args, "wandb_mode", None) or os.environ.get("WANDB_MODE") or "online"
         if mode not in ("online", "offline", "disabled"):
             raise ValueError(f"--wandb-mode {mode!r} must be online, offline or disabled")
-        wandb_dir = getattr(args, "wandb_dir", None) or self.run_dir
+        wandb_dir = getattr(args, "wandb_dir", None) or os.path.join(self.run_dir, "wandb")
         os.makedirs(wandb_dir, exist_ok=True)
-        config = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, tuple, type(None)))}
-        run = wandb.init(project=getattr(args, "wandb_project", None) or "slime_like",
-                         group=getattr(args, "wandb_group", None), mode=mode, dir=wandb_dir, config=config)
+        key, host = getattr(args, "wandb_key", None), getattr(args, "wandb_host", None)
+        if mode == "online" and (key or host):
+            wandb.login(key=key, host=host)
+        group = getattr(args, "wandb_group", None)
+        name = group
+        if group and getattr(args, "wandb_random_suffix", True):
+            name = f"{group}_{secrets.token_hex(3)}"  # several runs of one group stay apart
+        config = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, tuple, type(None)))
+                  and k != "wandb_key"}  # never upload the API key
+        run_id = getattr(args, "wandb_run_id", None)
+        run = wandb.init(project=getattr(args, "wandb_project", None) or "slime_like", entity=getattr(args, "wandb_team", None),
+                         group=group, name=name, mode=mode, dir=wandb_dir, config=config, id=run_id,
+                         resume="allow" if run_id else None)
         # Plot every metric against rollout_id, so a resumed run continues the same x axis.
         run.define_metric("rollout_id")
         run.define_metric("*", step_metric="rollout_id")
@@ -156,6 +168,10 @@ class MetricsLogger:
             raise ImportError("--use-tensorboard needs the tensorboard package: pip install tensorboard "
                               "(or pip install 'slime_like[tensorboard]'), or drop --use-tensorboard") from e
         log_dir = getattr(args, "tensorboard_dir", None) or os.path.join(self.run_dir, "tensorboard")
+        # slime's --tb-project-name / --tb-experiment-name name sub-directories, so runs can share one dir
+        for part in (getattr(args, "tb_project_name", None), getattr(args, "tb_experiment_name", None)):
+            if part:
+                log_dir = os.path.join(log_dir, part)
         return SummaryWriter(log_dir=log_dir)
 
     # ---- logging --------------------------------------------------------------------------------------------
@@ -173,7 +189,7 @@ class MetricsLogger:
             f.truncate(keep)
 
     def log(self, rollout_id: int, metrics: Mapping[str, Any]) -> dict:
-        """Write one record (file: always; console: every log_interval rollouts or when it has eval/*); return it."""
+        """Write one record to the file, the console and the trackers; return it."""
         if isinstance(rollout_id, bool) or not isinstance(rollout_id, int):
             raise TypeError(f"rollout_id must be an int, got {rollout_id!r}")
         flat = flatten_metrics(metrics)
@@ -182,8 +198,7 @@ class MetricsLogger:
         record = {"rollout_id": rollout_id, **flat}
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
-        if rollout_id % self.log_interval == 0 or any(k.startswith("eval/") for k in flat):
-            print(format_console_line(rollout_id, flat), file=self.stream, flush=True)
+        print(format_console_line(rollout_id, flat), file=self.stream, flush=True)
         finite = {k: v for k, v in flat.items() if v is not None}
         if self._wandb is not None:
             self._wandb.log({"rollout_id": rollout_id, **finite})

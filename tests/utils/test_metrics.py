@@ -75,13 +75,12 @@ def test_console_line_content_and_order(tmp_path):
                     "grad_norm 0.410 | lr 5.00e-05 | tok/s 532 | time generate 1.25s train 0.80s update_weights 0.10s"
                     " | eval/arith/accuracy 0.380")
     console = io.StringIO()
-    with MetricsLogger(_args(tmp_path, log_interval=2), stream=console) as logger:
-        logger.log(1, {"rollout/reward_mean": 0.1})                 # skipped: not on the interval
-        logger.log(2, {"rollout/reward_mean": 0.2})
-        logger.log(3, {"eval/arith/accuracy": 0.2})                 # eval lines always print
+    with MetricsLogger(_args(tmp_path, log_interval=100), stream=console) as logger:   # Megatron's per-step flag
+        logger.log(1, {"rollout/reward_mean": 0.1})
+        logger.log(2, {"eval/arith/accuracy": 0.2, "time/eval": 0.5})
     printed = console.getvalue().splitlines()
-    assert printed == ["rollout 2 | reward 0.200", "rollout 3 | eval/arith/accuracy 0.200"]
-    assert len(_lines(tmp_path)) == 3                               # the file gets every rollout
+    assert printed == ["rollout 1 | reward 0.100", "rollout 2 | time eval 0.50s | eval/arith/accuracy 0.200"]
+    assert len(_lines(tmp_path)) == 2
 
 
 def test_timer_sections_add_up_and_pop():
@@ -158,3 +157,21 @@ def test_wandb_missing_is_a_clear_error(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert "pip install wandb" in out.stdout, out.stderr
     assert not os.path.exists(tmp_path / "metrics.jsonl")          # failed before touching the run
+
+
+def test_with_parse_args_flags(tmp_path, tiny_ckpt, monkeypatch):
+    """The real flags from slime_like.args.parse_args: run dir, tensorboard sub-dirs, wandb offline dir."""
+    pytest.importorskip("wandb")
+    from slime_like.args import parse_args
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run_dir = tmp_path / "run"
+    args = parse_args(["--hf-checkpoint", tiny_ckpt, "--rollout-batch-size", "4", "--num-rollout", "2", "--colocate",
+                       "--actor-num-gpus-per-node", "1", "--run-dir", str(run_dir), "--use-tensorboard",
+                       "--tb-project-name", "proj", "--tb-experiment-name", "exp", "--use-wandb",
+                       "--wandb-mode", "offline", "--wandb-group", "g1"], exit_on_error=False)
+    with MetricsLogger(args, stream=io.StringIO()) as lg:
+        lg.log(0, {"rollout/reward_mean": 0.25})
+    assert _lines(run_dir) == [{"rollout_id": 0, "rollout/reward_mean": 0.25}]
+    assert any(f.startswith("events.out.tfevents") for f in os.listdir(run_dir / "tensorboard" / "proj" / "exp"))
+    assert [d for d in os.listdir(run_dir / "wandb" / "wandb") if d.startswith("offline-run-")]
