@@ -15,6 +15,7 @@ Kept deliberately faithful, quirks included, so a DeepScaleR recipe gets the sam
 """
 from __future__ import annotations
 
+import logging
 import re
 
 # Expressions that make sympy slow or are not worth trying (same guards as the reference).
@@ -146,6 +147,8 @@ def _pylatexenc():
     except ImportError as exc:  # without it the grader would silently grade differently
         raise ImportError("--rm-type deepscaler needs pylatexenc (pip install pylatexenc==2.10), the LaTeX "
                           "converter of the reference grader") from exc
+    # It logs a warning for every malformed macro in model output (e.g. a bare "\\frac"): noise in training logs.
+    logging.getLogger("pylatexenc").setLevel(logging.ERROR)
     return latex2text
 
 
