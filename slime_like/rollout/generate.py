@@ -196,9 +196,11 @@ async def generate_rollout(args, rollout_id: int, data_source, evaluation: bool 
         for task in pending:                                       # an error: stop the rest
             task.cancel()
     for group in leftovers:
-        if not getattr(args, "partial_rollout", False):
-            for s in group:                                        # the prompt is redone from scratch later
-                reset_sample(s)
+        for s in group:
+            if not getattr(args, "partial_rollout", False):
+                reset_sample(s)                                    # the prompt is redone from scratch later
+            elif s.response_length and "start_rollout_id" not in s.metadata:
+                s.metadata["start_rollout_id"] = rollout_id        # as slime: where a partial response began
         result.returned.append(group[0].group_index)
     data_source.add_samples(leftovers)
     result.metrics = {"rollout/groups_submitted": submitted, "rollout/groups_kept": len(result.groups),

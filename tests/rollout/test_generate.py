@@ -95,6 +95,7 @@ def test_partial_rollout_resumes_aborted_groups(engine_url, prompt_file, make_ar
         assert s.rollout_log_probs[:len(old_lps)] == old_lps
     resumed = [s for s in samples2 if s.index == cut[0].index][0]
     assert resumed.response_length > cut[0].response_length and resumed.status != Status.ABORTED
+    assert resumed.metadata["start_rollout_id"] == 0       # where its partial response began
     assert [g[0].group_index for g in ctl2.data_source.buffer] == [2, 3]   # 2 buffered + 1 fresh were taken
     assert metrics2["rollout/groups_submitted"] == 3
 
