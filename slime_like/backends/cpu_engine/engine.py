@@ -87,6 +87,17 @@ class CPUEngine:
     # ------------------------------------------------------------------ requests
     def submit(self, req: Request) -> None:
         """Validate and queue a request; raises BadRequest before any model work."""
+        self.validate(req)
+        if req.params.max_new_tokens == 0:
+            req.finish_reason = {"type": "length", "length": 0}
+            self._finish(req, counted=False)
+            return
+        with self._cond:
+            self._inflight[id(req)] = req
+            self._waiting.append(req)
+            self._cond.notify_all()
+
+    def validate(self, req: Request) -> None:
         n = len(req.input_ids)
         if n == 0:
             raise BadRequest("input_ids is empty")
@@ -98,14 +109,6 @@ class CPUEngine:
                              f"({self.context_length} tokens).")
         if self.released:
             raise BadRequest("engine memory is released; call /resume_memory_occupation first")
-        if req.params.max_new_tokens == 0:
-            req.finish_reason = {"type": "length", "length": 0}
-            self._finish(req, counted=False)
-            return
-        with self._cond:
-            self._inflight[id(req)] = req
-            self._waiting.append(req)
-            self._cond.notify_all()
 
     def abort(self, rid: str | None = None, abort_all: bool = False) -> None:
         """Abort one request (queued or running) or all of them; running ones keep their partial output."""

@@ -79,6 +79,8 @@ async def generate(request):
         fut = loop.create_future()
         r.on_done = lambda req, fut=fut: loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(req))
         futures.append(fut)
+    for r in reqs:  # validate the whole batch before queuing any of it
+        eng.validate(r)
     try:
         for r in reqs:
             eng.submit(r)

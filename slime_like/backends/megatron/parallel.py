@@ -101,6 +101,7 @@ def run_local_ranks(fn, world_size: int, *args, timeout: float = 300.0):
     """
     import multiprocessing as mp
     import tempfile
+    import time
 
     port = free_port()
     ctx = mp.get_context("spawn")
@@ -109,17 +110,23 @@ def run_local_ranks(fn, world_size: int, *args, timeout: float = 300.0):
                  for r in range(world_size)]
         for p in procs:
             p.start()
-        for p in procs:
-            p.join(timeout)
+        # one deadline for all ranks; a rank that dies takes the others down (they would wait on it forever)
+        deadline = time.monotonic() + timeout
+        while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
+            if any(p.exitcode not in (None, 0) for p in procs):
+                break
+            time.sleep(0.1)
         for p in procs:
             if p.is_alive():
                 p.kill()
+            p.join()
         results = []
         for r, p in enumerate(procs):
             path = os.path.join(result_dir, f"rank{r}.pt")
             out = torch.load(path, weights_only=False) if os.path.exists(path) else None
             if out is None or not out["ok"]:
-                detail = out["error"] if out else f"exit code {p.exitcode} (timeout {timeout}s or crash)"
+                failed = [f"rank {i}: {q.exitcode}" for i, q in enumerate(procs)]
+                detail = out["error"] if out else f"no result (timeout {timeout}s or killed); exit codes {failed}"
                 raise RuntimeError(f"rank {r} of {world_size} failed:\n{detail}")
             results.append(out["result"])
     return results

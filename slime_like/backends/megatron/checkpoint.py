@@ -1,0 +1,224 @@
+"""Megatron distributed checkpoints (dist_checkpointing `torch_dist`), published atomically.
+
+Layout (Megatron-LM's):  SAVE/iter_0000007/{*.distcp, common.pt, .metadata, metadata.json}
+                         SAVE/latest_checkpointed_iteration.txt   ("7")
+
+A save writes the iteration directory first (dist_checkpointing writes its metadata.json last), then
+publishes the marker with tmp + os.replace. A crash before the publish leaves the marker on the previous
+iteration, so resume never picks a half-written checkpoint; if the marker ever points to an incomplete
+directory, load falls back to the newest complete one below it.
+State: model chunks, optimizer (optional), LR scheduler (optional), RNG (python, numpy, torch, CUDA,
+mcore tracker; per rank, restored only when the topology is unchanged), iteration, extra_state.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import shutil
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+TRACKER = "latest_checkpointed_iteration.txt"
+log = logging.getLogger(__name__)
+
+
+def iteration_dir(root: str, iteration: int) -> str:
+    return os.path.join(root, f"iter_{iteration:07d}")
+
+
+def is_hf_dir(path) -> bool:
+    """An HF model directory: config.json + safetensors weights, and no Megatron iteration marker."""
+    if not path or not os.path.isdir(path) or os.path.exists(os.path.join(path, TRACKER)):
+        return False
+    files = os.listdir(path)
+    return "config.json" in files and any(f.endswith(".safetensors") for f in files)
+
+
+def _rank0() -> bool:
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def _barrier():
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def _topology():
+    from megatron.core import parallel_state as ps
+
+    return (ps.get_pipeline_model_parallel_world_size(), ps.get_tensor_model_parallel_world_size(),
+            ps.get_data_parallel_world_size(with_context_parallel=True))
+
+
+def _rng_object():
+    """This rank's RNG states as a ShardedObject indexed by (pp, tp, dp) rank."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.dist_checkpointing import ShardedObject
+    from megatron.core.tensor_parallel import get_cuda_rng_tracker
+
+    state = {"random": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+             "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None,
+             "tracker": get_cuda_rng_tracker().get_states()}
+    rank = (ps.get_pipeline_model_parallel_rank(), ps.get_tensor_model_parallel_rank(),
+            ps.get_data_parallel_rank(with_context_parallel=True))
+    return ShardedObject("rng_state", state, _topology(), rank, replica_id=0)
+
+
+def _set_rng(state):
+    from megatron.core.tensor_parallel import get_cuda_rng_tracker
+
+    random.setstate(state["random"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+    get_cuda_rng_tracker().set_states(state["tracker"])
+
+
+def _model_state(model_chunks):
+    from slime_like.backends.megatron.hf_weights import unwrap
+
+    chunks = [unwrap(c) for c in model_chunks]
+    if len(chunks) == 1:
+        return {"model": chunks[0].sharded_state_dict()}
+    return {f"model{i}": c.sharded_state_dict() for i, c in enumerate(chunks)}
+
+
+def _sharded_state(model_chunks, optimizer, scheduler, is_loading, with_rng=True):
+    state = _model_state(model_chunks)
+    if optimizer is not None:
+        model_sd = {}
+        for v in state.values():
+            model_sd.update(v)
+        state["optimizer"] = optimizer.sharded_state_dict(model_sd, is_loading=is_loading)
+    if scheduler is not None:
+        state["opt_param_scheduler"] = scheduler.state_dict()
+    if with_rng:
+        state["rng_state"] = _rng_object()
+    return state
+
+
+def save_checkpoint(save_dir: str, iteration: int, model_chunks, optimizer=None, scheduler=None,
+                    extra_state: dict | None = None) -> str:
+    """Collective: write SAVE/iter_XXXXXXX in torch_dist format, then publish the marker. Returns the dir."""
+    from megatron.core import dist_checkpointing
+    from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
+
+    if not save_dir:
+        raise ValueError("save_checkpoint: empty save dir; set --save")
+    path = iteration_dir(save_dir, iteration)
+    if _rank0():
+        os.makedirs(save_dir, exist_ok=True)
+        if os.path.exists(path):  # leftovers of an earlier (possibly killed) save of the same iteration
+            shutil.rmtree(path)
+        os.makedirs(path)
+    _barrier()
+    state = _sharded_state(model_chunks, optimizer, scheduler, is_loading=False)
+    state.update(iteration=iteration, checkpoint_version=3.0, topology=_topology(),
+                 has_optimizer=optimizer is not None, extra_state=extra_state or {})
+    dist_checkpointing.save(state, path, sharded_strategy=get_default_save_sharded_strategy("torch_dist"))
+    _barrier()  # every rank's shards are on disk before the marker moves
+    if _rank0():
+        _publish(save_dir, iteration)
+    _barrier()
+    return path
+
+
+def _publish(save_dir: str, iteration: int):
+    """Atomically point latest_checkpointed_iteration.txt at `iteration` (tmp file, fsync, os.replace)."""
+    tmp = os.path.join(save_dir, TRACKER + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(str(iteration))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(save_dir, TRACKER))
+
+
+def _is_complete(path: str) -> bool:
+    from megatron.core.dist_checkpointing import check_is_distributed_checkpoint
+
+    return os.path.isdir(path) and check_is_distributed_checkpoint(path)
+
+
+def latest_iteration(load_dir: str) -> int | None:
+    """The published iteration, or the newest complete one below it if that directory is incomplete."""
+    tracker = os.path.join(load_dir, TRACKER)
+    if not os.path.isfile(tracker):
+        return None
+    text = open(tracker).read().strip()
+    if not text.isdigit():
+        raise ValueError(f"{tracker}: expected an iteration number, found {text!r}")
+    published = int(text)
+    if _is_complete(iteration_dir(load_dir, published)):
+        return published
+    found = sorted((int(m.group(1)) for d in os.listdir(load_dir) if (m := re.fullmatch(r"iter_(\d{7})", d))),
+                   reverse=True)
+    for it in found:
+        if it < published and _is_complete(iteration_dir(load_dir, it)):
+            log.warning("%s: iteration %d is incomplete; falling back to iteration %d", load_dir, published, it)
+            return it
+    raise FileNotFoundError(f"{tracker} names iteration {published} but {iteration_dir(load_dir, published)} is "
+                            "incomplete and no older complete iteration exists")
+
+
+def load_checkpoint(load_dir: str, model_chunks, optimizer=None, scheduler=None, load_optim: bool = True,
+                    args=None) -> int | None:
+    """Restore model (+ optimizer, scheduler, RNG when load_optim) from LOAD; return its iteration.
+
+    An HF directory loads HF weights instead (needs `args`, or model flags are read from its config) and
+    returns None, as does a directory without a published checkpoint.
+    """
+    from megatron.core import dist_checkpointing
+    from megatron.core.dist_checkpointing.serialization import get_default_load_sharded_strategy
+
+    from slime_like.backends.megatron.hf_weights import unwrap
+
+    if is_hf_dir(load_dir):
+        from slime_like.backends.megatron import hf_weights, model
+
+        hf_weights.load_hf_weights(model_chunks, load_dir, args if args is not None else _args_from_hf(load_dir))
+        return None
+    if not load_dir or not os.path.isdir(load_dir):
+        raise FileNotFoundError(f"--load {load_dir!r}: no such directory")
+    iteration = latest_iteration(load_dir)
+    if iteration is None:
+        return None
+    path = iteration_dir(load_dir, iteration)
+    common = dist_checkpointing.load_common_state_dict(path)
+    if not load_optim:
+        optimizer = scheduler = None
+    if optimizer is not None and not common.get("has_optimizer", False):
+        raise ValueError(f"{path} was saved without optimizer state (--no-save-optim); resume with --no-load-optim")
+    same_topology = tuple(common.get("topology", ())) == _topology()
+    state = _sharded_state(model_chunks, optimizer, scheduler, is_loading=True,
+                           with_rng=load_optim and same_topology)
+    loaded = dist_checkpointing.load(state, path, sharded_strategy=get_default_load_sharded_strategy(path))
+    chunks = [unwrap(c) for c in model_chunks]
+    for i, chunk in enumerate(chunks):
+        chunk.load_state_dict(loaded["model" if len(chunks) == 1 else f"model{i}"], strict=True)
+    if optimizer is not None:
+        optimizer.load_state_dict(loaded["optimizer"])
+    if scheduler is not None:
+        scheduler.load_state_dict(loaded["opt_param_scheduler"])
+    if "rng_state" in loaded:
+        _set_rng(loaded["rng_state"])
+    elif load_optim:
+        log.warning("%s: saved with (pp, tp, dp) = %s, running with %s: RNG state not restored",
+                    path, common.get("topology"), _topology())
+    _barrier()
+    return int(common["iteration"])
+
+
+def _args_from_hf(hf_dir):
+    from megatron.core import parallel_state as ps
+
+    from slime_like.backends.megatron.model import fill_args_from_hf
+
+    args = fill_args_from_hf(None, hf_dir)
+    args.tensor_model_parallel_size = ps.get_tensor_model_parallel_world_size()
+    args.pipeline_model_parallel_size = ps.get_pipeline_model_parallel_world_size()
+    return args
