@@ -41,24 +41,51 @@ def group_step(args, raw_rewards: list[float], group_size: int) -> list[float]:
                      f"(grpo, gspo, reinforce_plus_plus, reinforce_plus_plus_baseline, ppo)")
 
 
+def _rewards(args, groups) -> tuple[list[float], list[float]]:
+    """(raw, after the group step), flat in group order. ``--custom-reward-post-process-path``
+    replaces the whole step with slime's hook ``f(args, samples) -> (raw_rewards, rewards)``."""
+    path = getattr(args, "custom_reward_post_process_path", None)
+    if path:
+        from .hooks import load_function
+
+        flat = [s for g in groups for s in g]
+        raw, shaped = load_function(path, "--custom-reward-post-process-path")(args, flat)
+        if not (len(raw) == len(shaped) == len(flat)):
+            raise ValueError(f"--custom-reward-post-process-path {path} returned {len(raw)} raw / {len(shaped)} "
+                             f"rewards for {len(flat)} samples")
+        return [float(r) for r in raw], [float(r) for r in shaped]
+    raw, shaped = [], []
+    for group in groups:
+        r = [scalar_reward(args, s.reward) for s in group]
+        raw += r
+        shaped += group_step(args, r, len(group))
+    return raw, shaped
+
+
 def to_train_batch(args, samples) -> dict:
-    """Columnar dict, one entry per sample, groups kept contiguous (group order = first appearance)."""
+    """Columnar dict, one entry per sample, groups kept contiguous (group order = first appearance).
+
+    A sample marked ``remove_sample = True`` (by ``--rollout-sample-filter-path``, as in slime) stays in
+    the batch with an all-zero loss mask, so group statistics are unchanged but it is not trained on.
+    """
     batch = {k: [] for k in BATCH_KEYS}
-    for group in _groups_in_order(samples):
-        raw = [scalar_reward(args, s.reward) for s in group]
-        for s, r, adv in zip(group, raw, group_step(args, raw, len(group))):
-            if not (len(s.loss_mask) == len(s.rollout_log_probs) == s.response_length):
-                raise ValueError(f"sample {s.index} (prompt {s.group_index}): response_length "
-                                 f"{s.response_length}, loss_mask {len(s.loss_mask)}, rollout_log_probs "
-                                 f"{len(s.rollout_log_probs)} must be equal")
-            batch["tokens"].append(list(s.tokens))
-            batch["response_lengths"].append(s.response_length)
-            batch["loss_masks"].append(list(s.loss_mask))
-            batch["rewards"].append(float(adv))
-            batch["raw_rewards"].append(float(r))
-            batch["rollout_log_probs"].append(list(s.rollout_log_probs))
-            batch["sample_indices"].append(s.index)
-            batch["truncated"].append(int(s.status == Status.TRUNCATED))
+    groups = _groups_in_order(samples)
+    raw_all, shaped_all = _rewards(args, groups)
+    flat = [s for g in groups for s in g]
+    for s, r, adv in zip(flat, raw_all, shaped_all):
+        if not (len(s.loss_mask) == len(s.rollout_log_probs) == s.response_length):
+            raise ValueError(f"sample {s.index} (prompt {s.group_index}): response_length "
+                             f"{s.response_length}, loss_mask {len(s.loss_mask)}, rollout_log_probs "
+                             f"{len(s.rollout_log_probs)} must be equal")
+        batch["tokens"].append(list(s.tokens))
+        batch["response_lengths"].append(s.response_length)
+        batch["loss_masks"].append([0] * s.response_length if getattr(s, "remove_sample", False)
+                                   else list(s.loss_mask))
+        batch["rewards"].append(float(adv))
+        batch["raw_rewards"].append(float(r))
+        batch["rollout_log_probs"].append(list(s.rollout_log_probs))
+        batch["sample_indices"].append(s.index)
+        batch["truncated"].append(int(s.status == Status.TRUNCATED))
     return batch
 
 

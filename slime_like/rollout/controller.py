@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 import os
 import sys
 import time
@@ -23,7 +24,7 @@ import time
 from ..sample import Status
 from .data_source import RolloutDataSource
 from .engines import EnginePool, set_current_state
-from .eval import eval_datasets, eval_metrics
+from .eval import eval_datasets, eval_metrics, ks_for, pass_at_k
 from .generate import GenerateState, RolloutOutput
 from .hooks import load_function
 from .rewards import scalar_reward
@@ -51,6 +52,18 @@ def rollout_metrics(args, samples, elapsed: float, tokens_generated: int) -> dic
             "rollout/truncated_ratio": sum(s.status == Status.TRUNCATED for s in samples) / n,
             "rollout/num_samples": len(samples), "rollout/time_s": elapsed,
             "rollout/tokens_per_s": tokens_generated / elapsed if elapsed > 0 else 0.0}
+
+
+def passrate_metrics(args, groups) -> dict:
+    """--log-passrate: pass@k over the rollout's groups (a sample with reward > 0 passes)."""
+    if not groups:
+        return {}
+    n = min(len(g) for g in groups)
+    out = {}
+    for k in ks_for(n):
+        out[f"rollout/pass@{k}"] = sum(
+            pass_at_k(len(g), sum(scalar_reward(args, s.reward) > 0 for s in g), k) for g in groups) / len(groups)
+    return out
 
 
 class RolloutController:
@@ -119,9 +132,12 @@ class RolloutController:
             metrics.update(out.metrics)
         if self.dead_engines:
             metrics["rollout/dead_engines"] = len(self.dead_engines)
+        if getattr(self.args, "log_passrate", False):
+            metrics.update(passrate_metrics(self.args, groups))
         if getattr(self.args, "save_debug_rollout_data", None):
             self._save_debug(rollout_id, samples)
-        return samples, metrics
+        return samples, self._custom_log("custom_rollout_log_function_path", metrics,
+                                         rollout_id, self.args, samples, metrics, elapsed)
 
     def evaluate(self, rollout_id: int) -> dict:
         datasets = eval_datasets(self.args)
@@ -131,7 +147,16 @@ class RolloutController:
         metrics = {}
         for name, groups in out.items():
             metrics.update(eval_metrics(self.args, name, groups))
-        return metrics
+        return self._custom_log("custom_eval_rollout_log_function_path", metrics, rollout_id, self.args, out, metrics)
+
+    def _custom_log(self, flag: str, metrics: dict, *hook_args) -> dict:
+        """slime's logging hooks: ``f(rollout_id, args, samples_or_eval_data, metrics[, rollout_time])``;
+        a truthy return means the hook logged everything itself, so no metrics are returned to log."""
+        path = getattr(self.args, flag, None)
+        if not path:
+            return metrics
+        handled = load_function(path, "--" + flag.replace("_", "-"))(*hook_args)
+        return {} if handled else metrics
 
     def state_dict(self) -> dict:
         ds = self.data_source
@@ -158,4 +183,10 @@ class RolloutController:
             raise FileNotFoundError(f"--load-debug-rollout-data: {path} does not exist (rollout {rollout_id}); "
                                     f"was it written by --save-debug-rollout-data with the same pattern?")
         data = torch.load(path, weights_only=False)
-        return [sample_from_dict(d) for d in data["samples"]]
+        samples = [sample_from_dict(d) for d in data["samples"]]
+        fraction = getattr(self.args, "load_debug_rollout_data_subsample", None)
+        if fraction:   # keep whole groups: the first ceil(fraction * groups) of them
+            groups = list({s.group_index: None for s in samples})
+            keep = set(groups[:max(1, math.ceil(fraction * len(groups)))])
+            samples = [s for s in samples if s.group_index in keep]
+        return samples

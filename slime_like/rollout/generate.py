@@ -93,6 +93,9 @@ async def generate_sample(args, sample: Sample, sampling_params: dict) -> Sample
     state = current_state()
     params = dict(sampling_params)
     params["max_new_tokens"] = params["max_new_tokens"] - sample.response_length
+    context = getattr(args, "rollout_max_context_len", None)
+    if context:                                    # prompt + response must fit the context limit
+        params["max_new_tokens"] = min(params["max_new_tokens"], context - len(sample.tokens))
     if params["max_new_tokens"] <= 0:
         sample.status = Status.TRUNCATED
         return sample
@@ -165,6 +168,7 @@ async def generate_rollout(args, rollout_id: int, data_source, evaluation: bool 
     result = RolloutOutput(groups=[])
     pending: dict[asyncio.Task, list[Sample]] = {}
     leftovers: list[list[Sample]] = []
+    filtered_groups: list[list[Sample]] = []
     submitted = 0
     try:
         while len(result.groups) < target:
@@ -184,6 +188,7 @@ async def generate_rollout(args, rollout_id: int, data_source, evaluation: bool 
                     result.failed.append(group[0].group_index)
                 elif filter_fn is not None and not (d := decide(filter_fn, args, group)).keep:
                     result.filtered.append(group[0].group_index)
+                    filtered_groups.append(group)
                     logger.debug("filtered prompt %d: %s", group[0].group_index, d.reason)
                 else:
                     result.groups.append(group)
@@ -203,6 +208,15 @@ async def generate_rollout(args, rollout_id: int, data_source, evaluation: bool 
                 s.metadata["start_rollout_id"] = rollout_id        # as slime: where a partial response began
         result.returned.append(group[0].group_index)
     data_source.add_samples(leftovers)
+    result.groups.sort(key=lambda g: g[0].group_index)
+    # slime's post-rollout hooks: mark samples to leave out of the loss (sample.remove_sample = True),
+    # and look at every finished group including the filtered ones.
+    if getattr(args, "rollout_sample_filter_path", None):
+        load_function(args.rollout_sample_filter_path, "--rollout-sample-filter-path")(args, result.groups)
+    if getattr(args, "rollout_all_samples_process_path", None):
+        all_groups = sorted(result.groups + filtered_groups, key=lambda g: g[0].group_index)
+        load_function(args.rollout_all_samples_process_path, "--rollout-all-samples-process-path")(
+            args, all_groups, data_source)
     result.metrics = {"rollout/groups_submitted": submitted, "rollout/groups_kept": len(result.groups),
                       "rollout/groups_filtered": len(result.filtered), "rollout/groups_failed": len(result.failed),
                       "rollout/groups_returned": len(result.returned)}

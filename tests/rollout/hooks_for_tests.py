@@ -30,3 +30,23 @@ async def reward_length_slow(args, sample):
 
     await asyncio.sleep(0.3)
     return float(sample.response_length)
+
+
+SEEN_ALL_GROUPS = []
+
+
+def mark_first_sample_removed(args, groups):
+    groups[0][0].remove_sample = True
+
+
+def record_all_groups(args, groups, data_source):
+    SEEN_ALL_GROUPS.append(sorted(g[0].group_index for g in groups))
+
+
+def log_everything_myself(rollout_id, args, samples, metrics, rollout_time):
+    return True
+
+
+def post_process_double(args, samples):
+    raw = [float(s.reward) for s in samples]
+    return raw, [2 * r for r in raw]

@@ -74,3 +74,10 @@ def test_split_whole_samples_strided_and_balanced():
             assert len(sh["tokens"][i]) == 2 + lengths[idx]
     with pytest.raises(ValueError, match="multiple of the DP size"):
         split_for_dp(b, 3)
+
+
+def test_custom_reward_post_process_hook():
+    args = _args("grpo")
+    args.custom_reward_post_process_path = "rollout.hooks_for_tests.post_process_double"
+    b = to_train_batch(args, _samples([1.0, 0.0, 3.0, 3.0], 2))
+    assert b["raw_rewards"] == [1.0, 0.0, 3.0, 3.0] and b["rewards"] == [2.0, 0.0, 6.0, 6.0]

@@ -156,3 +156,27 @@ def test_debug_save_and_load(engine_url, prompt_file, make_args, tmp_path):
            [(s.index, s.tokens, s.rollout_log_probs, s.reward, s.status) for s in samples]
     with pytest.raises(FileNotFoundError, match="rollout_8.pt"):
         RolloutController(replay_args, []).generate(8)
+
+
+def test_slime_post_rollout_hooks_and_passrate(engine_url, prompt_file, make_args):
+    from rollout import hooks_for_tests
+    from slime_like.rollout.batch import to_train_batch
+
+    hooks_for_tests.SEEN_ALL_GROUPS.clear()
+    args = make_args(prompt_file(ROWS * 2), "--rollout-batch-size", 2, "--n-samples-per-prompt", 2,
+                     "--over-sampling-batch-size", 2, "--custom-rm-path", f"{H}.reward_even_groups_split",
+                     "--dynamic-sampling-filter-path", "slime_like.rollout.filters.check_reward_nonzero_std",
+                     "--rollout-sample-filter-path", f"{H}.mark_first_sample_removed",
+                     "--rollout-all-samples-process-path", f"{H}.record_all_groups", "--log-passrate")
+    ctl = RolloutController(args, [engine_url])
+    samples, metrics = ctl.generate(0)
+    kept = sorted({s.group_index for s in samples})
+    # the all-samples hook saw the kept groups and the filtered (odd) ones
+    seen = hooks_for_tests.SEEN_ALL_GROUPS[0]
+    assert set(kept) < set(seen) and all(g % 2 == 1 for g in set(seen) - set(kept))
+    assert metrics["rollout/pass@1"] == pytest.approx(0.5) and metrics["rollout/pass@2"] == pytest.approx(1.0)
+    batch = to_train_batch(args, samples)
+    assert batch["loss_masks"][0] == [0] * samples[0].response_length          # removed from the loss
+    assert batch["loss_masks"][1] == [1] * samples[1].response_length
+    args.custom_rollout_log_function_path = f"{H}.log_everything_myself"
+    assert ctl.generate(1)[1] == {}                   # the hook logged: nothing left to log
