@@ -42,7 +42,8 @@ def main(argv=None) -> None:
                        random_seed=args.random_seed, context_length=args.context_length)
     logging.getLogger("slime_like.cpu_engine").info("CPU engine ready: %s on http://%s:%d", args.model_path,
                                                      args.host, args.port)
-    web.run_app(build_app(engine), host=args.host, port=args.port, print=None, access_log=None)
+    web.run_app(build_app(engine), host=args.host, port=args.port, print=None, access_log=None,
+                shutdown_timeout=2.0)
 
 
 if __name__ == "__main__":

@@ -90,6 +90,7 @@ class MegatronTrainer(TrainerDistMixin):
             for chunk in ref_chunks:
                 chunk.requires_grad_(False)
                 chunk.eval()
+            self.ref_chunks = ref_chunks
             self.ref_model = O.wrap_for_training(args, ref_chunks, trainable=False)
         self._offloaded = False
 
@@ -103,6 +104,11 @@ class MegatronTrainer(TrainerDistMixin):
         if role == "actor" and loss_type not in ("policy_loss", "sft_loss"):
             raise NotImplementedError(f"--loss-type {loss_type} is not supported by the Megatron trainer; "
                                       "use policy_loss or sft_loss")
+        unsupported = {"use_unbiased_kl": "--use-unbiased-kl", "custom_tis_function_path": "--custom-tis-function-path",
+                       "reset_optimizer_states": "--reset-optimizer-states"}
+        for dest, flag in unsupported.items():
+            if _get(args, dest):
+                raise NotImplementedError(f"{flag} is not implemented by the Megatron trainer yet; remove it")
         if _get(args, "use_dynamic_batch_size", False) and not _get(args, "max_tokens_per_gpu"):
             raise ValueError("--use-dynamic-batch-size needs --max-tokens-per-gpu (e.g. 4096)")
         if not _get(args, "rollout_temperature", 1.0) > 0:
@@ -245,8 +251,11 @@ class MegatronTrainer(TrainerDistMixin):
             kind, fields, need = "sft", (), ()
         else:
             kind, fields = "policy", POLICY_FIELDS
+            rollout_lp = any(_get(args, k, False) for k in ("use_tis", "use_rollout_logprobs", "get_mismatch_metrics"))
             need = ("advantages",) + (("ref_log_probs",) if _get(args, "use_kl_loss", False) else ()) \
-                + (("rollout_log_probs",) if _get(args, "use_tis", False) else ())
+                + (("rollout_log_probs",) if rollout_lp else ())
+            if _get(args, "use_rollout_logprobs", False):  # the engine's log-probs are the old policy
+                batch = dict(batch, log_probs=batch["rollout_log_probs"])
         D.validate_batch(batch, need)
         dp = self.ps.get_data_parallel_world_size()
         steps = D.split_steps(D.num_samples(batch), int(_get(args, "num_steps_per_rollout", 1)),
@@ -273,7 +282,18 @@ class MegatronTrainer(TrainerDistMixin):
             step.update(lr=lr, grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
                         skipped=0.0 if ok else 1.0)
             history.append(step)
+        interval = _get(args, "ref_update_interval")
+        if self.ref_model is not None and interval and (rollout_id + 1) % interval == 0:
+            self._update_reference()
         return self._average_steps(history)
+
+    def _update_reference(self):
+        """--ref-update-interval: the reference model becomes a copy of the current actor weights."""
+        with torch.no_grad():
+            for actor, ref in zip(self.chunks, self.ref_chunks):
+                ref_params = dict(ref.named_parameters())
+                for name, p in actor.named_parameters():
+                    ref_params[name].copy_(p)
 
     def save(self, rollout_id: int) -> str:
         """torch_dist checkpoint of this role into its --save directory (the critic's role view has its own)."""
