@@ -6,6 +6,7 @@
 Usage: python train.py [Megatron / slime flags ...]   (python train.py --dry-run ... checks and plans only)
 """
 import sys
+import time
 
 from slime_like.args import parse_args
 
@@ -24,8 +25,9 @@ def train(args, plan):
             logger.log(run.start_rollout_id - 1, run.evaluate(0))  # the baseline (rollout_id -1): before any RL update
         for rollout_id in range(run.start_rollout_id, args.num_rollout):
             metrics = {}
+            t = time.perf_counter()
             shards, rollout_metrics = ray.get(run.generate(rollout_id))
-            metrics.update(rollout_metrics)
+            metrics.update(rollout_metrics, **{"time/generate": time.perf_counter() - t})
             run.offload_engines()
             run.onload_trainers()
             metrics.update(run.train(rollout_id, shards))

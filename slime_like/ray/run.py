@@ -61,7 +61,10 @@ class Run:
             self.critic.set_batch(shards)
             values = self.critic.per_dp(self.critic.call("compute_values"))
             self.actor.update_batch_per_dp(values)
-        self.actor.call("compute_log_probs")
+        gaps = self.actor.per_dp(self.actor.call("compute_log_probs"))
+        tokens = sum(c for _, c in gaps)
+        if tokens:
+            metrics["rollout/logprob_abs_diff"] = sum(d for d, _ in gaps) / tokens
         advantages = self.actor.per_dp(self.actor.call("compute_advantages"))
         timings["time/log_probs"] = time.perf_counter() - t
         t = time.perf_counter()

@@ -49,7 +49,20 @@ class TrainerActor:
         self.batch.update(extra)
 
     def compute_log_probs(self):
-        self.batch.update(self.trainer.compute_log_probs(self.batch))
+        """Adds log_probs (and ref_log_probs); returns (sum |trainer - engine| log-prob, token count).
+
+        On-policy, the engine generated with exactly the weights the trainer holds, so the gap is numeric
+        noise; a large gap means a weight sync went wrong (or --use-tis has real work to do)."""
+        out = self.trainer.compute_log_probs(self.batch)
+        self.batch.update(out)
+        import torch
+
+        diff, count = 0.0, 0
+        for lp, rollout_lp in zip(out["log_probs"], self.batch.get("rollout_log_probs") or []):
+            if len(rollout_lp) == len(lp):
+                diff += (lp.float() - torch.tensor(rollout_lp, dtype=torch.float32)).abs().sum().item()
+                count += len(lp)
+        return diff, count
 
     def compute_values(self):
         out = self.trainer.compute_values(self.batch)
