@@ -64,7 +64,7 @@ def time_megatron(ckpt, batch, steps, port):
 def time_transformers(ckpt, batch, steps):
     import transformers
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(ckpt, torch_dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.0)
     tokens = torch.tensor(batch["tokens"])

@@ -52,7 +52,7 @@ def parity_case(rank, world_size, port, ckpt, temperature):
     t = _trainer(ckpt, rank, world_size, port, "--rollout-temperature", temperature, "--micro-batch-size", "4", "--global-batch-size", "8")
     batch = make_batch(6, seed=2)
     ours = t.compute_log_probs(batch)["log_probs"]
-    hf = transformers.AutoModelForCausalLM.from_pretrained(ckpt, torch_dtype=torch.float32).eval()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
     ref = []
     with torch.no_grad():
         for toks, r in zip(batch["tokens"], batch["response_lengths"]):
@@ -111,3 +111,51 @@ def sft_case(rank, world_size, port, ckpt):
 def test_sft_loss_decreases(tiny_ckpt):
     losses = run_ranks(sft_case, 1, tiny_ckpt)[0]
     assert losses[0] > 3.0 and losses[-1] < losses[0] - 0.3, losses
+
+
+def _hf_log_probs(hf, batch):
+    out = []
+    with torch.no_grad():
+        for toks, r in zip(batch["tokens"], batch["response_lengths"]):
+            logp = torch.log_softmax(hf(torch.tensor([toks])).logits[0].float(), -1)
+            out.append(logp[:-1].gather(-1, torch.tensor(toks[1:])[:, None])[-r:, 0])
+    return out
+
+
+def extras_case(rank, world_size, port, ckpt):
+    """TIS + mismatch metrics, offload/onload between rollouts, --ref-update-interval, weight sync export."""
+    import transformers
+
+    t = _trainer(ckpt, rank, world_size, port, "--lr", "3e-3", "--global-batch-size", "8", "--micro-batch-size", "4",
+                 "--use-kl-loss", "--kl-loss-coef", "0.01", "--kl-loss-type", "k3", "--ref-load", ckpt,
+                 "--ref-update-interval", "2", "--use-tis", "--tis-clip", "2.0", "--get-mismatch-metrics")
+    metrics, kl_after = [], []
+    for rollout in range(2):
+        t.offload()  # colocated turn-taking: the engines would generate here; a no-op on CPU
+        t.onload()
+        b = make_batch(8, seed=20 + rollout)
+        b.update(t.compute_log_probs(b))
+        b.update(t.compute_advantages(b))
+        metrics.append(t.train_step(rollout, b))
+        after = t.compute_log_probs(b)
+        kl_after.append(float((flat(after["log_probs"]) - flat(after["ref_log_probs"])).abs().max()))
+    batch = make_batch(6, seed=30)
+    ours = t.compute_log_probs(batch)["log_probs"]
+    hf = transformers.AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
+    synced = dict(t.iter_hf_weights())
+    missing, unexpected = hf.load_state_dict(synced, strict=False)
+    return {"metrics": metrics, "kl_after": kl_after, "ours": ours, "hf": _hf_log_probs(hf, batch),
+            "missing": [k for k in missing if not (k == "lm_head.weight" and hf.config.tie_word_embeddings)],
+            "unexpected": unexpected}
+
+
+def test_tis_ref_update_offload_and_weight_sync(tiny_ckpt):
+    out = run_ranks(extras_case, 1, tiny_ckpt)[0]
+    m0 = out["metrics"][0]
+    assert {"tis_weight", "train_rollout_logprob_abs_diff", "kl_loss"} <= set(m0)
+    # make_batch's rollout log-probs are ~-4; the trainer's differ, so TIS weights are clipped, not 1
+    assert m0["train_rollout_logprob_abs_diff"] > 0.1 and 0 < m0["tis_weight"] <= 2.0
+    assert out["kl_after"][0] > 1e-4           # rollout 0: the reference is still the initial model
+    assert out["kl_after"][1] == 0.0           # rollout 1 ends a --ref-update-interval 2 period: ref = actor
+    assert not out["missing"] and not out["unexpected"]
+    torch.testing.assert_close(flat(out["ours"]), flat(out["hf"]), atol=2e-5, rtol=1e-5)
