@@ -25,10 +25,10 @@ async def generate_three_tokens(args, sample, sampling_params):
 
 
 async def reward_length_slow(args, sample):
-    """Slow grader: while group 0 is being scored, the next queued sample is already generating."""
+    """Slow grader: while group 0 is being scored (0.5 s), the next queued sample is already generating."""
     import asyncio
 
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.5)
     return float(sample.response_length)
 
 
