@@ -3,7 +3,6 @@ import asyncio
 import hashlib
 import json
 import os
-import time
 
 import pytest
 
@@ -69,8 +68,7 @@ def test_async_reward_on_samples():
     wrong = sample(token_ids("56") + [EOS_ID], "56", Status.COMPLETED)
     long = sample(token_ids("57123"), "57123", Status.TRUNCATED)
     text_only = Sample(response="57", label="57", status=Status.COMPLETED)    # no token ids: text decides
-    got = asyncio.run(asyncio.gather(*(reward(None, s) for s in (right, wrong, long, text_only)))) \
-        if False else [asyncio.run(reward(None, s)) for s in (right, wrong, long, text_only)]
+    got = [asyncio.run(reward(None, s)) for s in (right, wrong, long, text_only)]
     assert got == [1.0, 0.0, 0.0, 1.0]
 
 
@@ -95,24 +93,34 @@ def test_prepare_builds_then_skips(tmp_path, capsys):
     assert evaluate_greedy(out["sft_model"], out["heldout"]) == pytest.approx(acc)
     files = {p: os.path.getmtime(p) for p in (out["train"], out["heldout"],
                                                 os.path.join(out["sft_model"], "model.safetensors"))}
-    t0 = time.perf_counter()
     again = prepare(str(tmp_path), sft_target=0.01, sft_eval_every=5)
     second = capsys.readouterr().out
     assert second.count("skipped") == 3 and "wrote" not in second and "saved" not in second
     assert {p: os.path.getmtime(p) for p in files} == files
     assert again["sft"]["heldout_accuracy"] == acc
-    assert time.perf_counter() - t0 < 30     # generous bound; the fast path only reads a JSON file
     assert not any(name.endswith(".tmp") for name in os.listdir(tmp_path))
 
 
+def test_sft_is_deterministic(tmp_path):
+    """Same seed and thread count -> the same steps and bit-identical weights (short run: low target)."""
+    from slime_like.demo.prepare import MODEL_SHAPE
+    from slime_like.demo.sft import sft_warmup
+    from slime_like.tools.tiny_model import build_tiny_checkpoint
+
+    base = build_tiny_checkpoint(str(tmp_path / "base"), alphabet=arith.ALPHABET, **MODEL_SHAPE)
+    train, held = split_pairs()
+    runs = [sft_warmup(base, train, held, str(tmp_path / f"sft{i}"), target=0.01, eval_every=5, log=lambda *a: None)
+            for i in range(2)]
+    assert runs[0]["history"] == runs[1]["history"]
+    assert _digest(tmp_path / "sft0" / "model.safetensors") == _digest(tmp_path / "sft1" / "model.safetensors")
+
+
 @pytest.mark.slow
-def test_prepare_default_reaches_target_deterministically(tmp_path):
-    """The real warm-up: stops at the first eval >= 15 % held-out accuracy; the same seed gives the same weights."""
+def test_prepare_default_reaches_target(tmp_path):
+    """The real warm-up: stops at the first eval >= 15 % held-out accuracy, near it (eval every 10 steps)."""
+    from slime_like.demo.arith import evaluate_greedy
     from slime_like.demo.prepare import prepare
 
-    a = prepare(str(tmp_path / "a"))
-    assert 0.15 <= a["sft"]["heldout_accuracy"] < 0.40    # eval every 10 steps keeps it from overshooting far
-    b = prepare(str(tmp_path / "b"))
-    assert a["sft"]["steps"] == b["sft"]["steps"]
-    assert _digest(os.path.join(a["sft_model"], "model.safetensors")) == \
-        _digest(os.path.join(b["sft_model"], "model.safetensors"))
+    out = prepare(str(tmp_path))
+    assert 0.15 <= out["sft"]["heldout_accuracy"] < 0.40
+    assert evaluate_greedy(out["sft_model"], out["heldout"]) == pytest.approx(out["sft"]["heldout_accuracy"])
