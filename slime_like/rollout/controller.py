@@ -54,6 +54,15 @@ def rollout_metrics(args, samples, elapsed: float, tokens_generated: int) -> dic
             "rollout/tokens_per_s": tokens_generated / elapsed if elapsed > 0 else 0.0}
 
 
+def category_metrics(args, samples) -> dict:
+    """--log-reward-category KEY: share of each value of ``reward[KEY]`` (dict rewards), e.g. a failure reason."""
+    key = getattr(args, "log_reward_category", None)
+    if not key or not samples:
+        return {}
+    values = [str(s.reward.get(key)) if isinstance(s.reward, dict) else "None" for s in samples]
+    return {f"rollout/{key}/{v}": values.count(v) / len(values) for v in sorted(set(values))}
+
+
 def passrate_metrics(args, groups) -> dict:
     """--log-passrate: pass@k over the rollout's groups (a sample with reward > 0 passes)."""
     if not groups:
@@ -132,6 +141,7 @@ class RolloutController:
             metrics.update(out.metrics)
         if self.dead_engines:
             metrics["rollout/dead_engines"] = len(self.dead_engines)
+        metrics.update(category_metrics(self.args, samples))
         if getattr(self.args, "log_passrate", False):
             metrics.update(passrate_metrics(self.args, groups))
         if getattr(self.args, "save_debug_rollout_data", None):

@@ -51,9 +51,11 @@ def ks_for(n: int) -> list[int]:
 
 
 def eval_args(args):
-    """A copy with the eval reward key in force (the shared namespace is never mutated)."""
+    """A copy with the eval reward key and context limit in force (the shared namespace is never mutated)."""
     view = copy.copy(args)
     view.reward_key = getattr(args, "eval_reward_key", None) or getattr(args, "reward_key", None)
+    view.rollout_max_context_len = (getattr(args, "eval_max_context_len", None)
+                                    or getattr(args, "rollout_max_context_len", None))
     return view
 
 

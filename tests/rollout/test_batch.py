@@ -81,3 +81,12 @@ def test_custom_reward_post_process_hook():
     args.custom_reward_post_process_path = "rollout.hooks_for_tests.post_process_double"
     b = to_train_batch(args, _samples([1.0, 0.0, 3.0, 3.0], 2))
     assert b["raw_rewards"] == [1.0, 0.0, 3.0, 3.0] and b["rewards"] == [2.0, 0.0, 6.0, 6.0]
+
+
+def test_reward_category_shares():
+    from slime_like.rollout.controller import category_metrics
+
+    samples = _samples([{"score": 1.0, "why": "ok"}, {"score": -1.0, "why": "format"},
+                        {"score": -1.0, "why": "format"}, {"score": 1.0, "why": "ok"}], 2)
+    m = category_metrics(Namespace(log_reward_category="why"), samples)
+    assert m == {"rollout/why/format": 0.5, "rollout/why/ok": 0.5}
