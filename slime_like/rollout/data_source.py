@@ -194,3 +194,6 @@ class RolloutDataSource:
         self.next_group_index = state["next_group_index"]
         self.buffer = [[sample_from_dict(d) for d in g] for g in state["buffer"]]
         self._order = self._epoch_order(self.epoch)
+
+
+DataSource = RolloutDataSource   # short name used by the loop and its tests
