@@ -33,6 +33,9 @@ if ! command -v ray >/dev/null 2>&1; then
   [[ -x $_ray_repo/.venv/bin/ray ]] && export PATH="$_ray_repo/.venv/bin:$PATH"
   command -v ray >/dev/null 2>&1 || ray_die "no 'ray' command on PATH; activate the venv (. .venv/bin/activate) or run scripts/setup.sh"
 fi
+# The interpreter that has this `ray` installed (for the small Python helpers next to these scripts).
+RAY_PYTHON=$(dirname "$(command -v ray)")/python
+[[ -x $RAY_PYTHON ]] || RAY_PYTHON=python
 
 export RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
 export RAY_USAGE_STATS_ENABLED=${RAY_USAGE_STATS_ENABLED:-0}

@@ -16,10 +16,10 @@ repo=$(cd "$here/../.." && pwd)
 script=${TRAIN_SCRIPT:-train.py}
 [[ -f $repo/$script ]] || ray_die "TRAIN_SCRIPT=$script: no such file in $repo"
 address=${RAY_DASHBOARD_ADDRESS:-http://$RAY_HEAD_IP:$RAY_DASHBOARD_PORT}
-python=$(command -v python)
+python=$RAY_PYTHON
 
 # env_vars as JSON without hand-quoting: python builds it from the environment.
-runtime_env=$(RUNTIME_PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" python -c '
+runtime_env=$(RUNTIME_PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" "$RAY_PYTHON" -c '
 import json, os
 env = {k: os.environ[k] for k in ("RAY_AUTH_MODE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "OMP_NUM_THREADS",
                                   "MASTER_ADDR", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME") if k in os.environ}

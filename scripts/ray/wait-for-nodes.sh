@@ -11,5 +11,5 @@ here=$(dirname "${BASH_SOURCE[0]}")
 source "$here/_common.sh"
 [[ $# -ge 1 && $# -le 3 ]] || ray_die "usage: $0 NODES [GPUS] [TIMEOUT_SECONDS]"
 ray_check_int NODES "$1"; ray_check_int GPUS "${2:-0}"; ray_check_int TIMEOUT_SECONDS "${3:-180}"
-exec python "$here/wait_for_nodes.py" --address "${RAY_ADDRESS:-$RAY_HEAD_IP:$RAY_PORT}" \
+exec "$RAY_PYTHON" "$here/wait_for_nodes.py" --address "${RAY_ADDRESS:-$RAY_HEAD_IP:$RAY_PORT}" \
   --nodes "$1" --gpus "${2:-0}" --timeout "${3:-180}" ${RAY_WAIT_HINT:+--hint "$RAY_WAIT_HINT"}

@@ -8,7 +8,9 @@ Exit codes: 0 ready, 1 timeout, 2 bad arguments.
 """
 import argparse
 import os
+import socket
 import sys
+import threading
 import time
 
 
@@ -23,6 +25,8 @@ def parse(argv=None):
     args = p.parse_args(argv)
     if not args.address:
         p.error("no cluster address: pass --address HEAD:PORT or set RAY_ADDRESS")
+    if not args.address.rpartition(":")[2].isdigit():
+        p.error(f"--address {args.address}: expected HOST:PORT (e.g. 10.0.0.1:6379)")
     if args.nodes < 1:
         p.error(f"--nodes {args.nodes}: must be at least 1")
     if args.gpus < 0 or args.timeout <= 0:
@@ -36,23 +40,38 @@ def describe(nodes):
                      f"CPU {n['Resources'].get('CPU', 0):g})" for n in nodes) or "none"
 
 
+def _give_up(args):
+    print(f"error: {args.address} accepts connections but no Ray driver could connect within {args.timeout:g} s "
+          f"(another service on that port, or a different Ray version on the head). {args.hint}",
+          file=sys.stderr, flush=True)
+    os._exit(1)
+
+
 def main(argv=None):
     args = parse(argv)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
     deadline = time.monotonic() + args.timeout
-    while True:  # the head may still be starting: a refused connection is not yet an error
+    host, _, port = args.address.rpartition(":")
+    # ray.init() on an address nobody listens on retries forever: first wait for the GCS port to accept.
+    while True:
         try:
-            ray.init(address=args.address, logging_level="ERROR", log_to_driver=False)
+            socket.create_connection((host, int(port)), timeout=2).close()
             break
-        except Exception as e:  # ConnectionError, or a RuntimeError naming the missing raylet
+        except OSError as e:
             if time.monotonic() > deadline:
-                print(f"error: the Ray head at {args.address} did not accept a driver within {args.timeout:g} s "
-                      f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}). {args.hint}",
+                print(f"error: nothing listens on the Ray head address {args.address} after {args.timeout:g} s "
+                      f"({e.strerror or e}): the head did not start, or this host cannot reach it. {args.hint}",
                       file=sys.stderr)
                 return 1
-            time.sleep(2)
+            time.sleep(1)
+    # A port that accepts but is no GCS would hang ray.init(): a watchdog bounds it by the same deadline.
+    watchdog = threading.Timer(max(deadline - time.monotonic(), 5), _give_up, (args,))
+    watchdog.daemon = True
+    watchdog.start()
+    ray.init(address=args.address, logging_level="ERROR", log_to_driver=False)
+    watchdog.cancel()
 
     t0, shown = time.monotonic(), 0.0
     while True:
