@@ -94,8 +94,8 @@ def main(argv=None):
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--response", type=int, default=64)
     p.add_argument("--steps", type=int, default=2)
-    p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                                                 "bench_train_step.json"))
+    p.add_argument("--out", default=os.path.join("runs", "bench", "bench_train_step.json"),
+                   help="JSON result path (runs/ is git-ignored)")
     a = p.parse_args(argv)
     from slime_like.backends.megatron.parallel import free_port
     from slime_like.tools.tiny_model import build_tiny_checkpoint

@@ -20,7 +20,8 @@ def _trainer(ckpt, rank, world_size, port, *flags, role="actor"):
 
 def grpo_case(rank, world_size, port, ckpt):
     t = _trainer(ckpt, rank, world_size, port, "--lr", "3e-3", "--global-batch-size", "4",
-                 "--num-steps-per-rollout", "2", "--micro-batch-size", "2", "--use-kl-loss", "--kl-loss-coef", "0.01", "--ref-load", ckpt,
+                 "--num-steps-per-rollout", "2", "--micro-batch-size", "2", "--use-kl-loss", "--kl-loss-coef", "0.01",
+                 "--ref-load", ckpt,
                  "--entropy-coef", "0.001")
     batch = make_batch(8, seed=1)
     batch.update(t.compute_log_probs(batch))
@@ -46,28 +47,33 @@ def test_grpo_steps_lower_the_loss_and_follow_the_advantage_sign(tiny_ckpt):
     assert all(set(a) == {1.0} or set(a) == {-1.0} for a in out["adv"])
 
 
-def parity_case(rank, world_size, port, ckpt, temperature):
+def parity_case(rank, world_size, port, ckpt):
     import transformers
 
-    t = _trainer(ckpt, rank, world_size, port, "--rollout-temperature", temperature, "--micro-batch-size", "4", "--global-batch-size", "8")
     batch = make_batch(6, seed=2)
-    ours = t.compute_log_probs(batch)["log_probs"]
     hf = transformers.AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
-    ref = []
-    with torch.no_grad():
-        for toks, r in zip(batch["tokens"], batch["response_lengths"]):
-            logits = hf(torch.tensor([toks])).logits[0].float() / float(temperature)
-            logp = torch.log_softmax(logits, dim=-1)[:-1].gather(-1, torch.tensor(toks[1:])[:, None])[:, 0]
-            ref.append(logp[-r:])
-    return {"ours": ours, "hf": ref}
+    out = {}
+    for temperature in (1.0, 0.7):
+        t = _trainer(ckpt, rank, world_size, port, "--rollout-temperature", temperature, "--micro-batch-size", "4",
+                     "--global-batch-size", "8")
+        ref = []
+        with torch.no_grad():
+            for toks, r in zip(batch["tokens"], batch["response_lengths"]):
+                logits = hf(torch.tensor([toks])).logits[0].float() / temperature
+                logp = torch.log_softmax(logits, dim=-1)[:-1].gather(-1, torch.tensor(toks[1:])[:, None])[:, 0]
+                ref.append(logp[-r:])
+        out[temperature] = {"ours": t.compute_log_probs(batch)["log_probs"], "hf": ref}
+    return out
 
 
-@pytest.mark.parametrize("temperature", ["1.0", "0.7"])
-def test_log_probs_equal_transformers_log_softmax(tiny_ckpt, temperature):
-    out = run_ranks(parity_case, 1, tiny_ckpt, temperature)[0]
-    assert all(o.dtype == torch.float32 and o.dim() == 1 for o in out["ours"])
-    assert [o.numel() for o in out["ours"]] == [h.numel() for h in out["hf"]]
-    torch.testing.assert_close(flat(out["ours"]), flat(out["hf"]), atol=2e-5, rtol=1e-5)
+def test_log_probs_equal_transformers_log_softmax_with_temperature(tiny_ckpt):
+    out = run_ranks(parity_case, 1, tiny_ckpt)[0]
+    for temperature, got in out.items():
+        assert all(o.dtype == torch.float32 and o.dim() == 1 for o in got["ours"])
+        assert [o.numel() for o in got["ours"]] == [h.numel() for h in got["hf"]]
+        torch.testing.assert_close(flat(got["ours"]), flat(got["hf"]), atol=2e-5, rtol=1e-5)
+    # the temperature really changes the result (logits / T, not ignored)
+    assert (flat(out[1.0]["ours"]) - flat(out[0.7]["ours"])).abs().max() > 1e-2
 
 
 def layouts_case(rank, world_size, port, ckpt):

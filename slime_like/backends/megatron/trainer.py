@@ -23,7 +23,6 @@ import copy
 import os
 
 import torch
-import torch.distributed as dist
 
 from slime_like import algorithms as alg
 from slime_like.backends.megatron import data as D
@@ -175,12 +174,15 @@ class MegatronTrainer(TrainerDistMixin):
         max_tokens = _get(self.args, "log_probs_max_tokens_per_gpu") or _get(self.args, "max_tokens_per_gpu")
         mbs = self._micro_batches(batch, list(range(n)), max_tokens=max_tokens)
         temperature = float(_get(self.args, "rollout_temperature", 1.0))
+        modes = [chunk.training for chunk in model]
         for chunk in model:
-            chunk.eval()
+            chunk.eval()  # no dropout when scoring; the frozen reference model stays in eval mode
+        vocab = self.args.vocab_size
         with torch.no_grad():
-            outs = self._run(model, mbs, lambda mb: L.forward_only_func(kind, mb, temperature, self.args.vocab_size), forward_only=True)
-        for chunk in model:
-            chunk.train()
+            outs = self._run(model, mbs, lambda mb: L.forward_only_func(kind, mb, temperature, vocab),
+                             forward_only=True)
+        for chunk, mode in zip(model, modes):
+            chunk.train(mode)
         result = None
         if self.ps.is_pipeline_last_stage():
             result = [None] * n
@@ -217,7 +219,8 @@ class MegatronTrainer(TrainerDistMixin):
         args = self.args
         est = _get(args, "advantage_estimator", "grpo")
         kl_coef = float(_get(args, "kl_coef", 0.0))
-        need = ("rewards",) + (("log_probs", "ref_log_probs") if kl_coef else ()) + (("values",) if est == "ppo" else ())
+        need = ("rewards",) + (("log_probs", "ref_log_probs") if kl_coef else ()) \
+            + (("values",) if est == "ppo" else ())
         D.validate_batch(batch, need)
         lengths = [int(r) for r in batch["response_lengths"]]
         width = max(lengths)
@@ -231,7 +234,7 @@ class MegatronTrainer(TrainerDistMixin):
             gamma=float(_get(args, "gamma", 1.0)), lam=float(_get(args, "lambd", 1.0)), whiten=False)
         if _get(args, "normalize_advantages", False) or est == "reinforce_plus_plus":
             moments = alg.masked_moments(adv, mask)
-            dist.all_reduce(moments, group=self.ps.get_data_parallel_group())
+            moments = self._all_reduce(moments, self.ps.get_data_parallel_group())
             adv = torch.where(mask > 0, alg.whiten_from_moments(adv, moments), torch.zeros(()))
         return {"advantages": D.unpad_rows(adv, lengths), "returns": D.unpad_rows(ret, lengths)}
 
@@ -265,8 +268,7 @@ class MegatronTrainer(TrainerDistMixin):
         for indices in steps:
             mbs = self._micro_batches(batch, indices, field_keys=fields)
             local_tokens = torch.tensor(float(sum(mb.loss_mask.sum().item() for mb in mbs)), dtype=torch.float64)
-            dist.all_reduce(local_tokens, group=self.ps.get_data_parallel_group())
-            global_tokens = max(local_tokens.item(), 1.0)
+            global_tokens = max(self._all_reduce(local_tokens, self.ps.get_data_parallel_group()).item(), 1.0)
             scale = len(mbs) * dp / global_tokens
             for chunk in self.model:
                 chunk.train()

@@ -24,6 +24,15 @@ class TrainerDistMixin:
                                    group=self.ps.get_pipeline_model_parallel_group())
         return box[0]
 
+    def _all_reduce(self, tensor: torch.Tensor, group, op=dist.ReduceOp.SUM) -> torch.Tensor:
+        """all_reduce a small CPU tensor (NCCL needs it on the GPU; gloo takes it as is); returns a CPU tensor."""
+        if self.device is None:
+            dist.all_reduce(tensor, op=op, group=group)
+            return tensor
+        on_device = tensor.to(self.device)
+        dist.all_reduce(on_device, op=op, group=group)
+        return on_device.cpu()
+
     def _reduce_step_metrics(self, outs: list[dict], global_tokens: float) -> dict:
         """Sum the micro-batches' metric sums, all-reduce over DP, divide by the step's global token count.
 
@@ -41,9 +50,9 @@ class TrainerDistMixin:
             maxes = torch.tensor([max(float(out.get(k, -math.inf)) for out in outs) for k in max_keys],
                                  dtype=torch.float64)
             if self.ps.get_data_parallel_world_size() > 1:
-                dist.all_reduce(sums, group=group)
+                sums = self._all_reduce(sums, group)
                 if max_keys:
-                    dist.all_reduce(maxes, op=dist.ReduceOp.MAX, group=group)
+                    maxes = self._all_reduce(maxes, group, op=dist.ReduceOp.MAX)
             metrics = {k: (v / global_tokens if k != "tokens" else v) for k, v in zip(sum_keys, sums.tolist())}
             metrics.update(zip(max_keys, maxes.tolist()))
         return self._from_last_stage(metrics)
