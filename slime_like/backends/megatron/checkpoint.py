@@ -6,7 +6,8 @@ Layout (Megatron-LM's):  SAVE/iter_0000007/{*.distcp, common.pt, .metadata, meta
 A save writes the iteration directory first (dist_checkpointing writes its metadata.json last), then
 publishes the marker with tmp + os.replace. A crash before the publish leaves the marker on the previous
 iteration, so resume never picks a half-written checkpoint; if the marker ever points to an incomplete
-directory, load falls back to the newest complete one below it.
+directory, load falls back to the newest complete, once-published one below it (iter dirs get a
+PUBLISHED file when published; Megatron-LM ignores it).
 State: model chunks, optimizer (optional), LR scheduler (optional), RNG (python, numpy, torch, CUDA,
 mcore tracker; per rank, restored only when the topology is unchanged), iteration, extra_state.
 """
@@ -23,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 TRACKER = "latest_checkpointed_iteration.txt"
+PUBLISHED = "PUBLISHED"
 log = logging.getLogger(__name__)
 
 
@@ -129,7 +131,12 @@ def save_checkpoint(save_dir: str, iteration: int, model_chunks, optimizer=None,
 
 
 def _publish(save_dir: str, iteration: int):
-    """Atomically point latest_checkpointed_iteration.txt at `iteration` (tmp file, fsync, os.replace)."""
+    """Atomically point latest_checkpointed_iteration.txt at `iteration` (tmp file, fsync, os.replace).
+
+    The iteration dir also gets a PUBLISHED file first, so a fallback only ever picks iterations that
+    were published once (a save killed after writing its shards but before this call stays invisible).
+    """
+    open(os.path.join(iteration_dir(save_dir, iteration), PUBLISHED), "w").close()
     tmp = os.path.join(save_dir, TRACKER + ".tmp")
     with open(tmp, "w") as f:
         f.write(str(iteration))
@@ -158,7 +165,8 @@ def latest_iteration(load_dir: str) -> int | None:
     found = sorted((int(m.group(1)) for d in os.listdir(load_dir) if (m := re.fullmatch(r"iter_(\d{7})", d))),
                    reverse=True)
     for it in found:
-        if it < published and _is_complete(iteration_dir(load_dir, it)):
+        path = iteration_dir(load_dir, it)
+        if it < published and _is_complete(path) and os.path.exists(os.path.join(path, PUBLISHED)):
             log.warning("%s: iteration %d is incomplete; falling back to iteration %d", load_dir, published, it)
             return it
     raise FileNotFoundError(f"{tracker} names iteration {published} but {iteration_dir(load_dir, published)} is "
