@@ -11,11 +11,11 @@ more than one line (e.g. the eval taken before the first update, then the traini
 merges lines per rollout_id, later values winning, which also makes a resumed run's numbers replace the ones
 a crashed run logged after its last checkpoint.
 
-Key names the console line knows (any other key is still written to the file and to wandb / TensorBoard):
-  rollout/reward_mean, rollout/response_len_mean, rollout/truncated_ratio,
-  actor/loss, actor/kl, actor/entropy, actor/clipfrac, actor/grad_norm, actor/lr, critic/loss, critic/lr,
-  perf/tokens_per_s, time/<stage> (generate, log_probs, train, update_weights, eval, save, ...),
-  eval/<dataset>/<metric> (accuracy, reward, ...).
+Key names the console line knows (CONSOLE_COLUMNS; any other key is still written to the file and the trackers):
+  rollout/reward, rollout/response_len/mean, rollout/truncated_ratio, rollout/tokens_per_s,
+  actor/loss, actor/kl_loss, actor/entropy, actor/clipfrac, actor/grad_norm, actor/lr, critic/loss, critic/lr,
+  time/<stage> (generate, log_probs, train, update_weights, eval, save, ...),
+  eval/<dataset>/accuracy and eval/<dataset>/reward.
 Nested dicts are flattened with "/" ({"eval": {"gsm8k": {"accuracy": 0.5}}} -> "eval/gsm8k/accuracy").
 Non-finite floats are written as null (strict JSON that jq and other tools read) and print as "nan".
 """
@@ -30,21 +30,22 @@ from typing import Any, Mapping
 
 METRICS_FILE = "metrics.jsonl"
 
-# (label, keys tried in order, format): the fixed order of the console line. The second and later keys
-# are the names slime itself uses, so a metrics dict written in slime's style prints too.
+# (label, keys tried in order, format): the fixed order of the console line. Several names per column: the
+# first is what this package's loop logs (rollout/controller.py, the Megatron trainer prefixed by its role),
+# the others are slime's and the brief's spellings, so a metrics dict in either style prints.
 CONSOLE_COLUMNS = [
-    ("reward", ("rollout/reward_mean", "rollout/raw_reward"), ".3f"),
-    ("len", ("rollout/response_len_mean", "rollout/response_lengths"), ".1f"),
+    ("reward", ("rollout/reward", "rollout/reward_mean", "rollout/raw_reward"), ".3f"),
+    ("len", ("rollout/response_len/mean", "rollout/response_len_mean", "rollout/response_lengths"), ".1f"),
     ("trunc", ("rollout/truncated_ratio", "rollout/truncated"), ".2f"),
     ("loss", ("actor/loss", "actor/pg_loss"), ".4f"),
-    ("kl", ("actor/kl", "actor/kl_loss", "actor/ppo_kl"), ".4f"),
+    ("kl", ("actor/kl_loss", "actor/kl", "actor/approx_kl", "actor/ppo_kl"), ".4f"),
     ("entropy", ("actor/entropy", "actor/entropy_loss"), ".3f"),
     ("clipfrac", ("actor/clipfrac", "actor/pg_clipfrac"), ".3f"),
     ("grad_norm", ("actor/grad_norm",), ".3f"),
     ("lr", ("actor/lr",), ".2e"),
     ("v_loss", ("critic/loss", "critic/value_loss"), ".4f"),
     ("v_lr", ("critic/lr",), ".2e"),
-    ("tok/s", ("perf/tokens_per_s",), ".0f"),
+    ("tok/s", ("rollout/tokens_per_s", "perf/tokens_per_s"), ".0f"),
 ]
 # Pipeline order of the loop's stages; other time/* keys follow alphabetically.
 TIME_ORDER = ("generate", "log_probs", "train", "update_weights", "eval", "save")
@@ -82,7 +83,9 @@ def format_console_line(rollout_id: int, metrics: Mapping[str, float | None]) ->
     if times:
         order = [n for n in TIME_ORDER if n in times] + sorted(n for n in times if n not in TIME_ORDER)
         parts.append("time " + " ".join(f"{n} {fmt(times[n], '.2f')}s" for n in order))
-    for key in sorted(k for k in metrics if k.startswith("eval/")):
+    # eval: accuracy and reward per dataset (pass@k, lengths... are in the file); all eval keys if neither exists
+    evals = sorted(k for k in metrics if k.startswith("eval/"))
+    for key in [k for k in evals if k.rsplit("/", 1)[-1] in ("accuracy", "reward")] or evals:
         parts.append(f"{key} {fmt(metrics[key], '.3f')}")
     return " | ".join(parts)
 

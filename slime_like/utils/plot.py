@@ -2,8 +2,8 @@
 
     python -m slime_like.utils.plot RUN_DIR [--out PATH]      # RUN_DIR/metrics.jsonl -> RUN_DIR/learning_curve.png
 
-Plotted: the train reward mean (`rollout/reward_mean`, or slime's `rollout/raw_reward`) as a faint line with a
-trailing moving average over it, and every
+Plotted: the train reward mean (`rollout/reward`; or `rollout/reward_mean`, slime's `rollout/raw_reward`) as a
+faint line with a trailing moving average over it, and every
 `eval/<dataset>/accuracy` and `eval/<dataset>/reward` as a line with markers (evals are sparse: one point per
 eval interval). The title states the first and last value of the first eval accuracy, which is the demo's
 headline (did RL raise held-out accuracy from where it started?).
@@ -16,7 +16,7 @@ import os
 from slime_like.utils.metrics import read_metrics
 
 PLOT_FILE = "learning_curve.png"
-TRAIN_REWARD_KEYS = ("rollout/reward_mean", "rollout/raw_reward")
+TRAIN_REWARD_KEYS = ("rollout/reward", "rollout/reward_mean", "rollout/raw_reward")  # ours, then other spellings
 
 
 def _series(records, key):

@@ -83,6 +83,22 @@ def test_console_line_content_and_order(tmp_path):
     assert len(_lines(tmp_path)) == 2
 
 
+def test_console_line_with_the_loops_key_names():
+    """The names rollout/controller.py, rollout/eval.py and the role-prefixed trainer metrics use."""
+    metrics = {"rollout/reward": 0.12, "rollout/response_len/mean": 3.6, "rollout/response_len/max": 5,
+               "rollout/truncated_ratio": 0.0, "rollout/tokens_per_s": 850.2, "actor/pg_loss": 0.01,
+               "actor/loss": 0.02, "actor/kl_loss": 0.003, "actor/entropy": 0.7, "actor/clipfrac": 0.0,
+               "actor/grad_norm": 0.45, "actor/lr": 5e-5, "critic/loss": 0.2, "critic/lr": 1e-5,
+               "eval/arith/reward": 0.3, "eval/arith/accuracy": 0.3, "eval/arith/pass@1": 0.3,
+               "eval/arith/response_len/mean": 3.5}
+    assert format_console_line(4, metrics) == (
+        "rollout 4 | reward 0.120 | len 3.6 | trunc 0.00 | loss 0.0200 | kl 0.0030 | entropy 0.700 | "
+        "clipfrac 0.000 | grad_norm 0.450 | lr 5.00e-05 | v_loss 0.2000 | v_lr 1.00e-05 | tok/s 850 | "
+        "eval/arith/accuracy 0.300 | eval/arith/reward 0.300")
+    # a custom eval without accuracy / reward still shows what it has
+    assert format_console_line(5, {"eval/x/f1": 0.5}) == "rollout 5 | eval/x/f1 0.500"
+
+
 def test_timer_sections_add_up_and_pop():
     timer = Timer()
 
