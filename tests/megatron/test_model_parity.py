@@ -3,6 +3,8 @@
 Each topology runs in spawned gloo ranks (real megatron-core, CPU patches): TP=1, TP=2, PP=2, and EP=2 for
 MoE. Every run covers qwen2 (tied and untied), qwen3 (tied), llama (untied) and qwen3_moe (tied, local MoE layer).
 """
+import os
+import subprocess
 import warnings
 
 import pytest
@@ -35,6 +37,16 @@ def forward_logits(chunks, ids):
     return torch.cat(parts, dim=-1)
 
 
+def tiny_qwen2_argv(hf_dir, tp, pp):
+    """MODEL_ARGS of scripts/models/tiny-qwen2.sh (sourced by bash) + the few flags parse_args requires."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run(["bash", "-c", 'source scripts/models/tiny-qwen2.sh && printf "%s\\n" "${MODEL_ARGS[@]}"'],
+                         cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    return out + ["--hf-checkpoint", hf_dir, "--rollout-batch-size", "2", "--num-rollout", "1", "--colocate",
+                  "--actor-num-gpus-per-node", str(tp * pp), "--tensor-model-parallel-size", str(tp),
+                  "--pipeline-model-parallel-size", str(pp), "--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
+
+
 def parity_rank(rank, world, port, ckpts, tp, pp, ep, archs):
     warnings.filterwarnings("ignore")
     import transformers
@@ -44,10 +56,16 @@ def parity_rank(rank, world, port, ckpts, tp, pp, ep, archs):
     parallel.init_distributed(rank, world, master_port=port, tp=tp, pp=pp, ep=ep)
     ids = torch.randint(2, 100, (2, 12), generator=torch.Generator().manual_seed(0))
     diffs = {}
-    for arch in archs:
-        args = model.fill_args_from_hf(None, ckpts[arch])
-        args.tensor_model_parallel_size, args.pipeline_model_parallel_size = tp, pp
-        args.expert_model_parallel_size = ep
+    for name in archs:
+        arch = "qwen2" if name == "qwen2_parsed" else name
+        if name == "qwen2_parsed":  # the real CLI path: scripts/models/tiny-qwen2.sh MODEL_ARGS via parse_args
+            from slime_like.args import parse_args
+
+            args = parse_args(tiny_qwen2_argv(ckpts["qwen2"], tp, pp), exit_on_error=False)
+        else:
+            args = model.fill_args_from_hf(None, ckpts[arch])
+            args.tensor_model_parallel_size, args.pipeline_model_parallel_size = tp, pp
+            args.expert_model_parallel_size = ep
         chunks = model.build_model(args)
         hf_weights.load_hf_weights(chunks, ckpts[arch], args)
         for c in chunks:
@@ -61,7 +79,7 @@ def parity_rank(rank, world, port, ckpts, tp, pp, ep, archs):
         vocab = ref.shape[-1]
         # padded vocab rows (Megatron's make_vocab_size_divisible_by * TP) are zero -> logit exactly 0
         padded = logits[..., vocab:]
-        diffs[arch] = dict(diff=(logits[..., :vocab] - ref).abs().max().item(), ref_std=ref.std().item(),
+        diffs[name] = dict(diff=(logits[..., :vocab] - ref).abs().max().item(), ref_std=ref.std().item(),
                            padded_cols=padded.shape[-1], padded_absmax=padded.abs().max().item() if padded.numel() else 0.0)
     return diffs
 
@@ -88,6 +106,12 @@ def test_parity_tp2(tiny_ckpts):
     merged = _check(run_ranks(parity_rank, 2, tiny_ckpts, 2, 1, 1, ARCHS), len(ARCHS))
     # vocab 128 is padded to a multiple of 128 * TP = 256: the padding path is exercised
     assert all(d["padded_cols"] == 128 for d in merged.values())
+
+
+@pytest.mark.slow
+def test_parity_tp2_from_model_args_script(tiny_ckpts):
+    (r0, r1) = run_ranks(parity_rank, 2, tiny_ckpts, 2, 1, 1, ["qwen2_parsed"])
+    assert r0 == r1 and r0["qwen2_parsed"]["diff"] < 1e-5 and r0["qwen2_parsed"]["padded_cols"] == 128, r0
 
 
 @pytest.mark.slow

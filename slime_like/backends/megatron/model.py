@@ -58,14 +58,31 @@ def read_hf_config(hf_dir: str) -> dict:
 
 
 def fill_args_from_hf(args, hf_dir: str):
-    """Return a copy of `args` whose unset (missing or None) model flags come from hf_dir/config.json."""
+    """Return a copy of `args` whose unset model flags come from hf_dir/config.json.
+
+    A parsed Namespace (slime_like.config) with no model flag at all gets the config package's full
+    HF -> MODEL_ARGS translation first (its Megatron defaults, e.g. LayerNorm, are not None); then any
+    flag still missing or None is read from config.json, and Megatron's derived defaults are applied.
+    """
     cfg = read_hf_config(hf_dir)
     out = copy.copy(args) if args is not None else argparse.Namespace()
+    if args is not None and getattr(out, "num_layers", None) is None and hasattr(out, "add_bias_linear"):
+        from slime_like.config.hf_config import fill_model_from_hf
+
+        out.hf_checkpoint = hf_dir
+        fill_model_from_hf(out)
     for name, read in _HF_FIELDS.items():
         if getattr(out, name, None) is None:
             setattr(out, name, read(cfg))
+    if getattr(out, "use_rotary_position_embeddings", False):
+        out.position_embedding_type = "rope"
+    if not getattr(out, "group_query_attention", False):
+        out.num_query_groups = out.num_attention_heads
     if getattr(out, "seq_length", None) is None:
         out.seq_length = out.max_position_embeddings
+    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    if scaling.get("rope_type", scaling.get("type")) == "llama3" and not getattr(out, "use_rope_scaling", False):
+        out.use_rope_scaling, out.rope_scaling_factor = True, float(scaling.get("factor", 8.0))
     return out
 
 
@@ -112,7 +129,9 @@ def transformer_config_from_args(args):
         kv_channels=_get(args, "kv_channels"),
         normalization=_get(args, "normalization", "LayerNorm"), layernorm_epsilon=_get(args, "norm_epsilon", 1e-5),
         gated_linear_unit=swiglu, activation_func=F.silu if swiglu else F.gelu,
-        add_bias_linear=not _get(args, "disable_bias_linear", False), add_qkv_bias=_get(args, "add_qkv_bias", False),
+        # the parser's dest is add_bias_linear (store_false of --disable-bias-linear); plain Namespaces may use either
+        add_bias_linear=_get(args, "add_bias_linear", not _get(args, "disable_bias_linear", False)),
+        add_qkv_bias=_get(args, "add_qkv_bias", False),
         qk_layernorm=_get(args, "qk_layernorm", False),
         hidden_dropout=_get(args, "hidden_dropout", 0.1), attention_dropout=_get(args, "attention_dropout", 0.1),
         init_method_std=_get(args, "init_method_std", 0.02),
@@ -126,16 +145,24 @@ def transformer_config_from_args(args):
         sequence_parallel=_get(args, "sequence_parallel", False),
         use_cpu_initialization=not cuda or _get(args, "use_cpu_initialization", False),
         perform_initialization=True,
-        variable_seq_lengths=True,  # rollout batches vary in length (pipeline p2p shapes are exchanged)
+        # rollout batches vary in length: under PP the p2p shapes must be exchanged every micro-batch
+        variable_seq_lengths=_get(args, "pipeline_model_parallel_size", 1) > 1,
         masked_softmax_fusion=fuse("masked_softmax_fusion"), bias_activation_fusion=fuse("bias_swiglu_fusion"),
         bias_dropout_fusion=fuse("bias_dropout_fusion"), apply_rope_fusion=fuse("apply_rope_fusion"),
         gradient_accumulation_fusion=fuse("gradient_accumulation_fusion"), persist_layer_norm=fuse("persist_layer_norm"),
         recompute_granularity=_get(args, "recompute_granularity"), recompute_method=_get(args, "recompute_method"),
         recompute_num_layers=_get(args, "recompute_num_layers"),
         calculate_per_token_loss=_get(args, "calculate_per_token_loss", False),
-        # mcore rejects the default "allgather" dispatcher with variable_seq_lengths, even for dense models
-        moe_token_dispatcher_type=_get(args, "moe_token_dispatcher_type", "alltoall"),
     )
+    # mcore rejects Megatron's default "allgather" dispatcher with variable_seq_lengths, even for dense
+    # models (where it is unused); MoE + PP needs alltoall (or flex).
+    dispatcher = _get(args, "moe_token_dispatcher_type", "alltoall")
+    if kw["variable_seq_lengths"] and dispatcher == "allgather":
+        if _get(args, "num_experts"):
+            raise ValueError("--moe-token-dispatcher-type allgather cannot run with pipeline parallelism (variable "
+                             "sequence lengths); use --moe-token-dispatcher-type alltoall")
+        dispatcher = "alltoall"
+    kw["moe_token_dispatcher_type"] = dispatcher
     if not cuda and kw["sequence_parallel"]:
         raise ValueError("--sequence-parallel needs TransformerEngine on CUDA; drop it for CPU runs")
     if _get(args, "num_experts"):
@@ -223,7 +250,9 @@ def build_model(args, role: str = "actor"):
                      share_embeddings_and_output_weights=tie, parallel_output=True,
                      position_embedding_type=_get(args, "position_embedding_type", "rope"),
                      rotary_base=int(_get(args, "rotary_base", 10000)),
-                     rotary_percent=_get(args, "rotary_percent", 1.0))
+                     rotary_percent=_get(args, "rotary_percent", 1.0),
+                     rope_scaling=_get(args, "use_rope_scaling", False),  # Llama 3.1 style
+                     rope_scaling_factor=_get(args, "rope_scaling_factor", 8.0))
     if critic and post:
         model.output_layer = ValueHead(config)
     if torch.cuda.is_available():
