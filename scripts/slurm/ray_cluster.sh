@@ -100,9 +100,9 @@ ray_cluster_down() {
   if (( ${#_RC_STEP_PIDS[@]} )); then
     srun --overlap --nodes="$RAY_NUM_NODES" --ntasks="$RAY_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=0 \
          rm -rf "$RAY_TEMP_DIR" >/dev/null 2>&1 || rm -rf "$RAY_TEMP_DIR"
+    echo "$(date +%T) ray cluster of job $SLURM_JOB_ID stopped (exit status $rc)"
   fi
   _RC_STEP_PIDS=()
-  echo "$(date +%T) ray cluster of job $SLURM_JOB_ID stopped (exit status $rc)"
   exit "$rc"
 }
 

@@ -15,12 +15,13 @@ TRAIN = False
 
 
 @pytest.mark.slow
-def test_tiny_job_two_nodes(local_slurm, tmp_path):
+def test_tiny_job_two_nodes(local_slurm, tiny_ckpt, tmp_path):
     run_dir, logs = tmp_path / "run", tmp_path / "logs"
     out = tmp_path / "job-%j.out"
     sub = local_slurm.run(
         "sbatch", "--parsable", "-N2", f"--output={out}",
-        f"--export=ALL,SLIME_LIKE_ROOT={REPO},RUN_DIR={run_dir},RAY_LOG_DIR={logs},RAY_WAIT_TIMEOUT=150,TINY_TRAIN={int(TRAIN)}",
+        f"--export=ALL,SLIME_LIKE_ROOT={REPO},RUN_DIR={run_dir},RAY_LOG_DIR={logs},RAY_WAIT_TIMEOUT=150,"
+        f"TINY_CKPT={tiny_ckpt},TINY_TRAIN={int(TRAIN)}",
         str(REPO / "scripts" / "slurm" / "tiny.sbatch"), check=False)
     assert sub.returncode == 0, f"sbatch failed: {sub.stderr}"
     job_id = sub.stdout.strip().split(";")[0]
@@ -76,3 +77,64 @@ def test_cancelled_job_leaves_nothing(local_slurm, tmp_path):
     assert processes_with(marker_env=f"SLURM_JOB_ID={job_id}", marker_cmd=f"/tmp/ray_{job_id}/") == [], text[-3000:]
     assert not Path(f"/tmp/ray_{job_id}").exists()
     assert "signal received, stopping" in text and f"ray cluster of job {job_id} stopped" in text, text[-3000:]
+
+
+@pytest.fixture
+def placeholder_models(tmp_path):
+    """config.json of the recipes' models (their published values) and empty data / ref paths: enough for --dry-run."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("published_configs", REPO / "tests" / "config" / "published_configs.py")
+    published = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(published)
+    for name in ("qwen2.5-7B", "qwen2.5-32B"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(published.PUBLISHED[name]))
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "train.jsonl").write_text('{"prompt": "1+1=", "label": "2"}\n')
+    return tmp_path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script, model, expect", [
+    ("grpo.sbatch", "qwen2.5-32B", ["2 node(s) x 4 GPU slots, colocated", "actor: 8 rank(s), engines: 2 x 4 GPU(s)",
+                                    "gpu 3 (bundle   7): actor7 + engine1"]),
+    ("ppo.sbatch", "qwen2.5-7B", ["2 node(s) x 4 GPU slots, disaggregated",
+                                  "actor: 4 rank(s), critic: 2 rank(s), engines: 1 x 2 GPU(s)",
+                                  "gpu 0 (bundle   4): critic0", "gpu 3 (bundle   7): engine0"]),
+])
+def test_example_job_scripts_plan_from_the_allocation(local_slurm, placeholder_models, tmp_path, script, model,
+                                                      expect):
+    """The GRPO / PPO job scripts size the run from Slurm's allocation (-N2, 4 GPUs per node here) and check it
+    with --dry-run before any Ray node starts."""
+    p = placeholder_models
+    out = tmp_path / "job.out"
+    sub = local_slurm.run(
+        "sbatch", "--parsable", "-N2", "--gres=gpu:4", f"--output={out}",
+        f"--export=ALL,SLIME_LIKE_ROOT={REPO},DRY_RUN=1,HF_CKPT={p / model},REF_LOAD={p / 'ref'},"
+        f"SAVE_DIR={p / 'save'},PROMPT_DATA={p / 'train.jsonl'},EVAL_DATA={p / 'train.jsonl'},RUN_DIR={p / 'run'}",
+        str(REPO / "scripts" / "slurm" / script), check=False)
+    assert sub.returncode == 0, sub.stderr
+    job_id = sub.stdout.strip().split(";")[0]
+    state = wait_for_job(local_slurm, job_id, 120)
+    text = out.read_text()
+    assert state["JobState"] == "COMPLETED", text[-3000:]
+    for line in expect:
+        assert line in text, text[-3000:]
+    assert "ray head" not in text.lower() and not Path(f"/tmp/ray_{job_id}").exists()  # DRY_RUN: no Ray
+
+
+@pytest.mark.slow
+def test_job_script_reports_bad_flags_before_starting_ray(local_slurm, tiny_ckpt, tmp_path):
+    """A typo in the extra train.py flags fails the job in seconds, with the flag named, and no Ray node started."""
+    out = tmp_path / "job.out"
+    sub = local_slurm.run("sbatch", "--parsable", "-N2", f"--output={out}",
+                          f"--export=ALL,SLIME_LIKE_ROOT={REPO},RUN_DIR={tmp_path / 'run'},TINY_CKPT={tiny_ckpt}",
+                          str(REPO / "scripts" / "slurm" / "tiny.sbatch"), "--rollout-temprature", "0.7", check=False)
+    assert sub.returncode == 0, sub.stderr
+    job_id = sub.stdout.strip().split(";")[0]
+    state = wait_for_job(local_slurm, job_id, 120)
+    text = out.read_text()
+    assert state["JobState"] == "FAILED" and state["ExitCode"].startswith("2:"), (state, text[-2000:])
+    assert "--rollout-temprature" in text and "--rollout-temperature" in text, text[-2000:]
+    assert "Ray head on" not in text
