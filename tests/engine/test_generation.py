@@ -167,3 +167,17 @@ def test_bad_requests_fail_clearly(engine):
         gen(engine.url, list(range(2, 100)) * 3, max_new_tokens=4)
     with pytest.raises(EngineError, match="needs 'rid' or 'abort_all'"):
         run(EngineClient(engine.url).request("POST", "/abort_request", {}))
+
+
+def test_unsupported_generate_fields_and_text_in_logprobs(engine, tiny_ckpt):
+    async def go(body):
+        return await EngineClient(engine.url).request("POST", "/generate", body)
+    with pytest.raises(EngineError, match="logprob_start_len=0 is not supported"):
+        run(go({"input_ids": [3, 4], "return_logprob": True, "logprob_start_len": 0}))
+    with pytest.raises(EngineError, match="unknown /generate field"):
+        run(go({"input_ids": [3, 4], "sampling_param": {}}))
+    r = run(go({"input_ids": [3, 4], "return_logprob": True, "return_text_in_logprobs": True,
+                "sampling_params": {"max_new_tokens": 4, "temperature": 0, "ignore_eos": True}}))
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(tiny_ckpt)
+    assert [x for _, _, x in r["meta_info"]["output_token_logprobs"]] == [tok.decode([t]) for t in r["output_ids"]]

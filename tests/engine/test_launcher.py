@@ -7,7 +7,7 @@ import pytest
 
 from engine_helpers import engine_args, free_port, run, start
 from slime_like.backends.sglang.client import EngineClient, EngineUnreachable
-from slime_like.backends.sglang.launcher import (EngineStartError, build_cpu_engine_command, build_sglang_command,
+from slime_like.backends.sglang.launcher import (EngineDied, EngineStartError, build_cpu_engine_command, build_sglang_command,
                                                  start_engine)
 from slime_like.backends.sglang.router import add_worker_url, build_router_command
 
@@ -79,14 +79,17 @@ def test_start_timeout_kills_the_process(tmp_path):
 
 
 @pytest.mark.slow
-def test_stop_leaves_no_orphans_and_a_dead_engine_is_a_clear_client_error(tiny_ckpt, tmp_path_factory):
+def test_engine_death_is_reported_with_log_tail_and_clear_client_errors(tiny_ckpt, tmp_path_factory):
     proc = start(tiny_ckpt, tmp_path_factory, index=7)
     assert run(EngineClient(proc.url).health())
-    assert "CPU engine ready" in proc.log_tail()
-    proc.stop()
-    with pytest.raises(ProcessLookupError):
-        os.killpg(proc.popen.pid, 0)  # the whole process group is gone
-    proc.stop()  # idempotent
+    proc.check_alive()  # running: no error
+    os.kill(proc.popen.pid, 9)  # the engine dies (OOM killer, segfault, ...)
+    proc.popen.wait(10)
+    with pytest.raises(EngineDied, match=r"rollout engine 7 \(cpu\) at http://127\.0\.0\.1:\d+ died(.|\n)*CPU engine ready"):
+        proc.check_alive()
     with pytest.raises(EngineUnreachable, match=proc.url.replace(".", r"\.")):
         run(EngineClient(proc.url).generate([1, 2], {"max_new_tokens": 2}))
     assert not run(EngineClient(proc.url).health())
+    proc.stop()  # already dead: no error
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.popen.pid, 0)  # nothing of its process group is left

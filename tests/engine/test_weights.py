@@ -17,9 +17,13 @@ N = 10
 
 @pytest.fixture(scope="module")
 def engine_w(tiny_ckpt, tmp_path_factory):
+    import os
+
     proc = start(tiny_ckpt, tmp_path_factory, index=1)
     yield proc
-    proc.stop()
+    proc.stop()  # a graceful stop (SIGTERM to its process group) leaves nothing behind
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.popen.pid, 0)
 
 
 def greedy(url):

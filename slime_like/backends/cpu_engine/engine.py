@@ -34,6 +34,7 @@ class Request:
     input_ids: list[int]
     params: SamplingParams
     return_logprob: bool = False
+    return_text_in_logprobs: bool = False
     rid: str = field(default_factory=lambda: uuid.uuid4().hex)
     on_done: Callable[["Request"], None] | None = None
     output_ids: list[int] = field(default_factory=list)

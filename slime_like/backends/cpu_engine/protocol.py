@@ -23,6 +23,11 @@ _REQ_KEYS = {"text", "input_ids", "sampling_params", "rid", "return_logprob", "l
              "top_logprobs_num", "return_text_in_logprobs", "stream", "model", "lora_path", "custom_logit_processor",
              "token_ids_logprob", "return_hidden_states", "bootstrap_host", "bootstrap_room", "data_parallel_rank"}
 
+# Fields SGLang accepts that the CPU engine only supports at their default (anything else is a clear error).
+_DEFAULT_ONLY = {"top_logprobs_num": (None, 0), "logprob_start_len": (None, -1), "lora_path": (None,),
+                 "custom_logit_processor": (None,), "token_ids_logprob": (None,), "return_hidden_states": (None, False),
+                 "bootstrap_host": (None,), "bootstrap_room": (None,), "data_parallel_rank": (None, 0)}
+
 
 def parse_generate(body: dict, tokenizer) -> tuple[list[Request], bool]:
     """JSON body -> (requests, is_batch). A batch is `input_ids: [[...], ...]` or `text: [..]`."""
@@ -33,8 +38,10 @@ def parse_generate(body: dict, tokenizer) -> tuple[list[Request], bool]:
         raise BadRequest(f"unknown /generate field(s) {sorted(unknown)}; expected some of {sorted(_REQ_KEYS)}")
     if body.get("stream"):
         raise BadRequest("stream=true is not supported by the CPU engine")
-    if body.get("top_logprobs_num"):
-        raise BadRequest("top_logprobs_num is not supported by the CPU engine")
+    for key, ok in _DEFAULT_ONLY.items():
+        if key in body and body[key] not in ok:
+            raise BadRequest(f"/generate field {key}={body[key]!r} is not supported by the CPU engine "
+                             f"(allowed: {sorted(map(repr, ok))})")
     if (body.get("text") is None) == (body.get("input_ids") is None):
         raise BadRequest("give exactly one of 'text' or 'input_ids'")
     if body.get("input_ids") is not None:
@@ -60,11 +67,13 @@ def parse_generate(body: dict, tokenizer) -> tuple[list[Request], bool]:
     params = [SamplingParams.from_dict(sp) for sp in per_item("sampling_params", None)]
     rids = per_item("rid", None)
     logprob = per_item("return_logprob", False)
+    with_text = bool(body.get("return_text_in_logprobs"))
     reqs = []
     for p, sp, rid, lp in zip(prompts, params, rids, logprob):
         if not all(isinstance(t, int) for t in p):
             raise BadRequest("input_ids must be a list of ints (or a list of such lists)")
         r = Request(list(p), sp, bool(lp))
+        r.return_text_in_logprobs = with_text
         if rid is not None:
             r.rid = str(rid)
         reqs.append(r)
@@ -85,5 +94,7 @@ def build_response(r: Request, tokenizer, weight_version: str) -> dict:
             "completion_tokens": len(r.output_ids), "cached_tokens": 0,
             "e2e_latency": round(r.finished_at - r.created, 6), "weight_version": weight_version}
     if r.return_logprob:
-        meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(r.output_logprobs, r.output_ids)]
+        texts = ([tokenizer.decode([t]) for t in r.output_ids] if r.return_text_in_logprobs
+                 else [None] * len(r.output_ids))
+        meta["output_token_logprobs"] = [[lp, t, x] for lp, t, x in zip(r.output_logprobs, r.output_ids, texts)]
     return {"text": text, "output_ids": list(r.output_ids), "meta_info": meta}

@@ -174,9 +174,10 @@ def latest_iteration(load_dir: str) -> int | None:
 
 
 def load_checkpoint(load_dir: str, model_chunks, optimizer=None, scheduler=None, load_optim: bool = True,
-                    args=None) -> int | None:
+                    args=None, iteration: int | None = None) -> int | None:
     """Restore model (+ optimizer, scheduler, RNG when load_optim) from LOAD; return its iteration.
 
+    `iteration` (--ckpt-step) picks a specific complete iteration instead of the published latest.
     An HF directory loads HF weights instead (needs `args`, or model flags are read from its config) and
     returns None, as does a directory without a published checkpoint.
     """
@@ -192,9 +193,12 @@ def load_checkpoint(load_dir: str, model_chunks, optimizer=None, scheduler=None,
         return None
     if not load_dir or not os.path.isdir(load_dir):
         raise FileNotFoundError(f"--load {load_dir!r}: no such directory")
-    iteration = latest_iteration(load_dir)
     if iteration is None:
-        return None
+        iteration = latest_iteration(load_dir)
+        if iteration is None:
+            return None
+    elif not _is_complete(iteration_dir(load_dir, iteration)):
+        raise FileNotFoundError(f"--ckpt-step {iteration}: {iteration_dir(load_dir, iteration)} is missing or incomplete")
     path = iteration_dir(load_dir, iteration)
     common = dist_checkpointing.load_common_state_dict(path)
     if not load_optim:

@@ -31,6 +31,10 @@ class EngineStartError(RuntimeError):
     pass
 
 
+class EngineDied(RuntimeError):
+    pass
+
+
 def sglang_server_args(args) -> dict:
     """The user-set SGLang ServerArgs values: `args.sglang_server_args`, else every `args.sglang_<name>`."""
     d = getattr(args, "sglang_server_args", None)
@@ -110,6 +114,12 @@ class EngineProcess:
                 return "".join(f.readlines()[-n:])
         except OSError:
             return "(no log)"
+
+    def check_alive(self) -> None:
+        """Raise EngineDied (naming the engine, its URL, exit code and log tail) if the process has exited."""
+        if not self.alive():
+            raise EngineDied(f"{self.name} at {self.url} died with exit code {self.popen.returncode}; log "
+                             f"{self.log_path}, last lines:\n{self.log_tail()}")
 
     def wait_healthy(self, timeout: float) -> None:
         """Poll /health_generate until it answers 200; raise naming the engine with its log tail."""
