@@ -2,7 +2,10 @@
 # Submit train.py to a running Ray cluster as a Ray job (slime's `ray job submit ... -- python3 train.py`).
 #
 #   scripts/ray/submit.sh [train.py flags ...]                     # e.g. "${MODEL_ARGS[@]}" "${ROLLOUT_ARGS[@]}"
-#   RAY_DASHBOARD_ADDRESS=http://10.0.0.1:8265 scripts/ray/submit.sh --dry-run ...
+#   RAY_DASHBOARD_ADDRESS=http://10.0.0.1:8265 scripts/ray/submit.sh --dry-run ...   # head's job API elsewhere
+#
+# Default address: the job API on this host (run it on the head node; the head binds the API to 127.0.0.1
+# unless RAY_DASHBOARD_HOST says otherwise).
 #
 # The job's entrypoint runs from the repository root, so relative paths in the flags resolve as they do for
 # `python train.py` started here; PYTHONPATH carries the repository (the job does not upload a working dir:
@@ -15,7 +18,7 @@ source "$here/_common.sh"
 repo=$(cd "$here/../.." && pwd)
 script=${TRAIN_SCRIPT:-train.py}
 [[ -f $repo/$script ]] || ray_die "TRAIN_SCRIPT=$script: no such file in $repo"
-address=${RAY_DASHBOARD_ADDRESS:-http://$RAY_HEAD_IP:$RAY_DASHBOARD_PORT}
+address=${RAY_DASHBOARD_ADDRESS:-http://127.0.0.1:$RAY_DASHBOARD_PORT}
 python=$RAY_PYTHON
 
 # env_vars as JSON without hand-quoting: python builds it from the environment.
