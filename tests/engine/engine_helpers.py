@@ -21,13 +21,15 @@ def start(ckpt, tmp_path_factory, index=0, **kw):
 
 
 def hf_greedy(model, prompt, n):
-    """transformers' own greedy continuation of `prompt` for exactly n tokens (eos ignored)."""
+    """Greedy continuation of `prompt` for exactly n tokens by plain full forward passes (no KV cache, no
+    padding, eos not special): the independent reference the engine's batched decoding must reproduce."""
     import torch
 
-    ids = torch.tensor([prompt])
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
-                         do_sample=False, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(n):
+            ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids[len(prompt):]
 
 
 def run(coro):
