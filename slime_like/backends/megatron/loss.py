@@ -103,7 +103,7 @@ def policy_terms(args, output: torch.Tensor, mb: MicroBatch):
     logp, entropy = vocab_parallel_logprobs_entropy(response_logits(output, mb, args.rollout_temperature),
                                                     mb.targets, vocab_size=args.vocab_size)
     old = mb.fields.get("log_probs", logp.detach())
-    kind = "gspo" if args.advantage_estimator == "gspo" else "ppo"
+    kind = alg.get_policy_loss_kind(args.advantage_estimator)  # gspo -> sequence-level ratio
     pg, pg_metrics = alg.policy_loss(logp, old, mb.fields["advantages"], mask, args.eps_clip,
                                      eps_clip_high=args.eps_clip_high, eps_clip_c=args.eps_clip_c, kind=kind)
     sums = {"pg_loss": (pg * mask).sum().detach(), "entropy": (entropy * mask).sum().detach()}
@@ -132,8 +132,8 @@ def policy_terms(args, output: torch.Tensor, mb: MicroBatch):
 def value_terms(args, output: torch.Tensor, mb: MicroBatch):
     """Per-token critic loss: algorithms.value_loss (clipped by --value-clip around the rollout's values)."""
     values = response_values(output, mb)
-    out = alg.value_loss(values, mb.fields["values"], mb.fields["returns"], mb.loss_mask, args.value_clip)
-    loss, metrics = out if isinstance(out, tuple) else (out, {})
+    loss, metrics = alg.value_loss(values, mb.fields["values"], mb.fields["returns"], mb.loss_mask,
+                                   args.value_clip, with_metrics=True)
     ntok = mb.loss_mask.sum()
     sums = {"value_loss": (loss * mb.loss_mask).sum().detach(),
             "values": (values * mb.loss_mask).sum().detach()}
@@ -161,7 +161,7 @@ def make_loss_func(kind: str, args, mb: MicroBatch, scale: float, per_token: boo
 
     def loss_func(output):
         per_token_loss, sums = TERMS[kind](args, output, mb)
-        total = (per_token_loss * mb.loss_mask).sum()
+        total = alg.aggregate_loss(per_token_loss, mb.loss_mask, "sum")  # scaled to a step token-mean below
         ntok = mb.loss_mask.sum()
         sums["loss"] = total.detach()
         sums["tokens"] = ntok.detach()
