@@ -114,3 +114,22 @@ def test_distributed_payloads():
     assert s.init_payloads() == [
         dict(master_address="10.0.0.5", master_port=29999, rank_offset=1, world_size=5, group_name="g", backend="gloo"),
         dict(master_address="10.0.0.5", master_port=29999, rank_offset=3, world_size=5, group_name="g", backend="gloo")]
+
+
+def test_flattened_bucket_format(engine_w, tiny_ckpt, tiny_ckpt_b, refs):
+    """load_format='flattened_bucket': one flat tensor + (name, shape, dtype, start_idx, end_idx) metadata."""
+    from slime_like.backends.sglang import tensor_serializer
+
+    ref_a, ref_b = refs
+    named = state(tiny_ckpt_b)
+    flat = torch.cat([t.flatten() for _, t in named])
+    meta, start_idx = [], 0
+    for n, t in named:
+        meta.append(dict(name=n, shape=list(t.shape), dtype=t.dtype, start_idx=start_idx,
+                         end_idx=start_idx + t.numel(), numel=t.numel()))
+        start_idx += t.numel()
+    blob = tensor_serializer.serialize({"flattened_tensor": flat, "metadata": meta})
+    run(EngineClient(engine_w.url).update_weights_from_tensor([blob], load_format="flattened_bucket"))
+    assert greedy(engine_w.url) == ref_b
+    weight_sync.TensorWeightSender([engine_w.url]).send(state(tiny_ckpt))
+    assert greedy(engine_w.url) == ref_a
