@@ -32,12 +32,27 @@ def curve_keys(records) -> tuple[str | None, list[str]]:
     return train, evals
 
 
+def eval_series(records, eval_keys) -> list[tuple[str, list, list]]:
+    """(label, xs, ys) per eval curve; a reward identical to its dataset's accuracy (0/1 rewards) is drawn once."""
+    out = []
+    for key in eval_keys:
+        xs, ys = _series(records, key)
+        kind = key.rsplit("/", 1)[-1]
+        twin = key[:-len(kind)] + ("accuracy" if kind == "reward" else "reward")
+        same = twin in eval_keys and _series(records, twin) == (xs, ys)
+        if kind == "reward" and same:
+            continue
+        out.append((f"{key} (= reward)" if same else key, xs, ys))
+    return out
+
+
 def plot_learning_curve(run_dir: str, out_path: str | None = None) -> str:
     """Write the PNG for RUN_DIR's metrics.jsonl and return its path."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on servers or in CI
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     records = read_metrics(run_dir)
     train_key, eval_keys = curve_keys(records)
@@ -47,15 +62,16 @@ def plot_learning_curve(run_dir: str, out_path: str | None = None) -> str:
     fig, ax = plt.subplots(figsize=(8, 4.8), dpi=120)
     if train_key:
         xs, ys = _series(records, train_key)
-        ax.plot(xs, ys, color="tab:blue", linewidth=0.8, alpha=0.35, label=f"train reward mean ({train_key})")
-        if len(ys) >= 20:  # sampled rewards are noisy: a trailing moving average shows the trend
+        smooth = len(ys) >= 20  # sampled rewards are noisy: a trailing moving average shows the trend
+        ax.plot(xs, ys, color="tab:blue", linewidth=0.8 if smooth else 1.5, alpha=0.35 if smooth else 1.0,
+                label=f"train reward mean ({train_key})")
+        if smooth:
             window = max(5, len(ys) // 20)
-            smooth = [sum(ys[max(0, i - window + 1):i + 1]) / (i + 1 - max(0, i - window + 1)) for i in range(len(ys))]
-            ax.plot(xs, smooth, color="tab:blue", linewidth=1.8, label=f"train reward, mean of last {window}")
+            avg = [sum(ys[max(0, i - window + 1):i + 1]) / (i + 1 - max(0, i - window + 1)) for i in range(len(ys))]
+            ax.plot(xs, avg, color="tab:blue", linewidth=1.8, label=f"train reward, mean of last {window}")
     colors = ["tab:red", "tab:green", "tab:purple", "tab:orange", "tab:brown", "tab:olive"]
-    for i, key in enumerate(eval_keys):
-        xs, ys = _series(records, key)
-        ax.plot(xs, ys, marker="o", markersize=4, linewidth=1.8, color=colors[i % len(colors)], label=key)
+    for i, (label, xs, ys) in enumerate(eval_series(records, eval_keys)):
+        ax.plot(xs, ys, marker="o", markersize=4, linewidth=1.8, color=colors[i % len(colors)], label=label)
     title = f"Learning curve: {os.path.basename(os.path.abspath(run_dir))}"
     acc_keys = [k for k in eval_keys if k.endswith("/accuracy")]
     if acc_keys:
@@ -64,7 +80,9 @@ def plot_learning_curve(run_dir: str, out_path: str | None = None) -> str:
             ratio = f" ({accs[-1] / accs[0]:.1f}x)" if accs[0] > 0 else ""
             title += f"\n{acc_keys[0]}: {accs[0]:.3f} -> {accs[-1]:.3f}{ratio}"
     ax.set_title(title, fontsize=11)
-    ax.set_xlabel("rollout id (one GRPO / PPO step per rollout)")
+    first_id = records[0]["rollout_id"]
+    ax.set_xlabel("rollout id" + (f" ({first_id}: eval before the first update)" if first_id < 0 else ""))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("reward / accuracy")
     ax.grid(True, alpha=0.35)
     ax.legend(loc="best", fontsize=9)

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from slime_like.utils.metrics import MetricsLogger
-from slime_like.utils.plot import curve_keys, plot_learning_curve
+from slime_like.utils.plot import curve_keys, eval_series, plot_learning_curve
 from slime_like.utils.metrics import read_metrics
 
 
@@ -50,3 +50,15 @@ def test_curve_keys_and_errors(tmp_path):
         plot_learning_curve(str(empty))
     with pytest.raises(FileNotFoundError, match="--run-dir"):
         plot_learning_curve(str(tmp_path / "missing"))
+
+
+def test_identical_reward_and_accuracy_drawn_once(tmp_path):
+    with MetricsLogger(argparse.Namespace(run_dir=str(tmp_path)), stream=io.StringIO()) as lg:
+        for i in (-1, 2, 4):
+            lg.log(i, {"eval/a/accuracy": 0.1 * i, "eval/a/reward": 0.1 * i,          # 0/1 reward
+                       "eval/b/accuracy": 0.2, "eval/b/reward": 0.5})                  # graded reward
+    records = read_metrics(str(tmp_path))
+    series = eval_series(records, curve_keys(records)[1])
+    assert [label for label, _, _ in series] == ["eval/a/accuracy (= reward)", "eval/b/accuracy", "eval/b/reward"]
+    assert series[0][1] == [-1, 2, 4]
+    assert plot_learning_curve(str(tmp_path)).endswith("learning_curve.png")
