@@ -45,8 +45,10 @@ def single(tiny_ckpt):
     return run_ranks(parallel_case, 1, tiny_ckpt, 1, 1, ())[0]
 
 
-@pytest.mark.parametrize("tp,pp,extra", [(2, 1, ()), (1, 1, ("--use-distributed-optimizer",)), (1, 2, ())],
-                         ids=["tp2", "dp2-distopt", "pp2"])
+# PP=2 also packs (variable-length micro-batches between stages: mcore's variable_seq_lengths p2p path)
+@pytest.mark.parametrize("tp,pp,extra", [(2, 1, ()), (1, 1, ("--use-distributed-optimizer",)),
+                                         (1, 2, ("--use-dynamic-batch-size", "--max-tokens-per-gpu", "30"))],
+                         ids=["tp2", "dp2-distopt", "pp2-packed"])
 def test_parallel_matches_single_rank(tiny_ckpt, single, tp, pp, extra):
     results = run_ranks(parallel_case, 2, tiny_ckpt, tp, pp, extra)
     assert results[0]["dp"] == 2 // (tp * pp)
