@@ -151,3 +151,25 @@ def test_padded_vocab_columns_are_not_tokens():
     torch.testing.assert_close(ent, alg.entropy_from_logits(logits[..., :40].detach()))
     (logp.sum() + ent.sum()).backward()
     assert torch.isfinite(logits.grad).all() and logits.grad[..., 40:].abs().max() == 0
+
+
+@pytest.mark.parametrize("flags,error", [
+    (("--use-unbiased-kl",), "--use-unbiased-kl is not implemented"),
+    (("--context-parallel-size", "2", "--actor-num-gpus-per-node", "2"), "--context-parallel-size"),
+    (("--rollout-temperature", "0"), "--rollout-temperature must be > 0"),
+])
+def test_unsupported_input_fails_before_any_distributed_setup(tiny_ckpt, flags, error):
+    import torch.distributed as dist
+
+    from slime_like.backends.megatron.trainer import MegatronTrainer
+    from slime_like.config.errors import ConfigError
+    from test_trainer_common import make_args
+
+    try:
+        args = make_args(tiny_ckpt, *flags)
+    except ConfigError as e:  # the config layer may already refuse it, equally clearly
+        assert error.split()[0] in str(e)
+        return
+    with pytest.raises((NotImplementedError, ValueError), match=error):
+        MegatronTrainer(args, role="actor")
+    assert not dist.is_initialized()

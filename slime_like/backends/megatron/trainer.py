@@ -20,6 +20,7 @@ moved to CPU by offload() together with the actor.
 from __future__ import annotations
 
 import copy
+import logging
 import os
 
 import torch
@@ -30,6 +31,7 @@ from slime_like.backends.megatron import loss as L
 from slime_like.backends.megatron import optimizer as O
 from slime_like.backends.megatron.trainer_dist import TrainerDistMixin
 
+log = logging.getLogger(__name__)
 ROLES = ("actor", "critic")
 POLICY_FIELDS = ("log_probs", "advantages", "ref_log_probs", "rollout_log_probs")
 VALUE_FIELDS = ("values", "returns")
@@ -108,6 +110,11 @@ class MegatronTrainer(TrainerDistMixin):
         for dest, flag in unsupported.items():
             if _get(args, dest):
                 raise NotImplementedError(f"{flag} is not implemented by the Megatron trainer yet; remove it")
+        for dest, flag in (("log_probs_chunk_size", "--log-probs-chunk-size"),
+                           ("recompute_loss_function", "--recompute-loss-function")):
+            value = _get(args, dest)
+            if value not in (None, False, -1):  # memory knobs only: results are the same without them
+                log.warning("%s %s has no effect in the Megatron trainer yet (memory optimisation only)", flag, value)
         if _get(args, "use_dynamic_batch_size", False) and not _get(args, "max_tokens_per_gpu"):
             raise ValueError("--use-dynamic-batch-size needs --max-tokens-per-gpu (e.g. 4096)")
         if not _get(args, "rollout_temperature", 1.0) > 0:
