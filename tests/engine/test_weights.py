@@ -133,3 +133,15 @@ def test_flattened_bucket_format(engine_w, tiny_ckpt, tiny_ckpt_b, refs):
     assert greedy(engine_w.url) == ref_b
     weight_sync.TensorWeightSender([engine_w.url]).send(state(tiny_ckpt))
     assert greedy(engine_w.url) == ref_a
+
+
+def test_distributed_sender_fails_fast_when_an_engine_refuses(engine_w):
+    import time
+
+    sender = weight_sync.DistributedWeightSender([engine_w.url], backend="gloo", master_address="127.0.0.1",
+                                                 group_name="refused", timeout_s=120)
+    sender.backend = "nccl"  # what a GPU trainer would ask for: the CPU engine refuses it with the fix
+    t = time.time()
+    with pytest.raises(EngineError, match="needs CUDA") as e:
+        sender.connect()
+    assert engine_w.url in str(e.value) and time.time() - t < 30

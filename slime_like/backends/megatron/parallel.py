@@ -94,11 +94,21 @@ def _rank_main(rank, fn, world_size, port, result_dir, args):
         raise
 
 
-def run_local_ranks(fn, world_size: int, *args, timeout: float = 300.0):
+def run_local_ranks(fn, world_size: int, *args, timeout: float = 300.0, attempts: int = 3):
     """Run fn(rank, world_size, master_port, *args) in `world_size` spawned CPU processes; return results by rank.
 
-    `fn` must be importable (module level). A failing rank raises here with its traceback.
+    `fn` must be importable (module level). A failing rank raises here with its traceback. The free port
+    can be taken by another process before rank 0 binds it (EADDRINUSE): then the run is retried.
     """
+    for attempt in range(attempts):
+        try:
+            return _run_local_ranks(fn, world_size, args, timeout)
+        except RuntimeError as e:
+            if "EADDRINUSE" not in str(e) or attempt == attempts - 1:
+                raise
+
+
+def _run_local_ranks(fn, world_size, args, timeout):
     import multiprocessing as mp
     import tempfile
     import time

@@ -21,7 +21,8 @@ import json
 import socket
 import urllib.error
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import timedelta
 from typing import Iterable, Iterator
 
@@ -154,16 +155,30 @@ class DistributedWeightSender:
 
         if self.master_port is None:
             self.master_port = _free_port(self.master_address)
+        result: dict = {}
+
+        def rendezvous():  # rank 0 blocks until every engine rank joined; a daemon thread so a refusal can't hang us
+            try:
+                result["pg"] = init_custom_process_group(
+                    self.backend, f"tcp://{self.master_address}:{self.master_port}", self.world_size, 0,
+                    self.group_name, timeout=timedelta(seconds=self.timeout_s))
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                result["error"] = e
+
+        joiner = threading.Thread(target=rendezvous, name="weight-sync-rendezvous", daemon=True)
+        joiner.start()
         with ThreadPoolExecutor(max_workers=len(self.engine_urls)) as pool:
             futs = [pool.submit(post, u, "/init_weights_update_group", p, self.timeout_s)
                     for u, p in zip(self.engine_urls, self.init_payloads())]
-            try:
-                self.group = init_custom_process_group(
-                    self.backend, f"tcp://{self.master_address}:{self.master_port}", self.world_size, 0,
-                    self.group_name, timeout=timedelta(seconds=self.timeout_s))
-            finally:
-                for f in futs:  # surfaces an engine's refusal (naming its URL) instead of a rendezvous timeout
-                    f.result()
+            for f in as_completed(futs):
+                f.result()  # an engine's refusal surfaces now, naming its URL, not after a rendezvous timeout
+        joiner.join(self.timeout_s)
+        if "error" in result:
+            raise result["error"]
+        if "pg" not in result:
+            raise TimeoutError(f"weight-sync group rendezvous on {self.master_address}:{self.master_port} did not "
+                               f"complete within {self.timeout_s}s")
+        self.group = result["pg"]
 
     def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int = 512 << 20,
              weight_version: str | None = None) -> int:
