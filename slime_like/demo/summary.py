@@ -1,0 +1,43 @@
+"""Print the demo's outcome from RUN_DIR/metrics.jsonl: held-out accuracy before the first GRPO update
+(rollout -1), the last and the best eval after it, and whether RL at least doubled it.
+
+    python -m slime_like.demo.summary RUN_DIR
+"""
+import os
+import sys
+
+from slime_like.utils.metrics import read_metrics
+
+KEY = "eval/arith/accuracy"
+
+
+def summarize(run_dir: str) -> dict:
+    rows = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
+    evals = [(r["rollout_id"], r[KEY]) for r in rows if r.get(KEY) is not None]
+    if not evals or evals[0][0] != -1:
+        raise SystemExit(f"{run_dir}/metrics.jsonl has no {KEY} before the first update (rollout -1)")
+    base = evals[0][1]
+    last_id, last = evals[-1]
+    best_id, best = max(evals[1:] or evals[:1], key=lambda e: e[1])
+    rollouts = [r for r in rows if r["rollout_id"] >= 0]
+    seconds = sum(r.get(k, 0.0) or 0.0 for r in rollouts for k in r if k.startswith("time/")) + rows[0].get("time/eval", 0)
+    return dict(base=base, last=last, last_id=last_id, best=best, best_id=best_id, rollouts=len(rollouts),
+                loop_seconds=seconds, doubled=last >= 2 * base)
+
+
+def main(argv=None):
+    run_dir = (argv or sys.argv[1:] or ["runs/demo"])[0]
+    s = summarize(run_dir)
+    ratio = s["last"] / s["base"] if s["base"] else float("inf")
+    print(f"\ndemo summary ({run_dir})\n"
+          f"  held-out greedy accuracy before GRPO : {s['base']:.3f}\n"
+          f"  after {s['rollouts']} GRPO rollouts        : {s['last']:.3f}  ({ratio:.2f}x; best {s['best']:.3f} "
+          f"after rollout {s['best_id']})\n"
+          f"  time in the loop's stages           : {s['loop_seconds']:.0f} s\n"
+          f"  RL {'doubled' if s['doubled'] else 'did NOT double'} the held-out accuracy\n"
+          f"  curve: {os.path.join(run_dir, 'learning_curve.png')}   metrics: {os.path.join(run_dir, 'metrics.jsonl')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
