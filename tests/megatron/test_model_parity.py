@@ -1,4 +1,5 @@
-"""mcore GPTModel loaded from an HF checkpoint gives transformers' logits (fp32, max abs diff < 1e-5).
+"""mcore GPTModel loaded from an HF checkpoint gives transformers' logits (fp32, max abs diff < 1e-5),
+and iter_hf_weights gives back every HF tensor bit-identical.
 
 Each topology runs in spawned gloo ranks (real megatron-core, CPU patches): TP=1, TP=2, PP=2, and EP=2 for
 MoE. Every run covers qwen2 (tied and untied), qwen3 (tied), llama (untied) and qwen3_moe (tied, local MoE layer).
@@ -55,7 +56,9 @@ def parity_rank(rank, world, port, ckpts, tp, pp, ep, archs):
 
     parallel.init_distributed(rank, world, master_port=port, tp=tp, pp=pp, ep=ep)
     ids = torch.randint(2, 100, (2, 12), generator=torch.Generator().manual_seed(0))
-    diffs = {}
+    from safetensors.torch import load_file
+
+    diffs, exports = {}, {}
     for name in archs:
         arch = "qwen2" if name == "qwen2_parsed" else name
         if name == "qwen2_parsed":  # the real CLI path: scripts/models/tiny-qwen2.sh MODEL_ARGS via parse_args
@@ -70,6 +73,10 @@ def parity_rank(rank, world, port, ckpts, tp, pp, ep, archs):
         hf_weights.load_hf_weights(chunks, ckpts[arch], args)
         for c in chunks:
             c.eval()
+        # export side: this rank's HF tensors (TP-gathered; PP stages emit their own layers) vs the file
+        ref_sd = load_file(os.path.join(ckpts[arch], "model.safetensors"))
+        exported = {n: (t - ref_sd[n]).abs().max().item() for n, t in hf_weights.iter_hf_weights(chunks, args)}
+        exports[name] = dict(exported=exported, expected=sorted(ref_sd))
         logits = forward_logits(chunks, ids)
         if logits is None:
             continue
@@ -81,13 +88,19 @@ def parity_rank(rank, world, port, ckpts, tp, pp, ep, archs):
         padded = logits[..., vocab:]
         diffs[name] = dict(diff=(logits[..., :vocab] - ref).abs().max().item(), ref_std=ref.std().item(),
                            padded_cols=padded.shape[-1], padded_absmax=padded.abs().max().item() if padded.numel() else 0.0)
-    return diffs
+    return diffs, exports
 
 
 def _check(results, n_archs):
     merged = {}
-    for r in results:
+    for r, _ in results:
         merged.update(r)
+    for name in {n for _, e in results for n in e}:  # exported tensors: all of them, bit-identical
+        exported = {}
+        for _, e in results:
+            exported.update(e[name]["exported"])
+        assert sorted(exported) == results[0][1][name]["expected"], name
+        assert max(exported.values()) == 0.0, (name, exported)
     assert len(merged) == n_archs, merged
     for arch, d in merged.items():
         assert d["ref_std"] > 0.05, (arch, d)  # logits are not trivially small
@@ -110,8 +123,8 @@ def test_parity_tp2(tiny_ckpts):
 
 @pytest.mark.slow
 def test_parity_tp2_from_model_args_script(tiny_ckpts):
-    (r0, r1) = run_ranks(parity_rank, 2, tiny_ckpts, 2, 1, 1, ["qwen2_parsed"])
-    assert r0 == r1 and r0["qwen2_parsed"]["diff"] < 1e-5 and r0["qwen2_parsed"]["padded_cols"] == 128, r0
+    merged = _check(run_ranks(parity_rank, 2, tiny_ckpts, 2, 1, 1, ["qwen2_parsed"]), 1)
+    assert merged["qwen2_parsed"]["padded_cols"] == 128, merged
 
 
 @pytest.mark.slow
@@ -123,5 +136,6 @@ def test_parity_pp2(tiny_ckpts):
 def test_parity_moe_ep2(tiny_ckpts):
     # EP=2 over 2 data-parallel ranks: each rank holds 2 of the 4 experts; both ranks check their logits
     results = run_ranks(parity_rank, 2, tiny_ckpts, 1, 1, 2, ["qwen3_moe"])
-    for r in results:
-        assert r["qwen3_moe"]["diff"] < 1e-5, r
+    _check(results, 1)
+    for diffs, _ in results:
+        assert diffs["qwen3_moe"]["diff"] < 1e-5, diffs

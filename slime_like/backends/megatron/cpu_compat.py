@@ -2,23 +2,21 @@
 
 Applied by `apply()` only when CUDA is absent (it refuses to run otherwise), idempotent, and never
 imported on GPU code paths (callers import it lazily behind `torch.cuda.is_available()`).
-Verified against megatron-core 0.16.1; `needed_errors` in tests/megatron/test_cpu_compat.py shows
+Verified against megatron-core 0.16.1; tests/megatron/test_cpu_compat.py shows
 the error each patch prevents. Every patch is keyed by name so a test can leave one out.
 
 Patch (name)             error without it
 -----------------------  -----------------------------------------------------------------------------
 rope_device              RotaryEmbedding moves inv_freq to `torch.cuda.current_device()`:
                          "AssertionError: Torch not compiled with CUDA enabled" (also optimizer, DDP).
-causal_mask              transformer.utils.get_default_causal_mask builds the mask with device="cuda"
-                         (local DotProductAttention with attention_mask=None): same assertion.
 rng_tracker              model_parallel_cuda_manual_seed / CudaRNGStatesTracker store CUDA generator
                          states (`torch.cuda.get_rng_state`): "Torch not compiled with CUDA enabled".
-cuda_device_calls        ~40 hard-coded `device="cuda"` / `.cuda()` / `.to("cuda")` in optimizer,
-                         grad scaler, clip-grad, schedules; and `param.type() == 'torch.cuda.FloatTensor'`
-                         checks in the (distributed) optimizer: "TypeError: Wrapped parameters must be one
-                         of torch.cuda.FloatTensor, ...". A global TorchFunctionMode rewrites them to CPU.
-clip_grad                clip_grads.clip_grad_by_total_norm_fp32 asserts grad.type()=='torch.cuda.FloatTensor'
-                         and uses apex multi_tensor_scale on CUDA buffers (only with clip_grad > 0).
+cuda_device_calls        ~40 hard-coded `device="cuda"` / `.cuda()` / `.to("cuda")` in optimizer, grad
+                         scaler, clip-grad, schedules, the default causal mask; and `param.type() ==
+                         'torch.cuda.FloatTensor'` checks in the (distributed) optimizer and clip-grad:
+                         "AssertionError: Torch not compiled with CUDA enabled" (get_megatron_optimizer).
+                         A global TorchFunctionMode rewrites them to CPU (this also covers the causal mask
+                         and clip_grad_by_total_norm_fp32, which older probes patched separately).
 cuda_sync                pipeline p2p `_communicate` calls torch.cuda.synchronize(): CUDA assertion (PP>1).
 cuda_stream              MoE alltoall token dispatcher creates `torch.cuda.Stream()` for async D2H copies:
                          "RuntimeError: torch.cuda.Stream requires CUDA support"; mcore >= 0.19 DDP
@@ -50,17 +48,6 @@ def _patch_rope_device():
     # Any `torch.cuda.current_device()` result is used as a device argument, so "cpu" is a valid answer.
     torch.cuda.current_device = lambda: "cpu"
 
-
-def _patch_causal_mask():
-    import megatron.core.fusions.fused_softmax as fused_softmax
-    import megatron.core.transformer.utils as tutils
-
-    def causal_mask(sq: int) -> torch.Tensor:
-        """True above the diagonal = masked (same convention as mcore's CUDA version)."""
-        return torch.triu(torch.ones(sq, sq, dtype=torch.bool), diagonal=1)
-
-    tutils.get_default_causal_mask = causal_mask
-    fused_softmax.get_default_causal_mask = causal_mask  # imported by name there
 
 
 def _patch_rng_tracker():
@@ -107,23 +94,6 @@ def _patch_cuda_device_calls():
     _mode = _CudaToCpuMode()
     _mode.__enter__()  # stays active for the life of the process (CPU runs only)
 
-
-def _patch_clip_grad():
-    import megatron.core.optimizer.clip_grads as clip_grads
-    import megatron.core.optimizer.optimizer as optimizer
-
-    def clip_grad_by_total_norm_fp32(parameters, max_norm, total_norm, use_decoupled_grad=False):
-        """grads *= max_norm / (total_norm + 1e-6) when that factor is < 1 (same rule as mcore)."""
-        if isinstance(parameters, torch.Tensor):
-            parameters = [parameters]
-        attr = "decoupled_grad" if use_decoupled_grad else "grad"
-        grads = [getattr(p, attr) for p in parameters if getattr(p, attr, None) is not None]
-        coeff = max_norm / (total_norm + 1.0e-6)
-        if coeff < 1.0 and grads:
-            torch._foreach_mul_(grads, coeff)
-
-    clip_grads.clip_grad_by_total_norm_fp32 = clip_grad_by_total_norm_fp32
-    optimizer.clip_grad_by_total_norm_fp32 = clip_grad_by_total_norm_fp32  # imported by name
 
 
 def _patch_cuda_sync():
@@ -176,10 +146,8 @@ def _patch_moe_splits():
 
 PATCHES = {
     "rope_device": _patch_rope_device,
-    "causal_mask": _patch_causal_mask,
     "rng_tracker": _patch_rng_tracker,
     "cuda_device_calls": _patch_cuda_device_calls,
-    "clip_grad": _patch_clip_grad,
     "cuda_sync": _patch_cuda_sync,
     "cuda_stream": _patch_cuda_stream,
     "moe_te_gemm": _patch_moe_te_gemm,

@@ -1,0 +1,84 @@
+"""The conversion tools, run as a user runs them: HF -> Megatron torch_dist (TP=2 / PP=2) -> HF gives
+bit-identical tensors, and the result loads in transformers with the original's logits."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from _dist import tiny_ckpts  # noqa: F401  (fixture)
+from safetensors.torch import load_file
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_tool(name, *argv):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    return subprocess.run([sys.executable, os.path.join(ROOT, "tools", name), *map(str, argv)],
+                          capture_output=True, text=True, timeout=600, env=env)
+
+
+def hf_tensors(d):
+    """All tensors of an HF dir (single file or index-sharded)."""
+    index = os.path.join(d, "model.safetensors.index.json")
+    files = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index) else ["model.safetensors"]
+    out = {}
+    for f in files:
+        out.update(load_file(os.path.join(d, f)))
+    return out
+
+
+def round_trip(hf_dir, tmp_path, to_mc, to_hf):
+    mc, back = tmp_path / "mcore", tmp_path / "hf_back"
+    r = run_tool("convert_hf_to_megatron.py", "--hf-checkpoint", hf_dir, "--save", mc, *to_mc)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (mc / "latest_checkpointed_iteration.txt").read_text() == "0"
+    r = run_tool("convert_megatron_to_hf.py", "--load", mc, "--hf-checkpoint", hf_dir, "--save-hf", back, *to_hf)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return mc, back
+
+
+def assert_identical_and_loads(hf_dir, back):
+    orig, new = hf_tensors(hf_dir), hf_tensors(back)
+    assert sorted(orig) == sorted(new)
+    for k in orig:
+        assert orig[k].dtype == new[k].dtype and torch.equal(orig[k], new[k]), k
+    for f in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        assert (back / f).exists(), f
+    import transformers
+
+    ids = torch.randint(2, 100, (1, 10), generator=torch.Generator().manual_seed(0))
+    a = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
+    b = transformers.AutoModelForCausalLM.from_pretrained(str(back), dtype=torch.float32).eval()
+    with torch.no_grad():
+        assert torch.equal(a(ids).logits, b(ids).logits)
+
+
+@pytest.mark.slow
+def test_round_trip_tp2_qwen2_tied(tiny_ckpts, tmp_path):
+    mc, back = round_trip(tiny_ckpts["qwen2"], tmp_path, ["--tensor-model-parallel-size", 2], [])
+    assert len([f for f in os.listdir(mc / "iter_0000000") if f.endswith(".distcp")]) == 2 * 2  # 2 ranks
+    assert_identical_and_loads(tiny_ckpts["qwen2"], back)
+
+
+@pytest.mark.slow
+def test_round_trip_pp2_qwen3_moe_sharded_export(tiny_ckpts, tmp_path):
+    # saved at PP=2, exported at PP=2: one safetensors file per stage + model.safetensors.index.json
+    _, back = round_trip(tiny_ckpts["qwen3_moe"], tmp_path, ["--pipeline-model-parallel-size", 2],
+                         ["--pipeline-model-parallel-size", 2])
+    assert (back / "model.safetensors.index.json").exists()
+    assert_identical_and_loads(tiny_ckpts["qwen3_moe"], back)
+
+
+def test_bad_input_fails_before_spawning(tiny_ckpts, tmp_path):
+    r = run_tool("convert_hf_to_megatron.py", "--hf-checkpoint", tiny_ckpts["qwen2"])
+    assert r.returncode != 0 and "--save OUT are required" in r.stderr
+    # 2 KV groups cannot split over TP=4
+    r = run_tool("convert_hf_to_megatron.py", "--hf-checkpoint", tiny_ckpts["qwen2"], "--save", tmp_path / "x",
+                 "--tensor-model-parallel-size", 4)
+    assert r.returncode != 0 and "--num-query-groups 2 not divisible by TP 4" in r.stderr
+    r = run_tool("convert_megatron_to_hf.py", "--load", tmp_path, "--hf-checkpoint", tiny_ckpts["qwen2"],
+                 "--save-hf", tmp_path / "y")
+    assert r.returncode != 0 and "not a Megatron checkpoint directory" in r.stderr
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
