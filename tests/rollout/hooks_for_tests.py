@@ -50,3 +50,8 @@ def log_everything_myself(rollout_id, args, samples, metrics, rollout_time):
 def post_process_double(args, samples):
     raw = [float(s.reward) for s in samples]
     return raw, [2 * r for r in raw]
+
+
+async def generate_ignore_eos(args, sample, sampling_params):
+    """The default generate with eos ignored: every response runs to max_new_tokens (timing tests)."""
+    return await generate_sample(args, sample, dict(sampling_params, ignore_eos=True))

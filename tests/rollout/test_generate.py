@@ -32,7 +32,10 @@ def test_groups_statuses_logprobs(engine_url, prompt_file, make_args):
         _check_sample_shapes(s)
         assert s.loss_mask == [1] * s.response_length
         assert s.status in (Status.COMPLETED, Status.TRUNCATED)
-        assert (s.status == Status.TRUNCATED) == (s.response_length == 6)
+        if s.status == Status.TRUNCATED:
+            assert s.response_length == 6
+        else:                                           # completed: stopped on eos (id 1), which is kept
+            assert s.tokens[-1] == 1 and s.response_length <= 6
         assert s.reward == float(s.response_length)
     assert groups == {0: [0, 1], 1: [2, 3], 2: [4, 5]}
     assert metrics["rollout/groups_kept"] == 3 and metrics["rollout/num_samples"] == 6
@@ -66,7 +69,9 @@ def test_partial_rollout_resumes_aborted_groups(engine_url, prompt_file, make_ar
     # queued or mid-generation, and get aborted.
     args = make_args(prompt_file(ROWS), "--rollout-batch-size", 1, "--n-samples-per-prompt", 2,
                      "--over-sampling-batch-size", 3, "--rollout-max-response-len", 200, "--partial-rollout",
-                     "--sglang-server-concurrency", 1, "--custom-rm-path", f"{H}.reward_length_slow")
+                     "--sglang-server-concurrency", 1, "--custom-rm-path", f"{H}.reward_length_slow",
+                     # eos ignored: a response cannot end early, so one is surely running when the abort comes
+                     "--custom-generate-function-path", f"{H}.generate_ignore_eos")
     ctl = RolloutController(args, [engine_url])
     samples, metrics = ctl.generate(0)
     assert {s.group_index for s in samples} == {0}
