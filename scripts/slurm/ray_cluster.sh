@@ -50,7 +50,6 @@ export RAY_USAGE_STATS_ENABLED=0 RAY_DEDUP_LOGS=${RAY_DEDUP_LOGS:-0}
 # On SIGTERM Ray 2.60 first "drains" the node for 30 s (for Ray Serve); a finished job has nothing to drain.
 export RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=${RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S:-0}
 RAY_LOG_DIR=${RAY_LOG_DIR:-$SLURM_SUBMIT_DIR/logs}
-mkdir -p "$RAY_LOG_DIR"
 
 if [[ -z ${RAY_HEAD_IP:-} ]]; then
   _rc_addr=$(scontrol show node "$RAY_HEAD_NODE" -o | tr ' ' '\n' | sed -n 's/^NodeAddr=//p')
@@ -130,6 +129,7 @@ _rc_wait_for_head() {
 ray_cluster_up() {
   local here=$SLIME_LIKE_ROOT/scripts/ray log_head=$RAY_LOG_DIR/ray-$SLURM_JOB_ID-head.log
   local log_workers=$RAY_LOG_DIR/ray-$SLURM_JOB_ID-workers.log total_gpus=$(( RAY_NUM_NODES * RAY_GPUS_PER_NODE ))
+  mkdir -p "$RAY_LOG_DIR"
   echo "$(date +%T) job $SLURM_JOB_ID: Ray head on $RAY_HEAD_NODE ($RAY_ADDRESS), $RAY_NUM_NODES node(s) x $RAY_GPUS_PER_NODE GPU slot(s), temp $RAY_TEMP_DIR"
   # Stale sessions of an earlier job with the same id (ids restart at 1 after a controller reset).
   srun --overlap --nodes="$RAY_NUM_NODES" --ntasks="$RAY_NUM_NODES" --ntasks-per-node=1 rm -rf "$RAY_TEMP_DIR"

@@ -111,7 +111,8 @@ def test_example_job_scripts_plan_from_the_allocation(local_slurm, placeholder_m
     sub = local_slurm.run(
         "sbatch", "--parsable", "-N2", "--gres=gpu:4", f"--output={out}",
         f"--export=ALL,SLIME_LIKE_ROOT={REPO},DRY_RUN=1,HF_CKPT={p / model},REF_LOAD={p / 'ref'},"
-        f"SAVE_DIR={p / 'save'},PROMPT_DATA={p / 'train.jsonl'},EVAL_DATA={p / 'train.jsonl'},RUN_DIR={p / 'run'}",
+        f"SAVE_DIR={p / 'save'},PROMPT_DATA={p / 'train.jsonl'},EVAL_DATA={p / 'train.jsonl'},RUN_DIR={p / 'run'},"
+        f"RAY_LOG_DIR={tmp_path / 'logs'}",
         str(REPO / "scripts" / "slurm" / script), check=False)
     assert sub.returncode == 0, sub.stderr
     job_id = sub.stdout.strip().split(";")[0]
@@ -128,7 +129,8 @@ def test_job_script_reports_bad_flags_before_starting_ray(local_slurm, tiny_ckpt
     """A typo in the extra train.py flags fails the job in seconds, with the flag named, and no Ray node started."""
     out = tmp_path / "job.out"
     sub = local_slurm.run("sbatch", "--parsable", "-N2", f"--output={out}",
-                          f"--export=ALL,SLIME_LIKE_ROOT={REPO},RUN_DIR={tmp_path / 'run'},TINY_CKPT={tiny_ckpt}",
+                          f"--export=ALL,SLIME_LIKE_ROOT={REPO},RUN_DIR={tmp_path / 'run'},TINY_CKPT={tiny_ckpt},"
+                          f"RAY_LOG_DIR={tmp_path / 'logs'}",
                           str(REPO / "scripts" / "slurm" / "tiny.sbatch"), "--rollout-temprature", "0.7", check=False)
     assert sub.returncode == 0, sub.stderr
     job_id = sub.stdout.strip().split(";")[0]
@@ -136,4 +138,18 @@ def test_job_script_reports_bad_flags_before_starting_ray(local_slurm, tiny_ckpt
     text = out.read_text()
     assert state["JobState"] == "FAILED" and state["ExitCode"].startswith("2:"), (state, text[-2000:])
     assert "--rollout-temprature" in text and "--rollout-temperature" in text, text[-2000:]
-    assert "Ray head on" not in text
+    assert "Ray head on" not in text and not (tmp_path / "logs").exists()
+
+
+@pytest.mark.slow
+def test_job_without_gpus_names_the_fix(local_slurm, tiny_ckpt, tmp_path):
+    """No GPUs in the allocation and no RAY_NUM_GPUS: the job stops before Ray, saying how to declare GPU slots."""
+    out = tmp_path / "job.out"
+    sub = local_slurm.run("sbatch", "--parsable", "-N1", "--gres=gpu:0", f"--output={out}",
+                          f"--export=ALL,SLIME_LIKE_ROOT={REPO},RUN_DIR={tmp_path / 'run'},TINY_CKPT={tiny_ckpt}",
+                          str(REPO / "scripts" / "slurm" / "tiny.sbatch"), check=False)
+    assert sub.returncode == 0, sub.stderr
+    state = wait_for_job(local_slurm, sub.stdout.strip().split(";")[0], 60)
+    text = out.read_text()
+    assert state["JobState"] == "FAILED", (state, text)
+    assert "no GPU count for the Ray nodes" in text and "RAY_NUM_GPUS=N" in text, text
