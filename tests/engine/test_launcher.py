@@ -45,7 +45,7 @@ def test_cpu_engine_command():
                                                                               "dtype": "bfloat16"})
     assert build_cpu_engine_command(args, port=9, python="py") == [
         "py", "-m", "slime_like.backends.cpu_engine", "--model-path", "/m", "--host", "127.0.0.1", "--port", "9",
-        "--dtype", "bfloat16", "--max-running-requests", "8", "--random-seed", "3"]
+        "--dtype", "bfloat16", "--parent-pid", str(os.getpid()), "--max-running-requests", "8", "--random-seed", "3"]
 
 
 def test_router_command_exact():
@@ -93,3 +93,31 @@ def test_engine_death_is_reported_with_log_tail_and_clear_client_errors(tiny_ckp
     proc.stop()  # already dead: no error
     with pytest.raises(ProcessLookupError):
         os.killpg(proc.popen.pid, 0)  # nothing of its process group is left
+
+
+@pytest.mark.slow
+def test_engine_exits_when_its_launcher_is_killed(tiny_ckpt, tmp_path):
+    """A launcher killed with SIGKILL cannot stop its engine; the engine notices and exits by itself."""
+    import subprocess
+    import time
+
+    port = free_port()
+    code = ("import argparse, sys, time; from slime_like.backends.sglang.launcher import start_engine; "
+            f"p = start_engine(argparse.Namespace(hf_checkpoint={tiny_ckpt!r}, seed=0, save=None, "
+            f"sglang_server_args={{}}), kind='cpu', port={port}, log_dir={str(tmp_path)!r}); "
+            "print(p.popen.pid, flush=True); time.sleep(600)")
+    launcher = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                                env=dict(os.environ, OMP_NUM_THREADS="1"))
+    engine_pid = int(launcher.stdout.readline())
+    os.kill(launcher.pid, 9)
+    launcher.wait(10)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            os.kill(engine_pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.5)
+    else:
+        os.kill(engine_pid, 9)
+        pytest.fail("the engine outlived its killed launcher by 30 s")

@@ -21,7 +21,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--random-seed", type=int, default=0)
     p.add_argument("--num-threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     p.add_argument("--log-level", default="info")
+    p.add_argument("--parent-pid", type=int, default=None,
+                   help="exit when this process (the launcher) is gone, so a killed launcher leaves no engine behind")
     return p
+
+
+def watch_parent(parent_pid: int, interval: float = 1.0) -> None:
+    """SIGTERM ourselves once `parent_pid` stops being our parent (it died and we were re-parented)."""
+    import signal
+    import threading
+    import time
+
+    def loop():
+        while os.getppid() == parent_pid:
+            time.sleep(interval)
+        os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=loop, name="parent-watch", daemon=True).start()
 
 
 def main(argv=None) -> None:
@@ -30,6 +45,8 @@ def main(argv=None) -> None:
         raise SystemExit(f"--model-path {args.model_path!r} has no config.json (expected a Hugging Face model dir)")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.parent_pid:
+        watch_parent(args.parent_pid)
     import torch
     from aiohttp import web
 

@@ -164,7 +164,12 @@ def apply(skip: tuple[str, ...] | list[str] = ()) -> list[str]:
         raise RuntimeError("slime_like.backends.megatron.cpu_compat is for CPU-only runs; CUDA is available here")
     unknown = [s for s in skip if s not in PATCHES]
     if unknown:
-        raise ValueError(f"cpu_compat.apply(skip=...): unknown patch name(s) {unknown}; known: {sorted(PATCHES)}")
+        import difflib
+
+        hints = [f"{u!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(u, PATCHES, n=1)) else repr(u)
+                 for u in unknown]
+        raise ValueError(f"cpu_compat.apply(skip=...): unknown patch name(s) {', '.join(hints)}; "
+                         f"known: {sorted(PATCHES)}")
     for name, patch in PATCHES.items():
         if name not in skip and name not in _applied:
             patch()

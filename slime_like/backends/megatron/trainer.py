@@ -137,8 +137,16 @@ class MegatronTrainer(TrainerDistMixin):
             hf_weights.load_hf_weights(chunks, path, self.args)  # names the path if it is not an HF dir
 
     def _load_initial_weights(self, chunks, role):
-        """--ref-load (torch_dist or HF dir), else --hf-checkpoint; a missing --load falls back to them."""
-        source = _get(self.args, "ref_load") or _get(self.args, "hf_checkpoint")
+        """--load when it is an HF directory, else --ref-load (torch_dist or HF dir), else --hf-checkpoint.
+
+        A --load without a published Megatron checkpoint (a fresh run whose --load is its --save) falls
+        back the same way, as in slime.
+        """
+        from slime_like.backends.megatron import checkpoint
+
+        load = _get(self.args, "load")
+        source = load if load and checkpoint.is_hf_dir(load) else None
+        source = source or _get(self.args, "ref_load") or _get(self.args, "hf_checkpoint")
         if not source:
             raise ValueError(f"{role}: no weights to start from: set --load, --ref-load or --hf-checkpoint")
         self._load_weights_from(chunks, source)

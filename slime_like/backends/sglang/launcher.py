@@ -90,7 +90,7 @@ def build_cpu_engine_command(args, *, port: int, host: str = "127.0.0.1", python
     sv = sglang_server_args(args)
     dtype = {"auto": "float32", "half": "float16"}.get(str(sv.get("dtype", "float32")), str(sv.get("dtype", "float32")))
     cmd = [python or sys.executable, "-m", "slime_like.backends.cpu_engine", "--model-path", args.hf_checkpoint,
-           "--host", host, "--port", str(port), "--dtype", dtype]
+           "--host", host, "--port", str(port), "--dtype", dtype, "--parent-pid", str(os.getpid())]
     for name in ("max_running_requests", "context_length"):
         if sv.get(name) is not None:
             cmd += ["--" + name.replace("_", "-"), str(sv[name])]
