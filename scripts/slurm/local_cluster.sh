@@ -52,7 +52,7 @@ cancel_jobs() {  # jobs still running would leave slurmstepd processes behind th
   local ids
   ids=$(squeue -h -o %i 2>/dev/null || true)
   [[ -z $ids ]] && return 0
-  echo "cancelling jobs: $(echo $ids)"
+  echo "cancelling jobs: ${ids//$'\n'/ }"
   # shellcheck disable=SC2086
   scancel $ids 2>/dev/null || true
   for _ in $(seq 1 60); do

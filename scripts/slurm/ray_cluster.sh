@@ -20,7 +20,8 @@
 #                 --num-gpus, so a CPU-only node still offers GPU slots to the placement code.
 #   logs          $RAY_LOG_DIR (default $SLURM_SUBMIT_DIR/logs)/ray-<jobid>-{head,workers}.log
 #
-# Timeouts: RAY_WAIT_TIMEOUT (default 180 s) for all nodes and GPU slots to join.
+# Timeouts: RAY_WAIT_TIMEOUT (default 180 s) for all nodes and GPU slots to join; DRIVER_STOP_TIMEOUT (30 s)
+# between SIGTERM and SIGKILL for a driver still running at teardown.
 
 _rc_die() { echo "error: $*" >&2; exit 2; }
 [[ -n ${SLURM_JOB_ID:-} && -n ${SLURM_JOB_NODELIST:-} ]] \
@@ -58,7 +59,7 @@ if [[ -z ${RAY_HEAD_IP:-} ]]; then
 fi
 export RAY_HEAD_IP
 export RAY_ADDRESS=$RAY_HEAD_IP:$RAY_PORT
-# torch.distributed rendezvous and NCCL/gloo defaults for code that reads them (docs/multinode.md).
+# For code that reads it (torch.distributed's env:// rendezvous); the trainer group picks its own master.
 export MASTER_ADDR=${MASTER_ADDR:-$RAY_HEAD_IP}
 
 RAY_GPUS_PER_NODE=${SLURM_GPUS_ON_NODE:-${RAY_NUM_GPUS:-}}
@@ -73,12 +74,12 @@ _RC_DRIVER_PID=
 # Stop everything this job started, in order: the driver, then the node steps (SIGTERM: `ray start --block`
 # stops its children), then the temp dirs. Idempotent; runs from the EXIT trap, also after scancel.
 ray_cluster_down() {
-  local rc=$? pid i
+  local rc=$?
   set +e  # best effort from here on: one failed kill must not skip the rest
   trap - EXIT TERM INT
   if [[ -n $_RC_DRIVER_PID ]] && kill -0 "$_RC_DRIVER_PID" 2>/dev/null; then
-    kill -TERM "$_RC_DRIVER_PID" 2>/dev/null
-    for i in $(seq 1 30); do kill -0 "$_RC_DRIVER_PID" 2>/dev/null || break; sleep 1; done
+    kill -TERM "$_RC_DRIVER_PID" 2>/dev/null  # train.py turns it into a clean shutdown of its actors
+    for _ in $(seq 1 "${DRIVER_STOP_TIMEOUT:-30}"); do kill -0 "$_RC_DRIVER_PID" 2>/dev/null || break; sleep 1; done
     kill -KILL "$_RC_DRIVER_PID" 2>/dev/null
   fi
   # SIGTERM to the tasks of the Ray steps, workers first, then the head (not to srun: srun answers SIGTERM by
@@ -89,7 +90,7 @@ ray_cluster_down() {
     pid=${_RC_STEP_PIDS_BY_NAME[$name]:-}
     [[ -n $step ]] && scancel --signal=TERM "$step" 2>/dev/null
     [[ -n $pid ]] || continue
-    for i in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
     if kill -0 "$pid" 2>/dev/null; then  # then srun's own way: the step and all its processes are killed
       echo "ray_cluster_down: $name step (srun pid $pid) still running 20 s after SIGTERM; cancelling it" >&2
       kill -TERM "$pid" 2>/dev/null

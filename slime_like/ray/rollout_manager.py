@@ -48,7 +48,7 @@ class RolloutManager:
         from slime_like.rollout.generate import split_for_dp, to_train_batch
 
         samples, metrics = self.controller.generate(rollout_id)
-        return split_for_dp(to_train_batch(self.args, samples), dp_size), metrics
+        return split_for_dp(to_train_batch(self.args, samples), dp_size, balance=self.args.balance_data), metrics
 
     def evaluate(self, rollout_id: int) -> dict:
         return self.controller.evaluate(rollout_id)
