@@ -116,15 +116,11 @@ def test_parity_tp1(tiny_ckpts):
 
 @pytest.mark.slow
 def test_parity_tp2(tiny_ckpts):
-    merged = _check(run_ranks(parity_rank, 2, tiny_ckpts, 2, 1, 1, ARCHS), len(ARCHS))
+    # + "qwen2_parsed": scripts/models/tiny-qwen2.sh MODEL_ARGS through parse_args (the CLI path)
+    archs = ARCHS + ["qwen2_parsed"]
+    merged = _check(run_ranks(parity_rank, 2, tiny_ckpts, 2, 1, 1, archs), len(archs))
     # vocab 128 is padded to a multiple of 128 * TP = 256: the padding path is exercised
     assert all(d["padded_cols"] == 128 for d in merged.values())
-
-
-@pytest.mark.slow
-def test_parity_tp2_from_model_args_script(tiny_ckpts):
-    merged = _check(run_ranks(parity_rank, 2, tiny_ckpts, 2, 1, 1, ["qwen2_parsed"]), 1)
-    assert merged["qwen2_parsed"]["padded_cols"] == 128, merged
 
 
 @pytest.mark.slow

@@ -7,8 +7,8 @@ the error each patch prevents. Every patch is keyed by name so a test can leave 
 
 Patch (name)             error without it
 -----------------------  -----------------------------------------------------------------------------
-rope_device              RotaryEmbedding moves inv_freq to `torch.cuda.current_device()`:
-                         "AssertionError: Torch not compiled with CUDA enabled" (also optimizer, DDP).
+current_device           `torch.cuda.current_device()` used as a device: RotaryEmbedding's inv_freq, DDP's
+                         grad buffers, optimizer state: "AssertionError: Torch not compiled with CUDA enabled".
 rng_tracker              model_parallel_cuda_manual_seed / CudaRNGStatesTracker store CUDA generator
                          states (`torch.cuda.get_rng_state`): "Torch not compiled with CUDA enabled".
 cuda_device_calls        ~40 hard-coded `device="cuda"` / `.cuda()` / `.to("cuda")` in optimizer, grad
@@ -44,7 +44,7 @@ def _is_cuda(device) -> bool:
         isinstance(device, torch.device) and device.type == "cuda")
 
 
-def _patch_rope_device():
+def _patch_current_device():
     # Any `torch.cuda.current_device()` result is used as a device argument, so "cpu" is a valid answer.
     torch.cuda.current_device = lambda: "cpu"
 
@@ -145,7 +145,7 @@ def _patch_moe_splits():
 
 
 PATCHES = {
-    "rope_device": _patch_rope_device,
+    "current_device": _patch_current_device,
     "rng_tracker": _patch_rng_tracker,
     "cuda_device_calls": _patch_cuda_device_calls,
     "cuda_sync": _patch_cuda_sync,
