@@ -1,0 +1,164 @@
+"""Weight sync trainer -> engine against the memory-copy floor, on the real CPU engine.
+
+    python bench/bench_weight_sync.py [--sizes tiny,100m] [--repeat 5]
+
+For each model: start the embedded CPU engine (`launcher.start_engine(args, kind="cpu")`), load the same
+checkpoint's state dict in this process (a plain HF state dict stands in for the trainer's exported weights),
+and time, median of --repeat:
+
+* floor_clone: `t.clone()` of every tensor once -- the same bytes copied once in memory, the physical floor of
+  moving them on one machine;
+* colocated: `TensorWeightSender.send` (/update_weights_from_tensor: shared-memory handles, the engine copies)
+  inside `paused()` (pause + flush + continue, as the trainer does), and the send alone;
+* disaggregated: `DistributedWeightSender.send` over a gloo group (/update_weights_from_distributed + one
+  broadcast per tensor); `connect()` (group set-up, once per run) is timed separately.
+
+Ratios are sync / floor_clone from the same run. Each path is checked: sending a doubled q_proj must change the engine's greedy
+log-probs and sending the originals back must restore them (a sync that did nothing would be fast). Writes bench/results/bench_weight_sync.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from types import SimpleNamespace
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import torch  # noqa: E402
+
+
+def load_state(model_dir: str) -> dict:
+    from safetensors.torch import load_file
+
+    sd = {}
+    for f in sorted(os.listdir(model_dir)):
+        if f.endswith(".safetensors"):
+            sd.update(load_file(os.path.join(model_dir, f)))
+    return {k: v.float().contiguous() for k, v in sd.items()}
+
+
+def timed(fn, repeat: int) -> list[float]:
+    out = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fingerprint(url: str):
+    """Greedy log-probs of 3 tokens after a fixed prompt: they change iff the engine's weights changed."""
+    from slime_like.backends.sglang.weight_sync import post
+
+    out = post(url, "/generate", {"input_ids": [3, 4, 12, 5, 6, 13], "return_logprob": True,
+                                  "sampling_params": {"max_new_tokens": 3, "temperature": 0.0, "ignore_eos": True}})
+    return [round(float(x[0]), 5) for x in out["meta_info"]["output_token_logprobs"]]
+
+
+def bench_one(model_dir: str, repeat: int, bucket_bytes: int) -> dict:
+    from slime_like.backends.sglang.launcher import start_engine
+    from slime_like.backends.sglang.weight_sync import DistributedWeightSender, TensorWeightSender, paused
+
+    sd = load_state(model_dir)
+    nbytes = sum(t.numel() * t.element_size() for t in sd.values())
+    args = SimpleNamespace(hf_checkpoint=model_dir, sglang_server_args={}, seed=0, save=tempfile.mkdtemp())
+    eng = start_engine(args, kind="cpu", port=free_port(), env={"OMP_NUM_THREADS": "1"})
+    res = {"model_dir": model_dir, "tensors": len(sd), "bytes": nbytes, "loadavg_start": os.getloadavg()}
+    try:
+        urls = [eng.url]
+        probe = next(k for k in sd if k.endswith("q_proj.weight"))
+        items = lambda scale: [(k, v * scale if k == probe else v) for k, v in sd.items()]  # noqa: E731
+
+        res["floor_clone_s"] = timed(lambda: [t.clone() for t in sd.values()], repeat)
+        dst = {k: torch.empty_like(v) for k, v in sd.items()}
+        res["floor_copy_s"] = timed(lambda: [dst[k].copy_(v) for k, v in sd.items()], repeat)
+
+        col = TensorWeightSender(urls)
+        col.connect()
+        base = fingerprint(eng.url)
+        col.send(items(2.0), bucket_bytes)  # warm-up; the check: a doubled q_proj changes the log-probs ...
+        changed = fingerprint(eng.url)
+        col.send(items(1.0), bucket_bytes)  # ... and sending the originals back restores them
+        res["colocated_check"] = changed != base and fingerprint(eng.url) == base
+
+        def col_paused():
+            with paused(urls):
+                col.send(items(1.0), bucket_bytes)
+        res["colocated_paused_s"] = timed(col_paused, repeat)
+        res["colocated_send_s"] = timed(lambda: col.send(items(1.0), bucket_bytes), repeat)
+
+        dist = DistributedWeightSender(urls, backend="gloo", master_address="127.0.0.1", timeout_s=120)
+        t = time.perf_counter()
+        dist.connect()
+        res["disaggregated_connect_s"] = time.perf_counter() - t
+        dist.send(items(3.0), bucket_bytes)
+        changed = fingerprint(eng.url)
+        dist.send(items(1.0), bucket_bytes)
+        res["disaggregated_check"] = changed != base and fingerprint(eng.url) == base
+        res["disaggregated_send_s"] = timed(lambda: dist.send(items(1.0), bucket_bytes), repeat)
+        dist.close()
+    finally:
+        eng.stop()
+    for k in [k for k in res if k.endswith("_s") and isinstance(res[k], list)]:
+        res[k + "_median"] = statistics.median(res[k])
+    floor = res["floor_clone_s_median"]
+    for k in ("colocated_paused", "colocated_send", "disaggregated_send"):
+        res[k + "_over_floor"] = res[k + "_s_median"] / floor
+    res["loadavg_end"] = os.getloadavg()
+    return res
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", default="tiny,100m")
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--bucket-mb", type=int, default=512, help="--update-weight-buffer-size in MiB")
+    p.add_argument("--work-dir", default=os.path.join(ROOT, "runs", "bench_e2e"),
+                   help="where bench_e2e.py prepares the models (reused here)")
+    p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "bench_weight_sync.json"))
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    from bench_e2e import SIZES, prepare
+
+    sizes = [s.strip() for s in a.sizes.split(",") if s.strip()]
+    bad = [s for s in sizes if s not in SIZES]
+    if bad:
+        sys.exit(f"--sizes: unknown {bad}; choose from {sorted(SIZES)}")
+    paths = prepare(a.work_dir)
+    result = {"nproc": os.cpu_count(), "torch_threads": torch.get_num_threads(), "repeat": a.repeat,
+              "bucket_bytes": a.bucket_mb << 20, "sizes": {}}
+    for size in sizes:
+        print(f"[bench_weight_sync] {size} ...", flush=True)
+        result["sizes"][size] = bench_one(paths[size], a.repeat, a.bucket_mb << 20)
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"\n{'size':6} {'MB':>7} {'floor clone':>11} {'coloc+pause':>11} {'x floor':>7} {'coloc send':>10} "
+          f"{'x floor':>7} {'dist send':>9} {'x floor':>7} {'connect':>7}  checks")
+    for size, r in result["sizes"].items():
+        print(f"{size:6} {r['bytes'] / 1e6:7.1f} {r['floor_clone_s_median']:10.4f}s {r['colocated_paused_s_median']:10.4f}s "
+              f"{r['colocated_paused_over_floor']:7.1f} {r['colocated_send_s_median']:9.4f}s "
+              f"{r['colocated_send_over_floor']:7.1f} {r['disaggregated_send_s_median']:8.4f}s "
+              f"{r['disaggregated_send_over_floor']:7.1f} {r['disaggregated_connect_s']:6.2f}s  "
+              f"{r['colocated_check']}/{r['disaggregated_check']}")
+    print(f"(medians of {a.repeat}; goal: sync within 3x of the floor; wrote {a.out})")
+
+
+if __name__ == "__main__":
+    main()
