@@ -28,6 +28,17 @@ def test_ppo_with_critic_uses_the_yaml_overlay_lr(tiny_ckpt, toy_prompts, tmp_pa
         assert "critic/value_loss" in r and r["critic/grad_norm"] > 0
 
 
+def _count_processes(needle: str) -> int:
+    n = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                n += needle in f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            pass
+    return n
+
+
 def _prompts_by_rollout(debug_dir):
     import torch
 
@@ -44,6 +55,7 @@ def test_sigterm_then_resume_continues_the_prompt_sequence(tiny_ckpt, toy_prompt
                        "--rollout-shuffle", "--save", str(ckpt), "--save-interval", "1",
                        "--save-debug-rollout-data", str(debug / "rollout_{rollout_id}.pt"))
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    raylets_before = _count_processes("raylet")
     # 1) a long run, stopped by SIGTERM once two rollouts are checkpointed
     proc = subprocess.Popen([sys.executable, os.path.join(REPO, "train.py"), *common, "--num-rollout", "6"],
                             env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -54,6 +66,11 @@ def test_sigterm_then_resume_continues_the_prompt_sequence(tiny_ckpt, toy_prompt
         time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=120)
+    # a clean stop: its engine server and its own Ray instance are gone, nothing orphaned
+    deadline = time.time() + 60
+    while _count_processes(f"--model-path {tiny_ckpt}") or _count_processes("raylet") > raylets_before:
+        assert time.time() < deadline, "processes of the stopped run are still alive"
+        time.sleep(1)
     # 2) resume in-process and finish the run
     stopped_at = int(marker.read_text())
     assert stopped_at < 5, "the first run finished before SIGTERM reached it"
