@@ -1,0 +1,38 @@
+"""What train.py and train_async.py share around their loops: parse and validate, --dry-run, start the
+run (placement, trainers, engines), push the initial weights, the baseline eval, and a clean shutdown on
+success, error, Ctrl-C or SIGTERM. Ray and torch are imported only after --dry-run has returned."""
+from __future__ import annotations
+
+import sys
+
+from slime_like.args import parse_args
+
+
+def launch(loop, argv=None, *, allow_colocate: bool = True, prog: str | None = None) -> int:
+    """Run `loop(args, run, logger)` for the command line `argv`; returns the process exit code."""
+    args = parse_args(argv, prog=prog)
+    if args.colocate and not allow_colocate:
+        print(f"{prog or 'train'}: --colocate is not supported: generation of the next rollout runs while the "
+              "trainer trains, so they need separate GPUs. Drop --colocate or use train.py.", file=sys.stderr)
+        return 2
+    from slime_like.plan import build_plan, print_dry_run
+
+    if args.dry_run:
+        print_dry_run(args)
+        return 0
+    from slime_like.ray.run import Run
+    from slime_like.ray.signals import exit_cleanly_on_sigterm
+    from slime_like.utils.metrics import MetricsLogger
+
+    exit_cleanly_on_sigterm()
+    run = Run.start(args, build_plan(args))
+    logger = MetricsLogger(args)
+    try:
+        run.update_weights()  # engines start from exactly the weights the trainer holds (resume included)
+        if args.eval_interval and run.start_rollout_id == 0 and not args.skip_eval_before_train:
+            logger.log(-1, run.evaluate(0))  # the baseline, logged as rollout -1: before any RL update
+        loop(args, run, logger)
+    finally:
+        logger.close()
+        run.shutdown()
+    return 0
