@@ -86,6 +86,14 @@ class EngineGroup:
                                                    runtime_env=env).remote(args, i, gpu_ids))
         self.urls = ray.get([a.start.remote(kind) for a in self.actors])
 
+    @classmethod
+    def external(cls, addrs: list):
+        """Engines started outside this run (--rollout-external-engine-addrs HOST:PORT ...)."""
+        group = cls.__new__(cls)
+        group.actors = []
+        group.urls = [a if a.startswith("http") else f"http://{a}" for a in addrs]
+        return group
+
     def stop(self):
         ray.get([a.stop.remote() for a in self.actors])
         for a in self.actors:

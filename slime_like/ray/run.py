@@ -25,7 +25,7 @@ class Run:
         self.args, self.plan, self.placement = args, plan, placement
         self.actor, self.critic, self.engines, self.rollout = actor, critic, engines, rollout
         self.colocate = bool(args.colocate)
-        loaded = actor.loaded_rollout_id
+        loaded = actor.loaded_rollout_id if actor is not None else None
         self.start_rollout_id = 0 if loaded is None else loaded + 1
 
     @classmethod
@@ -33,28 +33,37 @@ class Run:
         init_ray(args)
         placement = create_placement(plan.num_slots)
         trainer_share = TRAINER_SHARE_COLOCATED if args.colocate else 1.0
-        actor = TrainerGroup(args, "actor", placement, plan.actor_slots, trainer_share)
-        critic = None
-        if args.use_critic:
+        # --debug-rollout-only: engines and rollout only; --debug-train-only: trainers fed from
+        # --load-debug-rollout-data, no engines (the plan leaves out the part that is not run)
+        actor = critic = None
+        if plan.actor_slots:
+            actor = TrainerGroup(args, "actor", placement, plan.actor_slots, trainer_share)
+        if args.use_critic and plan.critic_slots:
             from slime_like.args import role_args
 
             critic = TrainerGroup(role_args(args, "critic"), "critic", placement, plan.critic_slots, trainer_share / 2)
         engine_share = ENGINE_SHARE_COLOCATED if args.colocate else 1.0
-        engines = EngineGroup(args, placement, plan.engine_slots, engine_share, kind=plan.engine_kind)
+        if args.rollout_external_engine_addrs:  # engines someone else runs: talk to them, start none
+            engines = EngineGroup.external(args.rollout_external_engine_addrs)
+        else:
+            engines = EngineGroup(args, placement, plan.engine_slots, engine_share, kind=plan.engine_kind)
         rollout = RolloutManager.options(num_cpus=0).remote(args, engines.urls)
         run = cls(args, plan, placement, actor, critic, engines, rollout)
         run._restore_rollout_state()
-        actor.connect_engines(engines.urls, colocate=bool(args.colocate))
+        if actor is not None and engines.urls:
+            actor.connect_engines(engines.urls, colocate=bool(args.colocate))
         return run
 
     # ---- one rollout ----
     def generate(self, rollout_id: int):
         """Ask the rollout manager for rollout `rollout_id`; returns an object ref to (shards, metrics)."""
-        return self.rollout.generate.remote(rollout_id, self.actor.dp_size)
+        return self.rollout.generate.remote(rollout_id, self.actor.dp_size if self.actor is not None else 1)
 
     def train(self, rollout_id: int, shards) -> dict:
         """slime's order: (critic values) -> actor log-probs -> advantages -> critic and actor updates."""
         timings, metrics = {}, {}
+        if self.actor is None:  # --debug-rollout-only
+            return metrics
         t = time.perf_counter()
         self.actor.set_batch(shards)
         if self.critic is not None:
@@ -76,11 +85,15 @@ class Run:
         return {**metrics, **timings}
 
     def update_weights(self) -> dict:
+        if self.actor is None or not self.engines.urls:  # a debug mode runs only one side
+            return {}
         t = time.perf_counter()
         sent = self.actor.update_weights()
         return {"time/update_weights": time.perf_counter() - t, "weights/bytes_sent": sent}
 
     def evaluate(self, rollout_id: int) -> dict:
+        if not self.engines.urls:
+            return {}
         t = time.perf_counter()
         metrics = ray.get(self.rollout.evaluate.remote(rollout_id))
         return {**metrics, "time/eval": time.perf_counter() - t}
