@@ -170,3 +170,10 @@ def test_unsupported_generate_fields_and_text_in_logprobs(engine, tiny_ckpt):
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(tiny_ckpt)
     assert [x for _, _, x in r["meta_info"]["output_token_logprobs"]] == [tok.decode([t]) for t in r["output_ids"]]
+
+
+def test_abort_of_a_finished_rid_does_not_hit_a_later_request_reusing_it(engine):
+    first = gen(engine.url, [5, 6], rid="reused", max_new_tokens=3, **GREEDY)
+    run(EngineClient(engine.url).abort("reused"))  # nothing live has this rid any more
+    again = gen(engine.url, [5, 6], rid="reused", max_new_tokens=3, **GREEDY)
+    assert again["meta_info"]["finish_reason"]["type"] == "length" and again["output_ids"] == first["output_ids"]

@@ -116,7 +116,8 @@ class CPUEngine:
         with self._cond:
             if abort_all:
                 self._abort_all = True
-            elif rid:
+            elif rid and any(r.rid == rid for r in self._inflight.values()):
+                # only live requests: a stale rid must not abort a later request that reuses it
                 self._abort_rids.add(rid)
             self._cond.notify_all()
 
@@ -177,8 +178,7 @@ class CPUEngine:
             keep = []
             for i, r in enumerate(self.batch.rows):
                 if all_ or r.rid in rids:
-                    r.finish_reason = {"type": "abort", "message": "Abort in waiting queue" if not r.output_ids
-                                       else "Aborted by /abort_request"}
+                    r.finish_reason = {"type": "abort", "message": "Aborted by /abort_request"}
                     self._finish(r)
                 else:
                     keep.append(i)
@@ -246,7 +246,8 @@ class CPUEngine:
 
     def _finish(self, r: Request, counted: bool = True) -> None:
         r.finished_at = time.time()
-        self._inflight.pop(id(r), None)
+        with self._cond:  # RLock: _finish may run while the scheduler already holds it
+            self._inflight.pop(id(r), None)
         if counted:
             self.stats["finished_requests"] += 1
         if r.on_done is not None:

@@ -71,6 +71,10 @@ def fill_args_from_hf(args, hf_dir: str):
 
         out.hf_checkpoint = hf_dir
         fill_model_from_hf(out)
+        if cfg.get("num_experts") or cfg.get("num_local_experts"):
+            # Megatron's default "allgather" cannot run under PP with variable lengths; slime's MoE recipes
+            # use alltoall, and so does a model taken whole from config.json
+            out.moe_token_dispatcher_type = "alltoall"
     for name, read in _HF_FIELDS.items():
         if getattr(out, name, None) is None:
             setattr(out, name, read(cfg))
