@@ -60,4 +60,10 @@ def add_reward_group(parser):
     a("--custom-reward-post-process-path", default=None, help="'module.function' post-processing rewards.")
     a("--custom-convert-samples-to-train-data-path", default=None,
       help="'module.function' turning samples into the training batch.")
+    a("--rm-timeout", type=float, default=60.0,
+      help="(slime_like) Seconds per HTTP attempt of --rm-type remote_rm before it counts as failed.")
+    a("--rm-max-retries", type=int, default=5,
+      help="(slime_like) HTTP attempts per sample for --rm-type remote_rm, the first included (1 = no retry).")
+    a("--rm-retry-backoff", type=float, default=0.5,
+      help="(slime_like) First retry delay of remote_rm in seconds; doubles per attempt, capped at 30 s.")
     return parser

@@ -78,6 +78,8 @@ def add_logging_group(parser):
     a("--log-passrate", action="store_true", help="Log pass@n of the rollout groups.")
     a("--log-reward-category", default=None, help="Log counts of this key of dict rewards.")
     a("--log-correct-samples", action="store_true", help="Log correct samples.")
+    a("--disable-tqdm", action="store_true",
+      help="(slime_like) No progress bar during generation (also off when stderr is not a terminal).")
     return parser
 
 

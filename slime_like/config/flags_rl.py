@@ -74,6 +74,10 @@ def add_rollout_group(parser):
     a("--rollout-data-postprocess-path", default=None, help="'module.function' called once log-probs are known.")
     a("--custom-rollout-log-function-path", default=None, help="'module.function' logging rollout data.")
     a("--custom-eval-rollout-log-function-path", default=None, help="'module.function' logging eval rollout data.")
+    a("--tool-call-end", default="</tool>",
+      help="(slime_like) Stop string closing a tool call in slime_like.rollout.multi_turn_example.generate.")
+    a("--max-tool-turns", type=int, default=4,
+      help="(slime_like) Tool calls per sample before slime_like.rollout.multi_turn_example.generate stops.")
     a("--update-weights-interval", type=int, default=1, help="Push trainer weights to the engines every N rollouts.")
     a("--update-weight-buffer-size", type=int, default=512 * 1024 ** 2,
       help="Bucket size in bytes for chunked weight updates (slime default 512 MiB).")

@@ -9,11 +9,14 @@ import time
 
 from slime_like.config.errors import ConfigError, warn
 from slime_like.config.hf_config import check_model_against_hf, fill_model_from_hf
+from slime_like.config.support import check_flag_support, check_role_overrides_support
 from slime_like.config.validate_cluster import validate_cluster
 
 
 def validate_args(args) -> None:
     args.config_warnings = getattr(args, "config_warnings", [])
+    check_flag_support(args)  # accepted-but-not-honoured flags: error or warning (support.py), on raw values
+    check_role_overrides_support(args)
     _require(args)
     _batch_identity(args)
     _algorithm(args)
@@ -157,6 +160,16 @@ def _rollout_and_eval(args):
         args.eval_function_path = args.rollout_function_path
     if args.eval_reward_key is None:
         args.eval_reward_key = args.reward_key
+    for flag, low in (("rm_timeout", 0), ("rm_retry_backoff", 0)):
+        if getattr(args, flag) <= low:
+            raise ConfigError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be > 0 (seconds)")
+    if args.rm_max_retries < 1:
+        raise ConfigError(f"--rm-max-retries {args.rm_max_retries}: must be >= 1 (attempts per sample, the first "
+                          "included)")
+    if args.max_tool_turns < 0:
+        raise ConfigError(f"--max-tool-turns {args.max_tool_turns}: must be >= 0")
+    if not args.tool_call_end:
+        raise ConfigError("--tool-call-end must be a non-empty stop string, e.g. '</tool>'")
     if args.rm_type == "remote_rm" and not args.rm_url:
         raise ConfigError("--rm-type remote_rm needs --rm-url http://HOST:PORT/...")
     if args.partial_rollout and args.over_sampling_batch_size == args.rollout_batch_size \

@@ -12,13 +12,9 @@ import shutil
 
 from slime_like.config.errors import ConfigError, warn
 
-# Flags that only mean something with CUDA: accepted everywhere, but said out loud on a CPU machine.
-CUDA_ONLY = {
-    "use_flash_attn": "FlashAttention kernels", "moe_grouped_gemm": "grouped GEMM kernels",
-    "moe_permute_fusion": "fused permutation kernels", "moe_enable_deepep": "DeepEP",
-    "fp8_format": "FP8 (TransformerEngine)", "use_precision_aware_optimizer": "TransformerEngine optimizer",
-    "record_memory_history": "CUDA memory history",
-}
+# Flags honoured on CUDA only: accepted everywhere, but said out loud on a CPU machine. Flags that are not
+# honoured on any hardware are in support.py.
+CUDA_ONLY = {"moe_grouped_gemm": "grouped GEMM kernels", "moe_permute_fusion": "fused permutation kernels"}
 
 
 def cuda_visible() -> bool:
@@ -165,5 +161,3 @@ def _hardware_notes(args):
         if getattr(args, dest, None):
             warn(args, f"--{dest.replace('_', '-')} is accepted but not honoured on this machine ({what} need a CUDA "
                        "GPU; none is visible)")
-    if args.attention_backend in ("flash", "fused"):
-        warn(args, f"--attention-backend {args.attention_backend} needs CUDA; the CPU trainer uses unfused attention")

@@ -1,0 +1,240 @@
+"""Which accepted flags slime_like does not honour, and what happens when a run sets one.
+
+slime recipes must parse unchanged, so the parser accepts hundreds of Megatron/slime flags. A flag we
+accept but do not act on must never be dropped silently. Every parser dest is therefore either read by
+product code outside `slime_like/config/` (tests/config/test_flag_audit.py greps for it) or listed in
+exactly one table here:
+
+- `UNSUPPORTED`: a non-default value is a start-up error (before Ray or torch) naming the flag, the value
+  and what to do instead. The slime-only flags of flags_misc.UNSUPPORTED (no behaviour at all, rejected
+  while parsing) are added under their dests, so a YAML role overlay cannot set them either.
+- `NO_EFFECT_HERE`: harmless performance / kernel / memory hints; a non-default value prints one
+  `WARNING:` line saying why it changes nothing here.
+- `INFORMATIONAL`: consumed by the configuration layer itself (derived defaults, role views, files it reads).
+
+`APPLIES_WHEN` narrows a rule to the cases where the value really is ignored (e.g. --no-position-embedding
+is exactly what a RoPE model does anyway). "Non-default" compares against the parser's own default, on the
+command-line value before validation derives anything. `# pending: <area>` marks flags another part of the
+product should honour; once it does, delete the entry (the audit test then finds the reader).
+"""
+from __future__ import annotations
+
+import functools
+
+from slime_like.config.errors import ConfigError, warn
+from slime_like.config.flags_misc import UNSUPPORTED as SLIME_ONLY_FLAGS
+
+_MEGATRON = "the Megatron trainer does not implement it"
+_ARCH = "the Megatron trainer builds the model without it, so the weights would be used wrongly"
+_MOE_ROUTER = "the Megatron trainer's MoE router does not pass it to megatron-core (routing would differ)"
+
+UNSUPPORTED = {
+    # model architecture: a different network than the one asked for
+    "rotary_interleaved": f"interleaved (GPT-J style) RoPE: {_ARCH}",  # pending: megatron
+    "rotary_seq_len_interpolation_factor": f"RoPE position interpolation: {_ARCH}",  # pending: megatron
+    "add_position_embedding": "learned absolute positions switched off without RoPE: "  # pending: megatron
+                              "use --position-embedding-type rope (or none)",
+    "apply_layernorm_1p": f"zero-centred LayerNorm: {_ARCH}",  # pending: megatron
+    "apply_residual_connection_post_layernorm": f"post-layernorm residual: {_ARCH}",  # pending: megatron
+    "post_self_attn_layernorm": f"GLM-4 sandwich norm: {_ARCH}",  # pending: megatron
+    "post_mlp_layernorm": f"GLM-4 sandwich norm: {_ARCH}",  # pending: megatron
+    "openai_gelu": f"tanh-approximate GeLU: {_ARCH}",  # pending: megatron
+    "squared_relu": f"squared ReLU: {_ARCH}",  # pending: megatron
+    "padded_vocab_size": "the trainer pads the vocabulary itself (--make-vocab-size-divisible-by x TP); "  # pending: megatron
+                         "drop it or set --make-vocab-size-divisible-by",
+    "multi_latent_attention": f"multi-latent attention (DeepSeek): {_ARCH}",
+    "q_lora_rank": "an MLA dimension; multi-latent attention is not implemented",
+    "kv_lora_rank": "an MLA dimension; multi-latent attention is not implemented",
+    "qk_head_dim": "an MLA dimension; multi-latent attention is not implemented",
+    "qk_pos_emb_head_dim": "an MLA dimension; multi-latent attention is not implemented",
+    "v_head_dim": "an MLA dimension; multi-latent attention is not implemented",
+    "custom_model_provider_path": f"custom model providers: {_MEGATRON}",  # pending: megatron
+    "spec": f"custom layer specs: {_MEGATRON}",  # pending: megatron
+    # MoE routing / MTP
+    "moe_router_num_groups": _MOE_ROUTER,  # pending: megatron
+    "moe_router_group_topk": _MOE_ROUTER,  # pending: megatron
+    "moe_router_topk_scaling_factor": _MOE_ROUTER,  # pending: megatron
+    "moe_router_enable_expert_bias": _MOE_ROUTER,  # pending: megatron
+    "moe_router_bias_update_rate": _MOE_ROUTER,  # pending: megatron
+    "moe_z_loss_coeff": _MOE_ROUTER,  # pending: megatron
+    "moe_input_jitter_eps": _MOE_ROUTER,  # pending: megatron
+    "moe_token_drop_policy": _MOE_ROUTER,  # pending: megatron
+    "moe_expert_capacity_factor": _MOE_ROUTER,  # pending: megatron
+    "moe_pad_expert_input_to_capacity": _MOE_ROUTER,  # pending: megatron
+    "mtp_num_layers": f"multi-token prediction: {_MEGATRON}",
+    "mtp_loss_scaling_factor": f"multi-token prediction: {_MEGATRON}",
+    "enable_mtp_training": f"multi-token prediction: {_MEGATRON}",
+    # parallelism the trainer cannot run (it would also fail later, inside a Ray actor)
+    "context_parallel_size": "context parallelism > 1: the trainer's loss does not split responses over CP "  # pending: megatron
+                             "ranks; use --context-parallel-size 1",
+    "num_layers_per_virtual_pipeline_stage": f"interleaved pipeline schedule: {_MEGATRON}",  # pending: megatron
+    "decoder_first_pipeline_num_layers": f"uneven pipeline split: {_MEGATRON}",  # pending: megatron
+    "decoder_last_pipeline_num_layers": f"uneven pipeline split: {_MEGATRON}",  # pending: megatron
+    "account_for_embedding_in_pipeline_split": f"uneven pipeline split: {_MEGATRON}",  # pending: megatron
+    "account_for_loss_in_pipeline_split": f"uneven pipeline split: {_MEGATRON}",  # pending: megatron
+    "fp8_format": f"FP8 training: {_MEGATRON}; use --bf16",  # pending: megatron
+    # precision / optimizer
+    "min_loss_scale": "fp16 dynamic loss scaling keeps megatron-core's defaults; drop it",  # pending: megatron
+    "loss_scale_window": "fp16 dynamic loss scaling keeps megatron-core's defaults; drop it",  # pending: megatron
+    "hysteresis": "fp16 dynamic loss scaling keeps megatron-core's defaults; drop it",  # pending: megatron
+    "reset_optimizer_states": f"resetting optimizer state every rollout: {_MEGATRON}",  # pending: megatron
+    # checkpoints
+    "ref_ckpt_step": "the reference model loads the latest step of --ref-load; drop it",  # pending: megatron
+    "no_save_rng": "RNG state is always saved with a checkpoint",  # pending: megatron
+    "no_load_rng": "RNG state is always restored from a checkpoint",  # pending: megatron
+    "ckpt_format": "checkpoints are written and read as torch_dist only",  # pending: megatron
+    # algorithm
+    "custom_loss_function_path": f"custom losses (--loss-type custom_loss): {_MEGATRON}",  # pending: megatron
+    "custom_advantage_function_path": "custom advantage functions are not called; use an --advantage-estimator",  # pending: megatron
+    "compute_advantages_and_returns": "advantages are always computed by the trainer",  # pending: megatron
+    "use_unbiased_kl": f"the unbiased (importance-weighted) KL: {_MEGATRON}",  # pending: megatron
+    "custom_tis_function_path": f"custom TIS functions: {_MEGATRON}; use --use-tis with --tis-clip",  # pending: megatron
+    "use_rollout_entropy": f"entropy from rollout log-probs: {_MEGATRON}",  # pending: megatron
+    "keep_old_actor": f"a copy of the rollout-time weights: {_MEGATRON}",  # pending: megatron
+    "num_critic_only_steps": "critic-only warm-up rollouts: the training loop does not run them",  # pending: ray
+    # rollout / data
+    "buffer_filter_path": "buffer filters: partial-rollout groups are reused in FIFO order",  # pending: rollout
+    "rollout_data_postprocess_path": "the post-log-prob rollout hook is not called",  # pending: ray
+    "custom_convert_samples_to_train_data_path": "samples -> train data is fixed (slime_like.rollout.batch)",  # pending: rollout
+    "use_fault_tolerance": "engine health checks and restarts: a failed engine stops the run",  # pending: ray
+    "multimodal_keys": "multimodal prompts: prompts are text (or chat messages) only",
+    "start_rollout_id": "resume picks the next rollout from the --load checkpoint; drop it",  # pending: ray
+    "train_env_vars": "environment variables for the trainer processes are not forwarded; export them "  # pending: ray
+                      "before `ray start` instead",
+    # engines
+    "sglang_router_ip": "an existing sglang-router: the driver starts its own",  # pending: sglang
+    "sglang_router_port": "an existing sglang-router: the driver starts its own",  # pending: sglang
+    # logging / debugging outputs that would silently be missing
+    "log_multi_turn": "multi-turn statistics are not logged",  # pending: rollout
+    "log_correct_samples": "correct samples are not logged",  # pending: rollout
+    "wandb_always_use_train_step": "the wandb x-axis is always the rollout id",  # pending: utils
+    "save_debug_train_data": "training batches are not dumped; --save-debug-rollout-data dumps rollouts",  # pending: megatron
+    "dump_details": "train-data dumps are not implemented; use --save-debug-rollout-data PATH",  # pending: megatron
+    "check_weight_update_equal": "engine weights are not compared after a sync",  # pending: sglang
+    "record_memory_history": "CUDA memory-history snapshots are not recorded",  # pending: megatron
+    "memory_snapshot_dir": "CUDA memory-history snapshots are not recorded",  # pending: megatron
+}
+
+NO_EFFECT_HERE = {
+    "use_flash_attn": "the trainer chooses attention kernels itself (TransformerEngine on CUDA, unfused on CPU)",
+    "attention_backend": "the trainer chooses attention kernels itself (TransformerEngine on CUDA, unfused on "  # pending: megatron
+                         "CPU)",
+    "transformer_impl": "the trainer uses TransformerEngine layers when CUDA and TE are present, else local ones",
+    "moe_enable_deepep": "DeepEP dispatch is not wired (tokens use the alltoall dispatcher)",
+    "moe_shared_expert_overlap": "shared-expert overlap is not wired (same results, no overlap)",  # pending: megatron
+    "use_precision_aware_optimizer": "the optimizer keeps fp32 master weights and states (TE's precision-aware "
+                                     "optimizer is not wired)",
+    "optimizer_cpu_offload": "optimizer states stay on the accelerator (colocated runs offload them "  # pending: megatron
+                             "between steps with --offload-train)",
+    "overlap_param_gather": "parameter all-gather is not overlapped (same results)",  # pending: megatron
+    "accumulate_allreduce_grads_in_fp32": "gradients are always reduced in fp32 here, so it changes nothing",
+    "distributed_backend": "the trainers use NCCL on CUDA and gloo on CPU automatically",
+    "recompute_modules": "selective recompute uses megatron-core's default modules",  # pending: megatron
+    "recompute_loss_function": "memory optimisation only; the loss is computed without it",  # pending: megatron
+    "log_probs_chunk_size": "memory optimisation only; log-probs are computed in one piece",  # pending: megatron
+    "async_save": "checkpoints are saved synchronously (same files)",
+    "auto_detect_ckpt_format": "checkpoints are torch_dist; nothing to detect",
+    "tokenizer_type": "the tokenizer is always read from --hf-checkpoint (as slime does)",
+    "tokenizer_model": "the tokenizer is always read from --hf-checkpoint (as slime does)",
+    "model_name": "HF weight names follow --hf-checkpoint's config.json model_type",
+    "cp_comm_type": "context parallelism is not supported, so its communication type is unused",
+    "rollout_health_check_interval": "engine health checks belong to --use-fault-tolerance, not implemented",
+    "rollout_health_check_timeout": "engine health checks belong to --use-fault-tolerance, not implemented",
+    "log_interval": "the driver logs one console line per rollout",  # pending: utils
+}
+
+INFORMATIONAL = {
+    "megatron_config_path": "role_overrides.py reads the YAML into args.megatron_role_overrides",
+    "sglang_config": "sglang_passthrough.py merges the file into args.sglang_server_args",
+    "critic_lr": "role_overrides.apply_role: the critic's lr",
+    "critic_lr_warmup_iters": "role_overrides.apply_role: the critic's lr_warmup_iters",
+    "critic_load": "role_overrides.apply_role: the critic's load",
+    "critic_save": "role_overrides.apply_role: the critic's save",
+    "offload": "validate_cluster.py: sets offload_train and offload_rollout",
+    "num_epoch": "validate.py: derives num_rollout from the prompt count",
+    "debug_train_only": "validate_cluster.py / plan.py: no local engines",
+    "train_backend": "choices=['megatron']: the only trainer",
+}
+
+# A slime-only flag's dest -> its feature (rejected on the command line while parsing, and here in YAML).
+SLIME_ONLY = {flag[2:].replace("-", "_"): feature for flag, feature in SLIME_ONLY_FLAGS.items()}
+
+# dest -> predicate(args_view, value): the rule applies only when this is true.
+APPLIES_WHEN = {
+    "add_position_embedding": lambda a, v: a.position_embedding_type == "learned_absolute"
+    and not a.use_rotary_position_embeddings,
+    "tokenizer_model": lambda a, v: v != a.hf_checkpoint,
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _flag_info() -> dict:
+    """dest -> (option string users type, parser default, is a boolean switch)."""
+    import argparse
+
+    from slime_like.config.parser import build_parser, defaults_of  # late: parser.py imports the flag groups
+
+    parser, _ = build_parser()
+    defaults = defaults_of(parser)  # converted: '{}' -> {}
+    out = {}
+    for action in parser._actions:
+        if action.dest == "help" or not action.option_strings:
+            continue
+        switch = isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction))
+        out[action.dest] = (action.option_strings[0], defaults.get(action.dest), switch)
+    return out
+
+
+def _describe(dest: str, value) -> str:
+    flag, _, switch = _flag_info()[dest]
+    if switch:
+        return flag
+    shown = " ".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+    return f"{flag} {shown}"
+
+
+def _is_set(args, dest: str, value) -> bool:
+    default = _flag_info()[dest][1]
+    if value is None and default is None or value == default:
+        return False
+    return APPLIES_WHEN.get(dest, lambda a, v: True)(args, value)
+
+
+def check_flag_support(args) -> None:
+    """Start-up check of the command line (call before validation derives anything)."""
+    for dest, why in UNSUPPORTED.items():
+        value = getattr(args, dest, None)
+        if _is_set(args, dest, value):
+            raise ConfigError(f"{_describe(dest, value)} is accepted for slime/Megatron compatibility but not "
+                              f"honoured by slime_like: {why}. Remove it from the command line")
+    for dest, why in NO_EFFECT_HERE.items():
+        value = getattr(args, dest, None)
+        if _is_set(args, dest, value):
+            warn(args, f"{_describe(dest, value)} is accepted but not honoured here (no effect): {why}")
+
+
+def check_role_overrides_support(args) -> None:
+    """The same rules for the per-role YAML overlay (keys are dests; the CLI is the baseline)."""
+    path = getattr(args, "megatron_config_path", None)
+    for role, overrides in (getattr(args, "megatron_role_overrides", None) or {}).items():
+        view = _Overlay(args, overrides)
+        for key, value in overrides.items():
+            where = f"{path} (role {role}): key '{key}'"
+            if key in SLIME_ONLY:
+                raise ConfigError(f"{where} is a slime setting for {SLIME_ONLY[key]}, which slime_like does not "
+                                  "implement; remove it")
+            if key in UNSUPPORTED and _is_set(view, key, value):
+                raise ConfigError(f"{where}: {value!r} is not honoured by slime_like: {UNSUPPORTED[key]}. "
+                                  "Remove the key")
+            if key in NO_EFFECT_HERE and _is_set(view, key, value):
+                warn(args, f"{where}: {value!r} is accepted but not honoured here (no effect): {NO_EFFECT_HERE[key]}")
+
+
+class _Overlay:
+    """Attribute view of `args` with one role's overrides on top (for APPLIES_WHEN predicates)."""
+
+    def __init__(self, args, overrides: dict):
+        self._args, self._over = args, overrides
+
+    def __getattr__(self, name):
+        return self._over[name] if name in self._over else getattr(self._args, name)

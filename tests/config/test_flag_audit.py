@@ -1,0 +1,193 @@
+"""Never silently ignore a flag: every parser dest is read by product code or classified in config/support.py.
+
+"Read" means product code outside slime_like/config/ (the package, train.py, train_async.py, tools/)
+mentions the dest as `args.<dest>` (any `*args` name), `getattr/hasattr/_get(x, "<dest>"`, `fuse("<dest>"`,
+a `("<key>", "<dest>")` pair in a key table, or `_custom_log("<dest>"`. A dest nobody reads must sit in
+support.UNSUPPORTED (start-up error), support.NO_EFFECT_HERE (start-up warning), support.INFORMATIONAL
+(consumed by the config layer) or be a slime-only flag of flags_misc.UNSUPPORTED.
+"""
+import argparse
+import functools
+import pathlib
+import re
+
+import pytest
+import yaml
+
+from cfg_helpers import parse
+from slime_like.config import support
+from slime_like.config.errors import ConfigError
+from slime_like.config.parser import build_parser
+from slime_like.config.types import json_value
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+READ_PATTERNS = (
+    r"args\.({d})\b",
+    r"\b(?:getattr|hasattr|_get)\(\s*[\w.]+\s*,\s*[\"']({d})[\"']",
+    r"\bfuse\(\s*[\"']({d})[\"']",
+    r"\(\s*[\"']\w+[\"']\s*,\s*[\"']({d})[\"']\s*\)",
+    r"_custom_log\(\s*[\"']({d})[\"']",
+)
+# UNSUPPORTED / NO_EFFECT_HERE dests that product code does read, only to refuse or warn at run time (the
+# Megatron trainer's own guard). The start-up check says it earlier; any other overlap means the flag is
+# now honoured and its table entry must go.
+GUARDED_DOWNSTREAM = {"context_parallel_size", "use_unbiased_kl", "custom_tis_function_path", "reset_optimizer_states",
+                      "log_probs_chunk_size", "recompute_loss_function"}
+
+
+@functools.lru_cache(maxsize=1)
+def _product_text() -> str:
+    files = [*ROOT.glob("slime_like/**/*.py"), ROOT / "train.py", ROOT / "train_async.py", *ROOT.glob("tools/*.py")]
+    return "\n".join(f.read_text() for f in files if "slime_like/config/" not in f.as_posix() and f.is_file())
+
+
+@functools.lru_cache(maxsize=1)
+def _read_dests() -> frozenset:
+    text = _product_text()
+    found = set()
+    for pattern in READ_PATTERNS:
+        found |= set(re.findall(pattern.format(d=r"\w+"), text))
+    return frozenset(found)
+
+
+def _actions():
+    return [a for a in build_parser()[0]._actions if a.dest != "help"]
+
+
+def _tables():
+    return {"UNSUPPORTED": support.UNSUPPORTED, "NO_EFFECT_HERE": support.NO_EFFECT_HERE,
+            "INFORMATIONAL": support.INFORMATIONAL, "SLIME_ONLY": support.SLIME_ONLY}
+
+
+def test_every_dest_is_read_or_classified():
+    classified = set().union(*_tables().values())
+    unread = sorted(a.dest for a in _actions() if a.dest not in _read_dests() and a.dest not in classified)
+    assert unread == [], ("these flags are accepted but nothing outside slime_like/config/ reads them; honour them or "
+                          f"add them to a table in slime_like/config/support.py: {unread}")
+
+
+def test_tables_name_real_dests_once_with_a_reason():
+    dests = {a.dest for a in _actions()}
+    seen = {}
+    for name, table in _tables().items():
+        for dest, why in table.items():
+            assert dest in dests, f"support.{name} names {dest!r}, which is not a parser dest"
+            assert dest not in seen, f"{dest!r} is in both {seen.get(dest)} and {name}"
+            assert isinstance(why, str) and len(why) > 10, f"support.{name}[{dest!r}] needs a reason"
+            seen[dest] = name
+    assert set(support.APPLIES_WHEN) <= set(support.UNSUPPORTED) | set(support.NO_EFFECT_HERE)
+
+
+def test_no_table_entry_refuses_a_flag_the_product_now_honours():
+    overlap = (set(support.UNSUPPORTED) | set(support.NO_EFFECT_HERE)) & _read_dests()
+    assert overlap <= GUARDED_DOWNSTREAM, (f"{sorted(overlap - GUARDED_DOWNSTREAM)} are read by product code now: "
+                                           "delete their entries from slime_like/config/support.py")
+
+
+def test_informational_dests_are_consumed_by_the_config_layer():
+    config = ROOT / "slime_like" / "config"
+    text = "\n".join(f.read_text() for f in config.glob("*.py") if f.name != "support.py")
+    actions = {a.dest: a for a in _actions()}
+    for dest in support.INFORMATIONAL:
+        single_choice = actions[dest].choices is not None and len(actions[dest].choices) == 1
+        assert single_choice or re.search(rf"args\.{dest}\b|[\"']{dest}[\"']", text), dest
+
+
+def _non_default_tokens(action) -> list:
+    """Command-line tokens that set `action` to a valid value different from its default."""
+    flag, default = action.option_strings[0], action.default
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+        return [flag]
+    if action.choices is not None:
+        value = next(c for c in action.choices if c != default and [c] != default)
+    elif action.type is json_value:
+        value = '{"A": "1"}'
+    elif action.type is int:
+        value = (default or 1) + 1
+    elif action.type is float:
+        value = (default or 0.25) * 2
+    else:
+        value = "x"
+    return [flag, str(value)]
+
+
+def _action(dest):
+    return next(a for a in _actions() if a.dest == dest)
+
+
+@pytest.mark.parametrize("table", ["UNSUPPORTED", "NO_EFFECT_HERE"])
+def test_every_table_entry_fires_at_startup(base, table, capsys):
+    """Each UNSUPPORTED flag set to a non-default value errors naming it; each NO_EFFECT_HERE one warns."""
+    for dest in getattr(support, table):
+        tokens = _non_default_tokens(_action(dest))
+        if table == "UNSUPPORTED":
+            with pytest.raises(ConfigError) as err:
+                parse(base + tokens)
+            assert str(err.value).startswith(tokens[0] + " "), (tokens, str(err.value))
+            assert "not honoured" in str(err.value)
+        else:
+            args = parse(base + tokens)
+            assert any(w.startswith(tokens[0] + " ") and "no effect" in w for w in args.config_warnings), tokens
+    if table == "NO_EFFECT_HERE":
+        assert "WARNING: --use-flash-attn is accepted but not honoured" in capsys.readouterr().err
+
+
+def test_defaults_and_recipe_values_pass_silently(base):
+    args = parse(base + ["--context-parallel-size", "1", "--ckpt-format", "torch_dist", "--kv-lora-rank", "32"])
+    assert not any("not honoured" in w for w in args.config_warnings)
+
+
+def test_rules_apply_only_where_the_value_is_really_ignored(base, hf_dir):
+    args = parse(base + ["--position-embedding-type", "rope", "--no-position-embedding", "--tokenizer-model", hf_dir])
+    assert args.add_position_embedding is False
+    assert not any("not honoured" in w for w in args.config_warnings)
+    with pytest.raises(ConfigError, match="--no-position-embedding is accepted .* not honoured"):
+        parse(base + ["--no-position-embedding"])
+
+
+def test_glm4_architecture_flags_fail_clearly(base):
+    with pytest.raises(ConfigError, match="--post-self-attn-layernorm .*GLM-4 sandwich norm"):
+        parse(base + ["--post-self-attn-layernorm"])
+
+
+def _overlay(tmp_path, overrides, role="critic") -> str:
+    path = tmp_path / "roles.yaml"
+    path.write_text(yaml.safe_dump({"megatron": [{"role": role, "overrides": overrides}]}))
+    return str(path)
+
+
+def test_yaml_overlay_follows_the_same_rules(base, tmp_path):
+    ppo = base + ["--advantage-estimator", "ppo"]
+    with pytest.raises(ConfigError, match=r"roles.yaml \(role critic\): key 'rotary_interleaved'.*not honoured"):
+        parse(ppo + ["--megatron-config-path", _overlay(tmp_path, {"rotary_interleaved": True})])
+    with pytest.raises(ConfigError, match=r"key 'use_opd' is a slime setting for on-policy distillation"):
+        parse(ppo + ["--megatron-config-path", _overlay(tmp_path, {"use_opd": True})])
+    args = parse(ppo + ["--megatron-config-path", _overlay(tmp_path, {"overlap_param_gather": True, "lr": 1e-5})])
+    assert any("key 'overlap_param_gather'" in w and "no effect" in w for w in args.config_warnings)
+    # a key at its default is not an error (the CLI baseline already has that value)
+    args = parse(ppo + ["--megatron-config-path", _overlay(tmp_path, {"context_parallel_size": 1})])
+    assert args.megatron_role_overrides["critic"] == {"context_parallel_size": 1}
+
+
+def test_rollout_flags_are_real_flags_with_the_rollout_defaults(base):
+    from slime_like.rollout import multi_turn_example
+
+    args = parse(base)
+    assert (args.rm_timeout, args.rm_max_retries, args.rm_retry_backoff) == (60.0, 5, 0.5)
+    assert (args.tool_call_end, args.max_tool_turns, args.disable_tqdm) == (multi_turn_example.TOOL_END, 4, False)
+    args = parse(base + ["--rm-timeout", "5", "--rm-max-retries", "2", "--rm-retry-backoff", "0.1", "--disable-tqdm",
+                         "--tool-call-end", "</call>", "--max-tool-turns", "2"])
+    assert (args.rm_timeout, args.rm_max_retries, args.rm_retry_backoff) == (5.0, 2, 0.1)
+    assert (args.tool_call_end, args.max_tool_turns, args.disable_tqdm) == ("</call>", 2, True)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--rm-max-retries", "0"], "--rm-max-retries 0: must be >= 1"),
+    (["--rm-timeout", "0"], "--rm-timeout 0.0: must be > 0"),
+    (["--rm-retry-backoff", "-1"], "--rm-retry-backoff -1.0: must be > 0"),
+    (["--max-tool-turns", "-1"], "--max-tool-turns -1: must be >= 0"),
+    (["--tool-call-end", ""], "--tool-call-end must be a non-empty"),
+])
+def test_rollout_flag_values_are_checked(base, extra, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse(base + extra)
