@@ -140,9 +140,13 @@ def test_release_and_resume_memory(engine):
         with pytest.raises(EngineError, match="released"):
             await c.generate(PROMPTS[0], dict(GREEDY, max_new_tokens=6))
         await c.resume_memory()
-        return info
-    info = run(go())
-    assert info["memory_released"] is True
+        await c.release_memory(tags=["kv_cache"])  # nothing to free on CPU: weights stay, generation works
+        kv_only = await c.get_server_info()
+        with pytest.raises(EngineError, match="unknown tags"):
+            await c.release_memory(tags=["wieghts"])
+        return info, kv_only
+    info, kv_only = run(go())
+    assert info["memory_released"] is True and kv_only["memory_released"] is False
     assert gen(engine.url, PROMPTS[0], max_new_tokens=6, **GREEDY)["output_ids"] == before
 
 

@@ -277,17 +277,27 @@ async def update_weights_from_distributed(request):
     return web.json_response({"success": True, "message": f"Succeeded to update {n} parameter(s)."})
 
 
+def _tags(body: dict, path: str) -> list[str]:
+    tags = body.get("tags") or ["weights", "kv_cache"]
+    unknown = set(tags) - {"weights", "kv_cache", "cuda_graph"}
+    if unknown:
+        raise BadRequest(f"{path}: unknown tags {sorted(unknown)}; SGLang's are 'weights', 'kv_cache', 'cuda_graph'")
+    return tags
+
+
 @routes.post("/release_memory_occupation")
 async def release_memory_occupation(request):
-    await _json(request)  # tags accepted; the CPU engine releases its weights (it has no separate KV pool)
-    await _in_thread(_engine(request).release_memory)
+    # The CPU engine's only large allocation is its weights (KV rows live and die with their requests), so the
+    # 'weights' tag (or no tags) frees them; 'kv_cache' / 'cuda_graph' alone have nothing to free.
+    if "weights" in _tags(await _json(request), "/release_memory_occupation"):
+        await _in_thread(_engine(request).release_memory)
     return web.json_response({"success": True})
 
 
 @routes.post("/resume_memory_occupation")
 async def resume_memory_occupation(request):
-    await _json(request)
-    await _in_thread(_engine(request).resume_memory)
+    if "weights" in _tags(await _json(request), "/resume_memory_occupation"):
+        await _in_thread(_engine(request).resume_memory)
     return web.json_response({"success": True})
 
 
