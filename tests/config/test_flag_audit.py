@@ -191,3 +191,10 @@ def test_rollout_flags_are_real_flags_with_the_rollout_defaults(base):
 def test_rollout_flag_values_are_checked(base, extra, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         parse(base + extra)
+
+
+def test_docs_list_every_refused_and_no_effect_flag():
+    doc = (ROOT / "docs" / "configuration.md").read_text()
+    section = doc[doc.index("## Accepted flags we do not honour"):doc.index("## All flags")]
+    flags = [_action(d).option_strings[0] for d in [*support.UNSUPPORTED, *support.NO_EFFECT_HERE]]
+    assert [f for f in flags if f"| `{f}` |" not in section] == []
