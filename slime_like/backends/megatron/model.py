@@ -230,6 +230,28 @@ class ValueHead(torch.nn.Module):
         return F.linear(hidden, self.weight.to(hidden.dtype)), None
 
 
+PADDED_LOGIT = -1.0e4  # exp(-1e4) == 0 in fp32/bf16, yet finite, so p * logit and entropies stay NaN-free
+
+
+def _mask_padded_vocab(vocab: int, padded: int):
+    """Forward hook on the LM head: logits of Megatron's padding rows (ids >= vocab) become PADDED_LOGIT.
+
+    Padding rows hold zeros, whose logit 0 would take probability mass the HF model (and the rollout
+    engine) never gives them; masked, the trainer's softmax equals HF's over the real vocabulary.
+    """
+
+    def hook(module, inputs, output):
+        from megatron.core import parallel_state as ps
+
+        logits, bias = output
+        width = logits.shape[-1]  # this TP rank's shard, or the full padded vocab when gathered
+        start = 0 if width == padded else ps.get_tensor_model_parallel_rank() * width
+        ids = torch.arange(start, start + width, device=logits.device)
+        return logits.masked_fill(ids >= vocab, PADDED_LOGIT), bias
+
+    return hook
+
+
 def build_model(args, role: str = "actor"):
     """Build this rank's model chunk(s): list of GPTModel (one per virtual pipeline stage; VPP unsupported).
 
@@ -259,6 +281,8 @@ def build_model(args, role: str = "actor"):
                      rope_scaling_factor=_get(args, "rope_scaling_factor", 8.0))
     if critic and post:
         model.output_layer = ValueHead(config)
+    elif post and padded_vocab_size(args) > args.vocab_size:
+        model.output_layer.register_forward_hook(_mask_padded_vocab(args.vocab_size, padded_vocab_size(args)))
     if torch.cuda.is_available():
         model.cuda(torch.cuda.current_device())
     for p in model.parameters():  # mcore's DDP/optimizer expect these attributes on every param
