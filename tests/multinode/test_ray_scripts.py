@@ -36,6 +36,14 @@ def test_start_worker_rejects_bad_address():
     assert r.returncode == 2 and "'10.0.0.1' is not HOST:PORT" in r.stderr, r.stderr
 
 
+def test_start_worker_waits_for_the_head_then_names_it():
+    port = free_port()  # nobody listens there
+    r = run_script("start-worker.sh", f"127.0.0.1:{port}", env={"RAY_NUM_GPUS": "1", "RAY_WAIT_TIMEOUT": "2"})
+    assert r.returncode == 1, r.stderr
+    assert f"the Ray head at 127.0.0.1:{port} did not accept connections within 2 s" in r.stderr, r.stderr
+    assert "ray worker: joining" not in r.stdout  # `ray start` never ran
+
+
 def test_wait_for_nodes_names_an_unreachable_head():
     port = free_port()  # nobody listens there
     t0 = time.monotonic()
@@ -100,9 +108,12 @@ def two_node_ray(tmp_path):
 @pytest.mark.slow
 def test_two_node_cluster_from_the_scripts(two_node_ray, tiny_ckpt, tmp_path):
     env = {k: v for k, v in two_node_ray.items() if k != "logs"}
+
+    def logs():  # the tail of both nodes' logs, for failure messages
+        return "".join(f"\n--- {p.name}\n" + p.read_text()[-2500:] for p in two_node_ray["logs"].glob("*.log"))
+
     r = run_script("wait-for-nodes.sh", "2", "4", "150", env=env, timeout=200)
-    logs = "".join(p.read_text() for p in two_node_ray["logs"].glob("*.log"))
-    assert r.returncode == 0, r.stderr + logs
+    assert r.returncode == 0, r.stderr + logs()
     assert "ray cluster ready: 2 node(s), 4 GPU slot(s)" in r.stdout
 
     # More than the cluster has: a clear timeout naming what is missing.
@@ -115,7 +126,7 @@ def test_two_node_cluster_from_the_scripts(two_node_ray, tiny_ckpt, tmp_path):
     r = subprocess.run(["python", str(RAY / "cluster_check.py"), "--nodes", "2", "--gpus-per-node", "2",
                         "--out", str(report)], env=dict(os.environ, **env), capture_output=True, text=True,
                        timeout=180)
-    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.returncode == 0, r.stdout + r.stderr + logs()
     check = json.loads(report.read_text())
     assert check["errors"] == [] and len(check["placements"]) == 4
     assert len({node for node, _ in check["placements"]}) == 2
@@ -128,5 +139,5 @@ def test_two_node_cluster_from_the_scripts(two_node_ray, tiny_ckpt, tmp_path):
                    "--num-rollout", "1", "--rollout-batch-size", "2", "--n-samples-per-prompt", "2", "--global-batch-size", "4",
                    "--actor-num-nodes", "2", "--actor-num-gpus-per-node", "2", "--num-gpus-per-node", "2",
                    "--rollout-num-gpus", "4", "--colocate", "--dry-run", env=env, timeout=240)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:] + logs()
     assert "succeeded" in r.stdout and "placement plan" in r.stdout, r.stdout[-3000:]
