@@ -26,4 +26,4 @@ def loop_argv(ckpt, prompts, run_dir, *extra):
             "--custom-rm-path", "toy_task.digit_share", "--rollout-batch-size", "8", "--n-samples-per-prompt", "8",
             "--rollout-max-response-len", str(toy_task.MAX_RESPONSE_LEN), "--rollout-temperature", "1",
             "--lr", "1e-2", "--lr-decay-style", "constant", "--micro-batch-size", "64", "--num-gpus-per-node", "4",
-            "--run-dir", str(run_dir), "--moe-token-dispatcher-type", "alltoall", *extra]
+            "--run-dir", str(run_dir), *extra]
