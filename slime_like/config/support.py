@@ -2,8 +2,8 @@
 
 slime recipes must parse unchanged, so the parser accepts hundreds of Megatron/slime flags. A flag we
 accept but do not act on must never be dropped silently. Every parser dest is therefore either read by
-product code outside `slime_like/config/` (tests/config/test_flag_audit.py greps for it) or listed in
-exactly one table here:
+what train.py / train_async.py run outside `slime_like/config/` (tests/config/test_flag_audit.py finds the
+reads with `ast`) or listed in exactly one table here:
 
 - `UNSUPPORTED`: a non-default value is a start-up error (before Ray or torch) naming the flag, the value
   and what to do instead. The slime-only flags of flags_misc.UNSUPPORTED (no behaviour at all, rejected
@@ -40,7 +40,8 @@ UNSUPPORTED = {
     "post_mlp_layernorm": f"GLM-4 sandwich norm: {_ARCH}",  # pending: megatron
     "openai_gelu": f"tanh-approximate GeLU: {_ARCH}",  # pending: megatron
     "squared_relu": f"squared ReLU: {_ARCH}",  # pending: megatron
-    "padded_vocab_size": "the trainer pads the vocabulary itself (--make-vocab-size-divisible-by x TP); "  # pending: megatron
+    # pending: megatron
+    "padded_vocab_size": "the trainer pads the vocabulary itself (--make-vocab-size-divisible-by x TP); "
                          "drop it or set --make-vocab-size-divisible-by",
     "multi_latent_attention": f"multi-latent attention (DeepSeek): {_ARCH}",
     "q_lora_rank": "an MLA dimension; multi-latent attention is not implemented",
@@ -65,7 +66,8 @@ UNSUPPORTED = {
     "mtp_loss_scaling_factor": f"multi-token prediction: {_MEGATRON}",
     "enable_mtp_training": f"multi-token prediction: {_MEGATRON}",
     # parallelism the trainer cannot run (it would also fail later, inside a Ray actor)
-    "context_parallel_size": "context parallelism > 1: the trainer's loss does not split responses over CP "  # pending: megatron
+    # pending: megatron
+    "context_parallel_size": "context parallelism > 1: the trainer's loss does not split responses over CP "
                              "ranks; use --context-parallel-size 1",
     "num_layers_per_virtual_pipeline_stage": f"interleaved pipeline schedule: {_MEGATRON}",  # pending: megatron
     "decoder_first_pipeline_num_layers": f"uneven pipeline split: {_MEGATRON}",  # pending: megatron
@@ -80,22 +82,31 @@ UNSUPPORTED = {
     "reset_optimizer_states": f"resetting optimizer state every rollout: {_MEGATRON}",  # pending: megatron
     # checkpoints
     "ref_ckpt_step": "the reference model loads the latest step of --ref-load; drop it",  # pending: megatron
+    # pending: megatron (read by tools/convert_megatron_to_hf.py, which does not run this check)
+    "save_hf": "train.py does not export HF weights while training; convert a saved step afterwards with "
+               "python tools/convert_megatron_to_hf.py --load SAVE_DIR --hf-checkpoint HF --save-hf DIR",
+    # pending: megatron (read by tools/convert_megatron_to_hf.py, which does not run this check)
+    "ckpt_step": "train.py resumes from the latest complete step of --load (only tools/convert_megatron_to_hf.py "
+                 "reads --ckpt-step); drop it",
     "no_save_rng": "RNG state is always saved with a checkpoint",  # pending: megatron
     "no_load_rng": "RNG state is always restored from a checkpoint",  # pending: megatron
     "ckpt_format": "checkpoints are written and read as torch_dist only",  # pending: megatron
     # algorithm
     "custom_loss_function_path": f"custom losses (--loss-type custom_loss): {_MEGATRON}",  # pending: megatron
-    "custom_advantage_function_path": "custom advantage functions are not called; use an --advantage-estimator",  # pending: megatron
+    # pending: megatron
+    "custom_advantage_function_path": "custom advantage functions are not called; use an --advantage-estimator",
     "compute_advantages_and_returns": "advantages are always computed by the trainer",  # pending: megatron
     "use_unbiased_kl": f"the unbiased (importance-weighted) KL: {_MEGATRON}",  # pending: megatron
-    "custom_tis_function_path": f"custom TIS functions: {_MEGATRON}; use --use-tis with --tis-clip",  # pending: megatron
+    # pending: megatron
+    "custom_tis_function_path": f"custom TIS functions: {_MEGATRON}; use --use-tis with --tis-clip",
     "use_rollout_entropy": f"entropy from rollout log-probs: {_MEGATRON}",  # pending: megatron
     "keep_old_actor": f"a copy of the rollout-time weights: {_MEGATRON}",  # pending: megatron
     "num_critic_only_steps": "critic-only warm-up rollouts: the training loop does not run them",  # pending: ray
     # rollout / data
     "buffer_filter_path": "buffer filters: partial-rollout groups are reused in FIFO order",  # pending: rollout
     "rollout_data_postprocess_path": "the post-log-prob rollout hook is not called",  # pending: ray
-    "custom_convert_samples_to_train_data_path": "samples -> train data is fixed (slime_like.rollout.batch)",  # pending: rollout
+    # pending: rollout
+    "custom_convert_samples_to_train_data_path": "samples -> train data is fixed (slime_like.rollout.batch)",
     "use_fault_tolerance": "engine health checks and restarts: a failed engine stops the run",  # pending: ray
     "multimodal_keys": "multimodal prompts: prompts are text (or chat messages) only",
     "start_rollout_id": "resume picks the next rollout from the --load checkpoint; drop it",  # pending: ray
@@ -108,7 +119,8 @@ UNSUPPORTED = {
     "log_multi_turn": "multi-turn statistics are not logged",  # pending: rollout
     "log_correct_samples": "correct samples are not logged",  # pending: rollout
     "wandb_always_use_train_step": "the wandb x-axis is always the rollout id",  # pending: utils
-    "save_debug_train_data": "training batches are not dumped; --save-debug-rollout-data dumps rollouts",  # pending: megatron
+    # pending: megatron
+    "save_debug_train_data": "training batches are not dumped; --save-debug-rollout-data dumps rollouts",
     "dump_details": "train-data dumps are not implemented; use --save-debug-rollout-data PATH",  # pending: megatron
     "check_weight_update_equal": "engine weights are not compared after a sync",  # pending: sglang
     "record_memory_history": "CUDA memory-history snapshots are not recorded",  # pending: megatron
@@ -117,14 +129,16 @@ UNSUPPORTED = {
 
 NO_EFFECT_HERE = {
     "use_flash_attn": "the trainer chooses attention kernels itself (TransformerEngine on CUDA, unfused on CPU)",
-    "attention_backend": "the trainer chooses attention kernels itself (TransformerEngine on CUDA, unfused on "  # pending: megatron
+    # pending: megatron
+    "attention_backend": "the trainer chooses attention kernels itself (TransformerEngine on CUDA, unfused on "
                          "CPU)",
     "transformer_impl": "the trainer uses TransformerEngine layers when CUDA and TE are present, else local ones",
     "moe_enable_deepep": "DeepEP dispatch is not wired (tokens use the alltoall dispatcher)",
     "moe_shared_expert_overlap": "shared-expert overlap is not wired (same results, no overlap)",  # pending: megatron
     "use_precision_aware_optimizer": "the optimizer keeps fp32 master weights and states (TE's precision-aware "
                                      "optimizer is not wired)",
-    "optimizer_cpu_offload": "optimizer states stay on the accelerator (colocated runs offload them "  # pending: megatron
+    # pending: megatron
+    "optimizer_cpu_offload": "optimizer states stay on the accelerator (colocated runs offload them "
                              "between steps with --offload-train)",
     "overlap_param_gather": "parameter all-gather is not overlapped (same results)",  # pending: megatron
     "accumulate_allreduce_grads_in_fp32": "gradients are always reduced in fp32 here, so it changes nothing",
@@ -167,6 +181,9 @@ APPLIES_WHEN = {
 }
 
 
+_ABSENT = object()
+
+
 @functools.lru_cache(maxsize=1)
 def _flag_info() -> dict:
     """dest -> (option string users type, parser default, is a boolean switch)."""
@@ -203,13 +220,13 @@ def _is_set(args, dest: str, value) -> bool:
 def check_flag_support(args) -> None:
     """Start-up check of the command line (call before validation derives anything)."""
     for dest, why in UNSUPPORTED.items():
-        value = getattr(args, dest, None)
-        if _is_set(args, dest, value):
+        value = getattr(args, dest, _ABSENT)  # a hand-built namespace may lack a dest: nothing was set
+        if value is not _ABSENT and _is_set(args, dest, value):
             raise ConfigError(f"{_describe(dest, value)} is accepted for slime/Megatron compatibility but not "
                               f"honoured by slime_like: {why}. Remove it from the command line")
     for dest, why in NO_EFFECT_HERE.items():
-        value = getattr(args, dest, None)
-        if _is_set(args, dest, value):
+        value = getattr(args, dest, _ABSENT)
+        if value is not _ABSENT and _is_set(args, dest, value):
             warn(args, f"{_describe(dest, value)} is accepted but not honoured here (no effect): {why}")
 
 

@@ -1,12 +1,14 @@
 """Never silently ignore a flag: every parser dest is read by product code or classified in config/support.py.
 
-"Read" means product code outside slime_like/config/ (the package, train.py, train_async.py, tools/)
-mentions the dest as `args.<dest>` (any `*args` name), `getattr/hasattr/_get(x, "<dest>"`, `fuse("<dest>"`,
-a `("<key>", "<dest>")` pair in a key table, or `_custom_log("<dest>"`. A dest nobody reads must sit in
-support.UNSUPPORTED (start-up error), support.NO_EFFECT_HERE (start-up warning), support.INFORMATIONAL
-(consumed by the config layer) or be a slime-only flag of flags_misc.UNSUPPORTED.
+"Read" means the code train.py / train_async.py run, outside slime_like/config/ (the slime_like package,
+train.py, train_async.py; not tools/, whose converters skip validation), uses the dest in its syntax tree
+(comments and docstrings do not count) as `<...args>.<dest>`, `getattr/hasattr/_get(x, "<dest>")`,
+`fuse("<dest>")`, `_custom_log("<dest>")` or a `("<key>", "<dest>")` pair of a key table. A dest nobody reads
+must sit in support.UNSUPPORTED (start-up error), support.NO_EFFECT_HERE (start-up warning),
+support.INFORMATIONAL (consumed by the config layer) or be a slime-only flag of flags_misc.UNSUPPORTED.
 """
 import argparse
+import ast
 import functools
 import pathlib
 import re
@@ -21,13 +23,6 @@ from slime_like.config.parser import build_parser
 from slime_like.config.types import json_value
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-READ_PATTERNS = (
-    r"args\.({d})\b",
-    r"\b(?:getattr|hasattr|_get)\(\s*[\w.]+\s*,\s*[\"']({d})[\"']",
-    r"\bfuse\(\s*[\"']({d})[\"']",
-    r"\(\s*[\"']\w+[\"']\s*,\s*[\"']({d})[\"']\s*\)",
-    r"_custom_log\(\s*[\"']({d})[\"']",
-)
 # UNSUPPORTED / NO_EFFECT_HERE dests that product code does read, only to refuse or warn at run time (the
 # Megatron trainer's own guard). The start-up check says it earlier; any other overlap means the flag is
 # now honoured and its table entry must go.
@@ -35,18 +30,37 @@ GUARDED_DOWNSTREAM = {"context_parallel_size", "use_unbiased_kl", "custom_tis_fu
                       "log_probs_chunk_size", "recompute_loss_function"}
 
 
-@functools.lru_cache(maxsize=1)
-def _product_text() -> str:
-    files = [*ROOT.glob("slime_like/**/*.py"), ROOT / "train.py", ROOT / "train_async.py", *ROOT.glob("tools/*.py")]
-    return "\n".join(f.read_text() for f in files if "slime_like/config/" not in f.as_posix() and f.is_file())
+def _name(node) -> str:
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+
+
+def _str(node):
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _reads(tree) -> set:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _name(node.value).endswith("args"):
+            found.add(node.attr)  # args.x, self.args.x, role_args.x
+        elif isinstance(node, ast.Call):
+            fn, pos = _name(node.func), node.args
+            if fn in ("getattr", "hasattr", "_get") and len(pos) >= 2 and _str(pos[1]):
+                found.add(_str(pos[1]))
+            elif fn in ("fuse", "_custom_log") and pos and _str(pos[0]):
+                found.add(_str(pos[0]))
+        elif isinstance(node, ast.Tuple) and len(node.elts) == 2 and all(_str(e) for e in node.elts):
+            found.add(_str(node.elts[1]))  # (sampling key, dest) tables
+    return found
 
 
 @functools.lru_cache(maxsize=1)
 def _read_dests() -> frozenset:
-    text = _product_text()
+    files = [*ROOT.glob("slime_like/**/*.py"), ROOT / "train.py", ROOT / "train_async.py"]
     found = set()
-    for pattern in READ_PATTERNS:
-        found |= set(re.findall(pattern.format(d=r"\w+"), text))
+    for f in files:
+        if "slime_like/config/" not in f.as_posix():
+            found |= _reads(ast.parse(f.read_text(), str(f)))
     return frozenset(found)
 
 
