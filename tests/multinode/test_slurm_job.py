@@ -52,8 +52,11 @@ def test_tiny_job_two_nodes(local_slurm, tiny_ckpt, tmp_path):
 
 
 @pytest.mark.slow
-def test_cancelled_job_leaves_nothing(local_slurm, tmp_path):
-    """scancel while a driver holds actors on both nodes: the trap stops the driver and both Ray nodes."""
+@pytest.mark.parametrize("how", ["scancel", "batch-signal"])
+def test_stopped_job_leaves_nothing(local_slurm, tmp_path, how):
+    """Stop a job while its driver holds actors on both nodes. `scancel`: Slurm signals every step and the trap
+    cleans up. `batch-signal` (`scancel --batch --signal=TERM`, what `#SBATCH --signal=B:TERM@T` sends before
+    the time limit): only the batch shell is signalled, so the trap alone must stop the driver and both nodes."""
     out = tmp_path / "hold.out"
     sub = local_slurm.run("sbatch", "--parsable", f"--output={out}",
                           f"--export=ALL,SLIME_LIKE_ROOT={REPO},RAY_LOG_DIR={tmp_path},RAY_WAIT_TIMEOUT=150",
@@ -69,10 +72,13 @@ def test_cancelled_job_leaves_nothing(local_slurm, tmp_path):
         time.sleep(1)
     assert processes_with(marker_cmd=f"/tmp/ray_{job_id}/"), "the Ray nodes of the held job are not running"
 
-    local_slurm.run("scancel", job_id)
+    if how == "scancel":
+        local_slurm.run("scancel", job_id)
+    else:
+        local_slurm.run("scancel", "--batch", "--signal=TERM", job_id)
     state = wait_for_job(local_slurm, job_id, 120)
     text = out.read_text()
-    assert state["JobState"] == "CANCELLED", state
+    assert state["JobState"] == ("CANCELLED" if how == "scancel" else "FAILED"), (state, text[-3000:])
     assert processes_with(marker_env=f"SLURM_JOB_ID={job_id}", marker_cmd=f"/tmp/ray_{job_id}/") == [], text[-3000:]
     assert not Path(f"/tmp/ray_{job_id}").exists()
     assert "signal received, stopping" in text and f"ray cluster of job {job_id} stopped" in text, text[-3000:]
