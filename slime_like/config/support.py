@@ -173,6 +173,15 @@ INFORMATIONAL = {
 # A slime-only flag's dest -> its feature (rejected on the command line while parsing, and here in YAML).
 SLIME_ONLY = {flag[2:].replace("-", "_"): feature for flag, feature in SLIME_ONLY_FLAGS.items()}
 
+# Role overlays (--megatron-config-path) reach only the trainers (role_args -> the actor / critic ranks); the
+# engines, the rollout manager and the driver read the shared command line. So a role key must be a trainer
+# setting: one of these groups, or one of the extra trainer-read dests below. rollout_temperature,
+# global_batch_size, num_steps_per_rollout and num_rollout are read by the trainers too, but must equal the
+# rollout side's values, so they stay shared.
+ROLE_GROUPS = ("model", "model (MoE)", "checkpoint", "perf/parallelism", "algorithm (GRPO/PPO)",
+               "optimizer & LR schedule")
+ROLE_EXTRA_KEYS = ("micro_batch_size", "update_weight_buffer_size")
+
 # dest -> predicate(args_view, value): the rule applies only when this is true.
 APPLIES_WHEN = {
     "add_position_embedding": lambda a, v: a.position_embedding_type == "learned_absolute"
@@ -186,24 +195,24 @@ _ABSENT = object()
 
 @functools.lru_cache(maxsize=1)
 def _flag_info() -> dict:
-    """dest -> (option string users type, parser default, is a boolean switch)."""
+    """dest -> (option string users type, parser default, is a boolean switch, argparse group title)."""
     import argparse
 
-    from slime_like.config.parser import build_parser, defaults_of  # late: parser.py imports the flag groups
+    from slime_like.config.parser import build_parser, defaults_of, group_of  # late: parser imports flags_*
 
     parser, _ = build_parser()
-    defaults = defaults_of(parser)  # converted: '{}' -> {}
+    defaults, groups = defaults_of(parser), group_of(parser)  # defaults converted: '{}' -> {}
     out = {}
     for action in parser._actions:
         if action.dest == "help" or not action.option_strings:
             continue
         switch = isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction))
-        out[action.dest] = (action.option_strings[0], defaults.get(action.dest), switch)
+        out[action.dest] = (action.option_strings[0], defaults.get(action.dest), switch, groups[action.dest])
     return out
 
 
 def _describe(dest: str, value) -> str:
-    flag, _, switch = _flag_info()[dest]
+    flag, _, switch, _ = _flag_info()[dest]
     if switch:
         return flag
     shown = " ".join(map(str, value)) if isinstance(value, (list, tuple)) else value
@@ -240,6 +249,11 @@ def check_role_overrides_support(args) -> None:
             if key in SLIME_ONLY:
                 raise ConfigError(f"{where} is a slime setting for {SLIME_ONLY[key]}, which slime_like does not "
                                   "implement; remove it")
+            group = _flag_info()[key][3] if key in _flag_info() else None
+            if group not in ROLE_GROUPS and key not in ROLE_EXTRA_KEYS:
+                raise ConfigError(f"{where} is a {group} setting of the whole run: role overrides reach only the "
+                                  f"trainers, so a per-role value would be ignored or disagree with the rollout "
+                                  f"side. Set {_flag_info()[key][0]} on the command line instead")
             if key in UNSUPPORTED and _is_set(view, key, value):
                 raise ConfigError(f"{where}: {value!r} is not honoured by slime_like: {UNSUPPORTED[key]}. "
                                   "Remove the key")

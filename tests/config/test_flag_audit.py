@@ -178,6 +178,12 @@ def test_yaml_overlay_follows_the_same_rules(base, tmp_path):
         parse(ppo + ["--megatron-config-path", _overlay(tmp_path, {"use_opd": True})])
     args = parse(ppo + ["--megatron-config-path", _overlay(tmp_path, {"overlap_param_gather": True, "lr": 1e-5})])
     assert any("key 'overlap_param_gather'" in w and "no effect" in w for w in args.config_warnings)
+    # shared settings are not per-role: only the trainers see role overrides
+    for key, value in (("rollout_temperature", 0.5), ("use_wandb", True), ("global_batch_size", 4)):
+        with pytest.raises(ConfigError, match=rf"key '{key}' is a .* setting of the whole run"):
+            parse(ppo + ["--megatron-config-path", _overlay(tmp_path, {key: value})])
+    args = parse(ppo + ["--megatron-config-path", _overlay(tmp_path, {"micro_batch_size": 2, "save": str(tmp_path)})])
+    assert args.megatron_role_overrides["critic"]["micro_batch_size"] == 2
     # a key at its default is not an error (the CLI baseline already has that value)
     args = parse(ppo + ["--megatron-config-path", _overlay(tmp_path, {"context_parallel_size": 1})])
     assert args.megatron_role_overrides["critic"] == {"context_parallel_size": 1}
