@@ -12,6 +12,9 @@ reads with `ast`) or listed in exactly one table here:
   `WARNING:` line saying why it changes nothing here.
 - `INFORMATIONAL`: consumed by the configuration layer itself (derived defaults, role views, files it reads).
 
+`--sglang-*` passthrough values are not parser dests on a CPU machine; `check_engine_passthrough` warns
+about those no engine will see (the CPU engine understands three of them; external engines none).
+
 `APPLIES_WHEN` narrows a rule to the cases where the value really is ignored (e.g. --no-position-embedding
 is exactly what a RoPE model does anyway). "Non-default" compares against the parser's own default, on the
 command-line value before validation derives anything. `# pending: <area>` marks flags another part of the
@@ -191,6 +194,33 @@ APPLIES_WHEN = {
 
 
 _ABSENT = object()
+
+
+# SGLang ServerArgs fields the embedded CPU engine understands (backends/sglang/launcher.py
+# build_cpu_engine_command; tests/config/test_flag_audit.py checks the two agree). Other --sglang-* values
+# are GPU server settings with no meaning there.
+CPU_ENGINE_SGLANG_KEYS = ("dtype", "max_running_requests", "context_length")
+# --sglang-* names the rollout client reads itself (launcher.CLIENT_SIDE): never sent to a server.
+SGLANG_CLIENT_SIDE = ("server_concurrency", "router_ip", "router_port", "router_request_timeout_secs", "config",
+                      "server_args", "passthrough_mode", "router_policy")
+
+
+def check_engine_passthrough(args) -> None:
+    """Warn about --sglang-* values no engine will see (after validation resolved --rollout-engine)."""
+    values = {k: v for k, v in (getattr(args, "sglang_server_args", None) or {}).items()
+              if k not in SGLANG_CLIENT_SIDE and v is not None}
+    if not values or args.debug_train_only:
+        return
+    shown = lambda k: f"--sglang-{k.replace('_', '-')} {values[k]}"  # noqa: E731
+    if args.rollout_external_engine_addrs:
+        warn(args, f"{', '.join(map(shown, values))}: no effect, the engines of --rollout-external-engine-addrs were "
+                   "started elsewhere with their own settings")
+    elif args.rollout_engine == "cpu":
+        ignored = [k for k in values if k not in CPU_ENGINE_SGLANG_KEYS]
+        if ignored:
+            understood = ", ".join(f"--sglang-{k.replace('_', '-')}" for k in CPU_ENGINE_SGLANG_KEYS)
+            warn(args, f"{', '.join(map(shown, ignored))}: no effect on the cpu rollout engine (SGLang server "
+                       f"settings; it understands only {understood})")
 
 
 @functools.lru_cache(maxsize=1)

@@ -9,7 +9,7 @@ import time
 
 from slime_like.config.errors import ConfigError, warn
 from slime_like.config.hf_config import check_model_against_hf, fill_model_from_hf
-from slime_like.config.support import check_flag_support, check_role_overrides_support
+from slime_like.config.support import check_engine_passthrough, check_flag_support, check_role_overrides_support
 from slime_like.config.validate_cluster import validate_cluster
 
 
@@ -26,6 +26,7 @@ def validate_args(args) -> None:
     fill_model_from_hf(args)
     _model(args)
     validate_cluster(args)
+    check_engine_passthrough(args)  # needs the resolved --rollout-engine
     check_model_against_hf(args)
     _misc_defaults(args)
 

@@ -218,3 +218,26 @@ def test_docs_list_every_refused_and_no_effect_flag():
     section = doc[doc.index("## Accepted flags we do not honour"):doc.index("## All flags")]
     flags = [_action(d).option_strings[0] for d in [*support.UNSUPPORTED, *support.NO_EFFECT_HERE]]
     assert [f for f in flags if f"| `{f}` |" not in section] == []
+
+
+def test_sglang_values_the_cpu_engine_cannot_use_warn(base):
+    args = parse(base + ["--rollout-engine", "cpu", "--sglang-mem-fraction-static", "0.7",
+                         "--sglang-context-length", "512"])
+    notes = [w for w in args.config_warnings if "--sglang-" in w]
+    assert len(notes) == 1 and "--sglang-mem-fraction-static 0.7: no effect on the cpu rollout engine" in notes[0]
+    assert "--sglang-context-length 512" not in notes[0]
+    args = parse(base + ["--rollout-engine", "cpu", "--sglang-context-length", "512", "--sglang-server-concurrency", "8"])
+    assert not any("--sglang-" in w for w in args.config_warnings)
+
+
+def test_cpu_engine_keys_agree_with_the_launcher(base):
+    """The CPU engine's command line carries exactly the --sglang-* values support.py says it understands."""
+    from slime_like.backends.sglang.launcher import CLIENT_SIDE, build_cpu_engine_command
+
+    assert set(support.SGLANG_CLIENT_SIDE) == set(CLIENT_SIDE)
+    args = parse(base + ["--rollout-engine", "cpu", "--sglang-dtype", "bfloat16", "--sglang-max-running-requests", "3",
+                         "--sglang-context-length", "512", "--sglang-mem-fraction-static", "0.7"])
+    cmd = " ".join(build_cpu_engine_command(args, port=1))
+    for key in support.CPU_ENGINE_SGLANG_KEYS:
+        assert "--" + key.replace("_", "-") in cmd, key
+    assert "mem-fraction" not in cmd
