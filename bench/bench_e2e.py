@@ -79,11 +79,28 @@ def _prod(shape) -> int:
     return p
 
 
+def category(p, root: int) -> str:
+    """Which part of train.py a process is: driver, trainer actor, engine, rollout manager, or Ray itself."""
+    if p.pid == root:
+        return "driver (train.py)"
+    try:
+        cmd = " ".join(p.cmdline())
+    except psutil.Error:
+        return "other"
+    for needle, name in (("TrainerActor", "trainer actor"), ("cpu_engine", "engine server"),
+                         ("RolloutManager", "rollout manager"), ("EngineActor", "engine actor (launcher)"),
+                         ("ray::IDLE", "ray: idle worker")):
+        if needle in cmd:
+            return name
+    return "ray: gcs/raylet/dashboard/agents"
+
+
 class TreeCPU:
     """Sum of user+system CPU seconds of a process and all its descendants, dead ones included (last seen)."""
 
     def __init__(self, pid: int, interval: float = 0.2):
         self.root, self.interval, self.seen, self.stop = pid, interval, {}, threading.Event()
+        self.kind = {}  # (pid, create_time) -> category, for the per-process breakdown
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
@@ -98,33 +115,46 @@ class TreeCPU:
             for p in procs:
                 try:
                     c = p.cpu_times()
-                    self.seen[(p.pid, p.create_time())] = c.user + c.system
+                    key = (p.pid, p.create_time())
+                    self.seen[key] = c.user + c.system
+                    if key not in self.kind or self.kind[key] == "ray: idle worker":
+                        self.kind[key] = category(p, self.root)
                 except psutil.Error:
                     pass
             return sum(self.seen.values())
+
+    def by_category(self) -> dict:
+        out = {}
+        with self.lock:
+            for key, cpu in self.seen.items():
+                k = self.kind.get(key, "other")
+                out[k] = out.get(k, 0.0) + cpu
+        return out
 
     def _loop(self):
         while not self.stop.wait(self.interval):
             self.sample()
 
 
-def run_ours(model_dir, data_dir, shape, steps, lr, temperature, run_dir, log_path) -> dict:
+def run_ours(model_dir, data_dir, shape, steps, lr, temperature, run_dir, log_path, root=ROOT) -> dict:
     """train.py with scripts/run-demo.sh's flags (no eval, prompts in file order); per-step wall and tree CPU."""
     os.makedirs(run_dir, exist_ok=True)
     metrics = os.path.join(run_dir, "metrics.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
-    cmd = [sys.executable, os.path.join(ROOT, "train.py"), "--hf-checkpoint", model_dir,
+    cmd = [sys.executable, os.path.join(root, "train.py"), "--hf-checkpoint", model_dir,
            "--prompt-data", os.path.join(data_dir, "train.jsonl"), "--input-key", "prompt", "--label-key", "label",
            "--custom-rm-path", "slime_like.demo.arith.reward", "--num-rollout", str(steps),
            "--rollout-batch-size", str(shape["prompts"]), "--n-samples-per-prompt", str(shape["samples"]),
            "--rollout-max-response-len", str(shape["max_new"]), "--rollout-temperature", str(temperature),
            "--advantage-estimator", "grpo", "--lr", str(lr), "--lr-decay-style", "constant", "--clip-grad", "1.0",
-           "--micro-batch-size", "128", "--colocate", "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "1",
+           "--micro-batch-size", str(min(128, shape["prompts"] * shape["samples"])), "--colocate", "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "1",
            "--num-gpus-per-node", "1", "--run-dir", run_dir]
     t0 = time.perf_counter()
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **ENV))
+        # PYTHONPATH: Ray's workers import slime_like from `root` too (--ours-root compares a patched copy)
+        env = dict(os.environ, **ENV, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+        proc = subprocess.Popen(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT, env=env)
     tree = TreeCPU(proc.pid)
     marks, rows = [(t0, 0.0)], []
     while True:
@@ -135,10 +165,15 @@ def run_ours(model_dir, data_dir, shape, steps, lr, temperature, run_dir, log_pa
             for row in lines[len(rows):]:
                 marks.append((time.perf_counter(), tree.sample()))
                 rows.append(row)
+                if len(rows) == 1:
+                    cat0 = tree.by_category()  # after rollout 0: start-up excluded from the breakdown
         if done:
             break
         time.sleep(0.1)
     tree.stop.set()
+    cat1 = tree.by_category()
+    n_after = max(1, len(rows) - 1)
+    breakdown = {k: (v - cat0.get(k, 0.0)) / n_after for k, v in cat1.items()} if rows else {}
     if proc.returncode != 0:
         raise RuntimeError(f"train.py exited {proc.returncode}; log {log_path}")
     steps_out = []
@@ -151,7 +186,8 @@ def run_ours(model_dir, data_dir, shape, steps, lr, temperature, run_dir, log_pa
     return {"peer": "ours", "steps": steps_out, "step_wall_median_s": statistics.median(s["wall_s"] for s in steady),
             "step_cpu_median_s": statistics.median(s["cpu_s"] for s in steady), "stage_wall_median_s": stages,
             "launch_to_rollout0_logged_s": steps_out[0]["wall_s"] if steps_out else None,
-            "total_wall_s": time.perf_counter() - t0, "process_count_seen": len(tree.seen)}
+            "total_wall_s": time.perf_counter() - t0, "process_count_seen": len(tree.seen),
+            "cpu_per_step_by_process_s": dict(sorted(breakdown.items(), key=lambda kv: -kv[1]))}
 
 
 def run_trl(model_dir, data_dir, shape, steps, lr, temperature, out, log_path) -> dict:
@@ -167,6 +203,80 @@ def run_trl(model_dir, data_dir, shape, steps, lr, temperature, out, log_path) -
         return json.load(f)
 
 
+def summarize(rounds: list) -> dict:
+    """Medians over all rounds' steps (step 1 excluded), ratios ours / TRL, reward curves of round 0."""
+    s = {}
+    for who in ("ours", "trl"):
+        steps = [x for rnd in rounds if who in rnd for x in rnd[who]["steps"][1:]]
+        if steps:
+            s[f"{who}_wall_median_s"] = statistics.median(x["wall_s"] for x in steps)
+            s[f"{who}_cpu_median_s"] = statistics.median(x["cpu_s"] for x in steps)
+            s[f"reward_{who}"] = [x.get("reward_mean") for x in rounds[0][who]["steps"]]
+    if "ours" in rounds[0]:
+        s["ours_stage_wall_median_s"] = rounds[0]["ours"]["stage_wall_median_s"]
+    if "ours_wall_median_s" in s and "trl_wall_median_s" in s:
+        s["wall_ratio_ours_over_trl"] = s["ours_wall_median_s"] / s["trl_wall_median_s"]
+        s["cpu_ratio_ours_over_trl"] = s["ours_cpu_median_s"] / s["trl_cpu_median_s"]
+    return s
+
+
+def print_table(result: dict) -> None:
+    nan = float("nan")
+    print(f"\n{'size':6} {'params':>8} {'shape':>9} {'ours wall':>10} {'TRL wall':>9} {'ratio':>6} "
+          f"{'ours cpu':>9} {'TRL cpu':>8} {'ratio':>6}  reward ours / TRL (first -> last)")
+    for size, e in result["sizes"].items():
+        s, sh = e["summary"], e["shape"]
+        g = lambda k: s.get(k, nan)  # noqa: E731
+        ro, rt = s.get("reward_ours") or [nan], s.get("reward_trl") or [nan]
+        print(f"{size:6} {e['params'] / 1e6:7.2f}M {sh['prompts']}x{sh['samples']}x{sh['max_new']:<3} "
+              f"{g('ours_wall_median_s'):9.2f}s {g('trl_wall_median_s'):8.2f}s {g('wall_ratio_ours_over_trl'):6.2f} "
+              f"{g('ours_cpu_median_s'):8.2f}s {g('trl_cpu_median_s'):7.2f}s {g('cpu_ratio_ours_over_trl'):6.2f}  "
+              f"{ro[0]:.3f}->{ro[-1]:.3f} / {rt[0]:.3f}->{rt[-1]:.3f}")
+
+
+def plot(results_dir: str, out_png: str) -> None:
+    """Reward curves ours vs TRL (each bench_e2e*.json, tiny size) and a bar chart of every ratio ours/peer."""
+    import glob
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    bars = []
+    for path in sorted(glob.glob(os.path.join(results_dir, "bench_e2e*.json"))):
+        tag = os.path.basename(path)[len("bench_e2e"):-len(".json")].strip("_") or "main"
+        with open(path) as f:
+            res = json.load(f)
+        for size, e in res["sizes"].items():
+            s = e["summary"]
+            for who, style in (("ours", "-o"), ("trl", "--s")):
+                ys = s.get(f"reward_{who}")
+                if ys and size == "tiny" and not (who == "trl" and tag != "tiny"):
+                    ax1.plot(range(1, len(ys) + 1), ys, style, ms=3, label=f"{who} ({tag})" if who == "ours" else "TRL")
+            if "cpu_ratio_ours_over_trl" in s:
+                bars.append((f"e2e {size}\n{tag} cpu", s["cpu_ratio_ours_over_trl"]))
+                bars.append((f"e2e {size}\n{tag} wall", s["wall_ratio_ours_over_trl"]))
+    ws = os.path.join(results_dir, "bench_weight_sync.json")
+    if os.path.exists(ws):
+        with open(ws) as f:
+            for size, r in json.load(f)["sizes"].items():
+                bars.append((f"sync coloc\n{size}", r["colocated_paused_over_floor"]))
+                bars.append((f"sync dist\n{size}", r["disaggregated_send_over_floor"]))
+    ax1.set(xlabel="step (rollout)", ylabel="train reward mean", title="tiny demo: train reward, ours vs TRL")
+    ax1.legend(fontsize=8)
+    if bars:
+        ax2.bar(range(len(bars)), [v for _, v in bars], color=["C0" if "e2e" in n else "C2" for n, _ in bars])
+        ax2.set_xticks(range(len(bars)), [n for n, _ in bars], fontsize=6, rotation=60)
+        ax2.axhline(1.0, color="k", lw=0.8)
+        ax2.axhline(3.0, color="C2", lw=0.8, ls=":")
+        ax2.set_yscale("log")
+        ax2.set(title="ratios (log): e2e ours/TRL (goal < 1), sync/copy floor (goal < 3)")
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    print(f"wrote {out_png}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="tiny,100m")
@@ -175,16 +285,24 @@ def main():
     p.add_argument("--rounds", type=int, default=1, help="alternations ours/TRL per size (order flips each round)")
     p.add_argument("--lr", type=float, default=5e-5)
     p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--ours-root", default=ROOT, help="checkout whose train.py runs as 'ours' (default: this one)")
+    p.add_argument("--peers", default="ours,trl", help="which sides to run (ours,trl)")
     p.add_argument("--work-dir", default=os.path.join(ROOT, "runs", "bench_e2e"))
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "bench_e2e.json"))
+    p.add_argument("--plot-only", metavar="PNG", help="only draw the plot from bench/results/*.json into PNG")
     a = p.parse_args()
+    if a.plot_only:
+        return plot(os.path.dirname(a.out), a.plot_only)
+    a.work_dir, a.out, a.ours_root = map(os.path.abspath, (a.work_dir, a.out, a.ours_root))
+    variant = "" if a.ours_root == ROOT else "_" + os.path.basename(a.ours_root)
     sizes = [s.strip() for s in a.sizes.split(",") if s.strip()]
     bad = [s for s in sizes if s not in SIZES]
     if bad:
         sys.exit(f"--sizes: unknown {bad}; choose from {sorted(SIZES)}")
     sys.path.insert(0, ROOT)
     paths = prepare(a.work_dir)
-    result = {"machine": {"nproc": os.cpu_count(), "loadavg_start": os.getloadavg()}, "sizes": {}}
+    result = {"machine": {"nproc": os.cpu_count(), "loadavg_start": os.getloadavg()}, "ours_root": a.ours_root,
+              "sizes": {}}
     for size in sizes:
         steps = a.steps_tiny if size == "tiny" else a.steps_100m
         shape = SIZES[size]
@@ -192,45 +310,27 @@ def main():
                  "rounds": []}
         for r in range(a.rounds):
             order = ["ours", "trl"] if r % 2 == 0 else ["trl", "ours"]
+            order = [w for w in order if w in a.peers.split(",")]
             rnd = {"loadavg_before": os.getloadavg()}
             for who in order:
-                tag = f"{size}_r{r}_{who}"
+                tag = f"{size}_r{r}_{who}" + (variant if who == "ours" else "")
                 log = os.path.join(a.work_dir, tag + ".log")
                 print(f"[bench_e2e] {tag} ... (log {log})", flush=True)
                 if who == "ours":
                     rnd[who] = run_ours(paths[size], paths["data"], shape, steps, a.lr, a.temperature,
-                                        os.path.join(a.work_dir, tag), log)
+                                        os.path.join(a.work_dir, tag), log, a.ours_root)
                 else:
                     rnd[who] = run_trl(paths[size], paths["data"], shape, steps, a.lr, a.temperature,
                                        os.path.join(a.work_dir, tag + ".json"), log)
                 rnd[who]["loadavg_after"] = os.getloadavg()
             entry["rounds"].append(rnd)
-        ours = [x for rnd in entry["rounds"] for x in rnd["ours"]["steps"][1:]]
-        trl = [x for rnd in entry["rounds"] for x in rnd["trl"]["steps"][1:]]
-        med = lambda xs, k: statistics.median(x[k] for x in xs)  # noqa: E731
-        entry["summary"] = {
-            "ours_wall_median_s": med(ours, "wall_s"), "ours_cpu_median_s": med(ours, "cpu_s"),
-            "trl_wall_median_s": med(trl, "wall_s"), "trl_cpu_median_s": med(trl, "cpu_s"),
-            "ours_stage_wall_median_s": entry["rounds"][0]["ours"]["stage_wall_median_s"]}
-        s = entry["summary"]
-        s["wall_ratio_ours_over_trl"] = s["ours_wall_median_s"] / s["trl_wall_median_s"]
-        s["cpu_ratio_ours_over_trl"] = s["ours_cpu_median_s"] / s["trl_cpu_median_s"]
-        s["reward_ours"] = [x["reward_mean"] for x in entry["rounds"][0]["ours"]["steps"]]
-        s["reward_trl"] = [x.get("reward_mean") for x in entry["rounds"][0]["trl"]["steps"]]
+        entry["summary"] = summarize(entry["rounds"])
         result["sizes"][size] = entry
     result["machine"]["loadavg_end"] = os.getloadavg()
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(result, f, indent=1)
-    print(f"\n{'size':6} {'params':>8} {'shape':>9} {'ours wall':>10} {'TRL wall':>9} {'ratio':>6} "
-          f"{'ours cpu':>9} {'TRL cpu':>8} {'ratio':>6}  reward ours / TRL (first -> last)")
-    for size, e in result["sizes"].items():
-        s, sh = e["summary"], e["shape"]
-        print(f"{size:6} {e['params'] / 1e6:7.2f}M {sh['prompts']}x{sh['samples']}x{sh['max_new']:<3} "
-              f"{s['ours_wall_median_s']:9.2f}s {s['trl_wall_median_s']:8.2f}s {s['wall_ratio_ours_over_trl']:6.2f} "
-              f"{s['ours_cpu_median_s']:8.2f}s {s['trl_cpu_median_s']:7.2f}s {s['cpu_ratio_ours_over_trl']:6.2f}  "
-              f"{s['reward_ours'][0]:.3f}->{s['reward_ours'][-1]:.3f} / {s['reward_trl'][0]:.3f}->"
-              f"{s['reward_trl'][-1]:.3f}")
+    print_table(result)
     print(f"(step medians exclude step 1; ratio = ours / TRL, < 1 means we are faster; wrote {a.out})")
 
 

@@ -24,5 +24,5 @@ cat bench/results/bench_rollout.json
 log "3. train step throughput";   $PY bench/bench_train_step.py --out bench/results/bench_train_step.json
 log "4. weight sync";             $PY bench/bench_weight_sync.py --repeat $REP
 log "5. start-up";                $PY bench/bench_startup.py --repeat $([ "${QUICK:-0}" = 1 ] && echo 1 || echo 3)
-log "plot";                       $PY bench/plot_results.py 2>/dev/null || true
+log "plot";                       $PY bench/bench_e2e.py --plot-only docs/benchmarks.png
 log "done: bench/results/*.json"
