@@ -11,6 +11,7 @@ reads with `ast`) or listed in exactly one table here:
 - `NO_EFFECT_HERE`: harmless performance / kernel / memory hints; a non-default value prints one
   `WARNING:` line saying why it changes nothing here.
 - `INFORMATIONAL`: consumed by the configuration layer itself (derived defaults, role views, files it reads).
+- `ALWAYS_ON`: store_true switches whose behaviour slime_like always has (nothing to say when set).
 
 `--sglang-*` passthrough values are not parser dests on a CPU machine; `check_engine_passthrough` warns
 about those no engine will see (the CPU engine understands three of them; external engines none).
@@ -144,7 +145,6 @@ NO_EFFECT_HERE = {
     "optimizer_cpu_offload": "optimizer states stay on the accelerator (colocated runs offload them "
                              "between steps with --offload-train)",
     "overlap_param_gather": "parameter all-gather is not overlapped (same results)",  # pending: megatron
-    "accumulate_allreduce_grads_in_fp32": "gradients are always reduced in fp32 here, so it changes nothing",
     "distributed_backend": "the trainers use NCCL on CUDA and gloo on CPU automatically",
     "recompute_modules": "selective recompute uses megatron-core's default modules",  # pending: megatron
     "recompute_loss_function": "memory optimisation only; the loss is computed without it",  # pending: megatron
@@ -171,6 +171,11 @@ INFORMATIONAL = {
     "num_epoch": "validate.py: derives num_rollout from the prompt count",
     "debug_train_only": "validate_cluster.py / plan.py: no local engines",
     "train_backend": "choices=['megatron']: the only trainer",
+}
+
+# Switches whose behaviour is always on in slime_like, so setting them asks for what happens anyway (no message).
+ALWAYS_ON = {
+    "accumulate_allreduce_grads_in_fp32": "backends/megatron/optimizer.py builds DDP with grad_reduce_in_fp32=True",
 }
 
 # A slime-only flag's dest -> its feature (rejected on the command line while parsing, and here in YAML).

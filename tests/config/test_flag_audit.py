@@ -5,7 +5,8 @@ train.py, train_async.py; not tools/, whose converters skip validation), uses th
 (comments and docstrings do not count) as `<...args>.<dest>`, `getattr/hasattr/_get(x, "<dest>")`,
 `fuse("<dest>")`, `_custom_log("<dest>")` or a `("<key>", "<dest>")` pair of a key table. A dest nobody reads
 must sit in support.UNSUPPORTED (start-up error), support.NO_EFFECT_HERE (start-up warning),
-support.INFORMATIONAL (consumed by the config layer) or be a slime-only flag of flags_misc.UNSUPPORTED.
+support.INFORMATIONAL (consumed by the config layer), support.ALWAYS_ON (a switch whose behaviour is
+always on) or be a slime-only flag of flags_misc.UNSUPPORTED.
 """
 import argparse
 import ast
@@ -70,7 +71,7 @@ def _actions():
 
 def _tables():
     return {"UNSUPPORTED": support.UNSUPPORTED, "NO_EFFECT_HERE": support.NO_EFFECT_HERE,
-            "INFORMATIONAL": support.INFORMATIONAL, "SLIME_ONLY": support.SLIME_ONLY}
+            "INFORMATIONAL": support.INFORMATIONAL, "ALWAYS_ON": support.ALWAYS_ON, "SLIME_ONLY": support.SLIME_ONLY}
 
 
 def test_every_dest_is_read_or_classified():
@@ -147,7 +148,8 @@ def test_every_table_entry_fires_at_startup(base, table, capsys):
 
 
 def test_defaults_and_recipe_values_pass_silently(base):
-    args = parse(base + ["--context-parallel-size", "1", "--ckpt-format", "torch_dist", "--kv-lora-rank", "32"])
+    args = parse(base + ["--context-parallel-size", "1", "--ckpt-format", "torch_dist", "--kv-lora-rank", "32",
+                         "--accumulate-allreduce-grads-in-fp32"])
     assert not any("not honoured" in w for w in args.config_warnings)
 
 
