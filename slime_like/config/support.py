@@ -93,7 +93,8 @@ UNSUPPORTED = {
     "ckpt_step": "train.py resumes from the latest complete step of --load (only tools/convert_megatron_to_hf.py "
                  "reads --ckpt-step); drop it",
     "no_save_rng": "RNG state is always saved with a checkpoint",  # pending: megatron
-    "no_load_rng": "RNG state is always restored from a checkpoint",  # pending: megatron
+    # pending: megatron
+    "no_load_rng": "RNG state is restored together with the optimizer state; --no-load-optim skips both",
     "ckpt_format": "checkpoints are written and read as torch_dist only",  # pending: megatron
     # algorithm
     "custom_loss_function_path": f"custom losses (--loss-type custom_loss): {_MEGATRON}",  # pending: megatron
