@@ -106,7 +106,6 @@ UNSUPPORTED = {
     "custom_tis_function_path": f"custom TIS functions: {_MEGATRON}; use --use-tis with --tis-clip",
     "use_rollout_entropy": f"entropy from rollout log-probs: {_MEGATRON}",  # pending: megatron
     "keep_old_actor": f"a copy of the rollout-time weights: {_MEGATRON}",  # pending: megatron
-    "num_critic_only_steps": "critic-only warm-up rollouts: the training loop does not run them",  # pending: ray
     # rollout / data
     "buffer_filter_path": "buffer filters: partial-rollout groups are reused in FIFO order",  # pending: rollout
     "rollout_data_postprocess_path": "the post-log-prob rollout hook is not called",  # pending: ray

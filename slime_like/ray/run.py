@@ -12,6 +12,7 @@ import time
 
 import ray
 
+from slime_like.args import role_args
 from slime_like.ray.placement import create_placement, init_ray
 from slime_like.ray.rollout_manager import EngineGroup, RolloutManager
 from slime_like.ray.trainer_group import TrainerGroup
@@ -37,10 +38,8 @@ class Run:
         # --load-debug-rollout-data, no engines (the plan leaves out the part that is not run)
         actor = critic = None
         if plan.actor_slots:
-            actor = TrainerGroup(args, "actor", placement, plan.actor_slots, trainer_share)
+            actor = TrainerGroup(role_args(args, "actor"), "actor", placement, plan.actor_slots, trainer_share)
         if args.use_critic and plan.critic_slots:
-            from slime_like.args import role_args
-
             critic = TrainerGroup(role_args(args, "critic"), "critic", placement, plan.critic_slots, trainer_share / 2)
         engine_share = ENGINE_SHARE_COLOCATED if args.colocate else 1.0
         if args.rollout_external_engine_addrs:  # engines someone else runs: talk to them, start none
@@ -80,7 +79,8 @@ class Run:
         if self.critic is not None:
             self.critic.update_batch_per_dp(advantages)
             metrics.update(self.critic.train_step(rollout_id))
-        metrics.update(self.actor.train_step(rollout_id))
+        if rollout_id >= self.args.num_critic_only_steps:  # PPO warm-up: the critic learns first
+            metrics.update(self.actor.train_step(rollout_id))
         timings["time/train"] = time.perf_counter() - t
         return {**metrics, **timings}
 

@@ -87,9 +87,10 @@ class TrainerActor:
         self.trainer.onload()
 
     # ---- weight sync: trainer -> rollout engines ----
-    def connect_engines(self, engine_urls, colocate: bool):
+    def connect_engines(self, engine_urls, colocate: bool, group_name: str):
         """Open the weight path to the engines: an in-memory tensor handoff when colocated, else a
-        dedicated process group (gloo on CPU, nccl on GPU) with this rank as the broadcast source."""
+        dedicated process group (gloo on CPU, nccl on GPU) with this rank as the broadcast source.
+        With pipeline parallelism every stage sends its own layers, each through its own group."""
         from slime_like.backends.sglang import weight_sync
 
         if colocate:
@@ -98,7 +99,8 @@ class TrainerActor:
             import torch
 
             backend = "nccl" if torch.cuda.is_available() else "gloo"
-            self.weight_sender = weight_sync.DistributedWeightSender(engine_urls, backend=backend)
+            self.weight_sender = weight_sync.DistributedWeightSender(engine_urls, backend=backend,
+                                                                     group_name=group_name)
             self.weight_sender.connect()
 
     def update_weights(self):
@@ -152,13 +154,10 @@ class TrainerGroup:
         return {f"{self.role}/{k}": v for k, v in metrics.items()}
 
     def connect_engines(self, engine_urls, colocate: bool):
-        # iter_hf_weights() yields full tensors on tp_rank 0 / dp_rank 0 of each pipeline stage
-        senders = [a for a, i in zip(self.actors, self.info) if i["dp_rank"] == 0 and i["tp_rank"] == 0]
-        if len(senders) != 1:
-            raise NotImplementedError(
-                "weight sync with pipeline parallelism (--pipeline-model-parallel-size > 1) needs one sender per stage; "
-                "not supported yet")
-        ray.get(senders[0].connect_engines.remote(engine_urls, colocate))
+        # iter_hf_weights() yields full tensors on tp_rank 0 / dp_rank 0 of each pipeline stage: one sender
+        # per stage, each with its own weight-sync group on the engines
+        ray.get([a.connect_engines.remote(engine_urls, colocate, f"slime_like_weights_pp{i['pp_rank']}")
+                 for a, i in zip(self.actors, self.info) if i["dp_rank"] == 0 and i["tp_rank"] == 0])
 
     def update_weights(self) -> int:
         return sum(self.call("update_weights"))

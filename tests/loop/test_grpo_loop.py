@@ -66,3 +66,14 @@ def test_train_async_rejects_colocate(tiny_ckpt, toy_prompts, tmp_path, capsys):
                      "--num-rollout", "1")
     assert train_async.main(argv) == 2
     assert "--colocate is not supported" in capsys.readouterr().err
+
+
+def test_pipeline_parallel_actor_syncs_every_stage(tiny_ckpt, toy_prompts, tmp_path):
+    """PP=2: each stage's first rank sends its own layers through its own weight-sync group."""
+    argv = loop_argv(tiny_ckpt, toy_prompts[0], tmp_path, "--actor-num-gpus-per-node", "2",
+                     "--pipeline-model-parallel-size", "2", "--rollout-num-gpus", "1", "--num-rollout", "2")
+    assert train.main(argv) == 0
+    rows = _rollouts(tmp_path)
+    assert len(rows) == 2
+    for r in rows:
+        assert r["rollout/logprob_abs_diff"] < 1e-3, r
