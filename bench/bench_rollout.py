@@ -41,10 +41,11 @@ def prompts(n: int, vocab: int, seed: int = 0) -> list[list[int]]:
     return [[rng.randrange(2, vocab) for _ in range(rng.randint(16, 32))] for _ in range(n)]
 
 
-def bench_hf(path, ps, new_tokens, dtype, lengths=None) -> float:
+def bench_hf(path, ps, new_tokens, dtype, lengths=None, threads=1) -> float:
     import torch
     from transformers import AutoModelForCausalLM
 
+    torch.set_num_threads(threads)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).eval()
     T = max(map(len, ps))
     ids = torch.zeros(len(ps), T, dtype=torch.long)
@@ -62,7 +63,7 @@ def bench_hf(path, ps, new_tokens, dtype, lengths=None) -> float:
     return (sum(lengths) if lengths else (out.shape[1] - T) * len(ps)) / dt
 
 
-def bench_engine(path, ps, new_tokens, dtype, lengths=None) -> tuple[float, dict]:
+def bench_engine(path, ps, new_tokens, dtype, lengths=None, threads=1) -> tuple[float, dict]:
     import aiohttp
 
     from slime_like.backends.sglang.client import EngineClient
@@ -73,7 +74,8 @@ def bench_engine(path, ps, new_tokens, dtype, lengths=None) -> tuple[float, dict
         port = s.getsockname()[1]
     args = argparse.Namespace(hf_checkpoint=path, seed=0, save=None,
                               sglang_server_args={"dtype": dtype, "max_running_requests": len(ps)})
-    proc = start_engine(args, kind="cpu", port=port, log_dir=tempfile.gettempdir())
+    proc = start_engine(args, kind="cpu", port=port, log_dir=tempfile.gettempdir(),
+                        env={"OMP_NUM_THREADS": str(threads)})
     try:
         async def run():
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600)) as sess:
@@ -113,6 +115,9 @@ def main():
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--root", default=os.path.join(tempfile.gettempdir(), "slime_like_bench"))
     ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads for each system (1 by default: on a shared, oversubscribed machine OpenMP "
+                         "with several threads spin-waits and slows everything tens of times)")
     ap.add_argument("--varlen", action="store_true",
                     help="RL-like: each request wants U(16, new_tokens) tokens (as if it hit eos there); a static "
                          "transformers batch still decodes to the longest, the engine retires rows as they finish")
@@ -125,10 +130,10 @@ def main():
         rng = random.Random(1)
         lengths = [rng.randint(16, a.new_tokens) for _ in ps] if a.varlen else None
         r = {"model": name, "prompts": a.prompts, "new_tokens": a.new_tokens, "varlen": a.varlen, "dtype": a.dtype,
-             "cpu_count": os.cpu_count(), "load_avg_1m": os.getloadavg()[0]}
-        r["engine_http_tok_s"], info = bench_engine(path, ps, a.new_tokens, a.dtype, lengths)
+             "cpu_count": os.cpu_count(), "threads": a.threads, "load_avg_1m": round(os.getloadavg()[0], 1)}
+        r["engine_http_tok_s"], info = bench_engine(path, ps, a.new_tokens, a.dtype, lengths, a.threads)
         r["engine_mean_decode_batch"] = round(info["decode_rows"] / max(1, info["decode_steps"]), 1)
-        r["hf_generate_tok_s"] = None if a.skip_hf else bench_hf(path, ps, a.new_tokens, a.dtype, lengths)
+        r["hf_generate_tok_s"] = None if a.skip_hf else bench_hf(path, ps, a.new_tokens, a.dtype, lengths, a.threads)
         r["vllm_cpu_tok_s"] = bench_vllm(path, ps, a.new_tokens, a.dtype)
         if r["hf_generate_tok_s"]:
             r["engine_over_hf"] = round(r["engine_http_tok_s"] / r["hf_generate_tok_s"], 2)
