@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by start-head.sh / start-worker.sh / wait-for-nodes.sh / submit.sh (sourced, not run).
 # Reads the RAY_* variables below, checks them, and fills defaults. Every variable is optional:
 #

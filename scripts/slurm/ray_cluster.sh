@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Ray cluster inside a Slurm allocation. Sourced by the *.sbatch job scripts:
 #
 #   source "$SLIME_LIKE_ROOT/scripts/slurm/ray_cluster.sh"
@@ -20,6 +21,7 @@
 #                 --num-gpus, so a CPU-only node still offers GPU slots to the placement code.
 #   logs          $RAY_LOG_DIR (default $SLURM_SUBMIT_DIR/logs)/ray-<jobid>-{head,workers}.log
 #
+# RAY_SRUN_FLAGS: extra srun flags for the Ray node steps (containers, GPU binding), split on spaces.
 # Timeouts: RAY_WAIT_TIMEOUT (default 180 s) for all nodes and GPU slots to join; DRIVER_STOP_TIMEOUT (30 s)
 # between SIGTERM and SIGKILL for a driver still running at teardown.
 
@@ -130,6 +132,9 @@ _rc_wait_for_head() {
 ray_cluster_up() {
   local here=$SLIME_LIKE_ROOT/scripts/ray log_head=$RAY_LOG_DIR/ray-$SLURM_JOB_ID-head.log
   local log_workers=$RAY_LOG_DIR/ray-$SLURM_JOB_ID-workers.log total_gpus=$(( RAY_NUM_NODES * RAY_GPUS_PER_NODE ))
+  local _rc_srun_flags=()
+  # Site-specific flags for the Ray node steps, e.g. --container-image=... (pyxis) or --gres=gpu:8.
+  read -r -a _rc_srun_flags <<<"${RAY_SRUN_FLAGS:-}"
   mkdir -p "$RAY_LOG_DIR"
   echo "$(date +%T) job $SLURM_JOB_ID: Ray head on $RAY_HEAD_NODE ($RAY_ADDRESS), $RAY_NUM_NODES node(s) x $RAY_GPUS_PER_NODE GPU slot(s), temp $RAY_TEMP_DIR"
   # Stale sessions of an earlier job with the same id (ids restart at 1 after a controller reset).
@@ -139,14 +144,14 @@ ray_cluster_up() {
   RAY_MIN_WORKER_PORT=${RAY_MIN_WORKER_PORT:-$((RAY_PORT_BASE + 100))} \
   RAY_MAX_WORKER_PORT=${RAY_MAX_WORKER_PORT:-$((RAY_PORT_BASE + 324))} \
     srun --overlap --nodes=1 --ntasks=1 -w "$RAY_HEAD_NODE" --job-name=ray-head --output="$log_head" \
-         bash "$here/start-head.sh" --block &
+         "${_rc_srun_flags[@]}" bash "$here/start-head.sh" --block &
   _RC_STEP_PIDS+=($!); _RC_STEP_PIDS_BY_NAME[ray-head]=$!
   _rc_wait_for_head "$log_head"
   if (( RAY_NUM_NODES > 1 )); then
     # One step for all workers; each task derives its ports from its node index in the step.
     srun --overlap --nodes=$((RAY_NUM_NODES - 1)) --ntasks=$((RAY_NUM_NODES - 1)) --ntasks-per-node=1 \
          --exclude="$RAY_HEAD_NODE" --job-name=ray-workers --output="$log_workers" --kill-on-bad-exit=0 \
-         bash -c 'i=$(( (SLURM_NODEID + 1) % 4 ));
+         "${_rc_srun_flags[@]}" bash -c 'i=$(( (SLURM_NODEID + 1) % 4 ));
                   export RAY_AGENT_PORT=${RAY_AGENT_PORT:-$(( RAY_PORT_BASE + 10 + i ))}
                   export RAY_MIN_WORKER_PORT=${RAY_MIN_WORKER_PORT:-$(( RAY_PORT_BASE + 100 + 225 * i ))}
                   export RAY_MAX_WORKER_PORT=${RAY_MAX_WORKER_PORT:-$(( RAY_PORT_BASE + 324 + 225 * i ))}
