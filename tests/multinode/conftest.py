@@ -10,9 +10,10 @@ import pytest
 from multinode_helpers import LOCAL_CLUSTER, LocalSlurm, free_port, free_port_range, pid_alive
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def local_slurm(tmp_path_factory):
-    """A 2-node Slurm (n1, n2: two slurmd on this host, 4 fake GPUs each), installed with apt-get if missing."""
+    """A 2-node Slurm (n1, n2: two slurmd on this host, 4 fake GPUs each), installed with apt-get if missing.
+    Module scope: the daemons stop as soon as the module's tests are done, not at the end of the whole run."""
     if not all(shutil.which(c) for c in ("slurmctld", "slurmd", "munged", "sbatch")) and not shutil.which("apt-get"):
         pytest.skip("Slurm is not installed and apt-get is not available to install it "
                     "(slurmctld slurmd slurm-client munge); scripts/slurm/local_cluster.sh needs a Debian/Ubuntu host")
