@@ -31,7 +31,8 @@ def test_tiny_job_two_nodes(local_slurm, tiny_ckpt, tmp_path):
 
     # Both Slurm nodes joined the Ray cluster, each with its GPU slot (SLURM_GPUS_ON_NODE=1) ...
     assert "ray cluster ready: 2 node(s), 2 GPU slot(s)" in text, text[-4000:]
-    # ... after the flags were checked: the plan puts one actor rank and one engine on each node.
+    # ... after the flags were checked: the plan puts one actor rank and one engine on each node (each node has
+    # one GPU slot, so the two DP ranks cannot share a node: the gloo group really spans both Slurm nodes).
     plan = (run_dir / "plan.txt").read_text()
     assert "2 node(s) x 1 GPU slots" in plan and "actor: 2 rank(s)" in plan and "node 1:" in plan, plan
 
