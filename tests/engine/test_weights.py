@@ -145,3 +145,15 @@ def test_distributed_sender_fails_fast_when_an_engine_refuses(engine_w):
     with pytest.raises(EngineError, match="needs CUDA") as e:
         sender.connect()
     assert engine_w.url in str(e.value) and time.time() - t < 30
+
+
+def test_tensor_payload_carries_shared_memory_handles_not_bytes():
+    """The colocated path sends handles: the JSON payload stays tiny however large the tensors are."""
+    from slime_like.backends.sglang import tensor_serializer
+
+    big = [("w", torch.randn(1024, 1024))]  # 4 MiB
+    p = weight_sync.TensorWeightSender(["http://unused"], engine_tp_size=2).payload(big)
+    assert len(p["serialized_named_tensors"]) == 2 and p["load_format"] is None and p["flush_cache"] is True
+    assert len(p["serialized_named_tensors"][0]) < 10_000
+    (name, t), = tensor_serializer.deserialize(p["serialized_named_tensors"][0])
+    assert name == "w" and torch.equal(t, big[0][1]) and t.is_shared()
