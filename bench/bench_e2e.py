@@ -117,8 +117,9 @@ class TreeCPU:
                     c = p.cpu_times()
                     key = (p.pid, p.create_time())
                     self.seen[key] = c.user + c.system
-                    if key not in self.kind or self.kind[key] == "ray: idle worker":
-                        self.kind[key] = category(p, self.root)
+                    kind = category(p, self.root)  # a Ray worker takes its actor's name later
+                    if kind != "other" or key not in self.kind:  # an exiting process can't name itself
+                        self.kind[key] = kind
                 except psutil.Error:
                     pass
             return sum(self.seen.values())
@@ -156,7 +157,7 @@ def run_ours(model_dir, data_dir, shape, steps, lr, temperature, run_dir, log_pa
         env = dict(os.environ, **ENV, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
         proc = subprocess.Popen(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT, env=env)
     tree = TreeCPU(proc.pid)
-    marks, rows = [(t0, 0.0)], []
+    marks, rows, cats = [(t0, 0.0)], [], []
     while True:
         done = proc.poll() is not None
         if os.path.exists(metrics):
@@ -165,15 +166,13 @@ def run_ours(model_dir, data_dir, shape, steps, lr, temperature, run_dir, log_pa
             for row in lines[len(rows):]:
                 marks.append((time.perf_counter(), tree.sample()))
                 rows.append(row)
-                if len(rows) == 1:
-                    cat0 = tree.by_category()  # after rollout 0: start-up excluded from the breakdown
+                cats.append(tree.by_category())  # per line: rollout 0 (start-up) and shutdown stay out
         if done:
             break
         time.sleep(0.1)
     tree.stop.set()
-    cat1 = tree.by_category()
     n_after = max(1, len(rows) - 1)
-    breakdown = {k: (v - cat0.get(k, 0.0)) / n_after for k, v in cat1.items()} if rows else {}
+    breakdown = {k: (v - cats[0].get(k, 0.0)) / n_after for k, v in cats[-1].items()} if rows else {}
     if proc.returncode != 0:
         raise RuntimeError(f"train.py exited {proc.returncode}; log {log_path}")
     steps_out = []
