@@ -14,7 +14,7 @@ from _dist import run_ranks, tiny_ckpts  # noqa: F401  (tiny_ckpts is a fixture)
 TOKENS = torch.randint(2, 100, (4, 16), generator=torch.Generator().manual_seed(1))
 
 
-def _setup(rank, world, port, hf_dir, tp, dropout, with_optim=True):
+def _setup(rank, world, port, hf_dir, tp, dropout, dist_opt=False):
     warnings.filterwarnings("ignore")
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
@@ -28,10 +28,10 @@ def _setup(rank, world, port, hf_dir, tp, dropout, with_optim=True):
     chunks = model.build_model(args)
     hf_weights.load_hf_weights(chunks, hf_dir, args)
     ddp = DistributedDataParallel(config=chunks[0].config, ddp_config=DistributedDataParallelConfig(
-        grad_reduce_in_fp32=True, overlap_grad_reduce=False), module=chunks[0])
+        grad_reduce_in_fp32=True, overlap_grad_reduce=False, use_distributed_optimizer=dist_opt), module=chunks[0])
     chunks[0].config.finalize_model_grads_func, chunks[0].config.no_sync_func = finalize_model_grads, ddp.no_sync
     opt = get_megatron_optimizer(OptimizerConfig(optimizer="adam", lr=1e-2, min_lr=1e-3, params_dtype=torch.float32,
-                                                 clip_grad=1.0), [ddp])
+                                                 clip_grad=1.0, use_distributed_optimizer=dist_opt), [ddp])
     sched = OptimizerParamScheduler(opt, init_lr=0.0, max_lr=1e-2, min_lr=1e-3, lr_warmup_steps=2,
                                     lr_decay_steps=10, lr_decay_style="cosine", start_wd=0.0, end_wd=0.0,
                                     wd_incr_steps=10, wd_incr_style="constant")
@@ -56,10 +56,10 @@ def _params(chunks):
     return {n: p.detach().clone() for n, p in chunks[0].named_parameters()}
 
 
-def resume_rank(rank, world, port, hf_dir, save_dir, tp):
+def resume_rank(rank, world, port, hf_dir, save_dir, tp, dist_opt=False):
     from slime_like.backends.megatron import checkpoint
 
-    _, chunks, ddp, opt, sched = _setup(rank, world, port, hf_dir, tp, dropout=0.1)
+    _, chunks, ddp, opt, sched = _setup(rank, world, port, hf_dir, tp, dropout=0.1, dist_opt=dist_opt)
     for _ in range(2):
         _step(ddp, opt, sched)
     checkpoint.save_checkpoint(save_dir, 2, chunks, optimizer=opt, scheduler=sched, extra_state={"role": "actor"})
@@ -67,7 +67,7 @@ def resume_rank(rank, world, port, hf_dir, save_dir, tp):
     params_a = _params(chunks)
 
     # a fresh model/optimizer/scheduler (HF weights again, RNG re-seeded) restored from the checkpoint
-    _, chunks2, ddp2, opt2, sched2 = _setup_again(chunks, hf_dir, tp)
+    _, chunks2, ddp2, opt2, sched2 = _setup_again(hf_dir, tp, dist_opt)
     it = checkpoint.load_checkpoint(save_dir, chunks2, optimizer=opt2, scheduler=sched2)
     loss_b, lr_b = _step(ddp2, opt2, sched2), opt2.param_groups[0]["lr"]
     params_b = _params(chunks2)
@@ -76,11 +76,11 @@ def resume_rank(rank, world, port, hf_dir, save_dir, tp):
                 tracker=open(os.path.join(save_dir, checkpoint.TRACKER)).read())
 
 
-def _setup_again(old_chunks, hf_dir, tp):
+def _setup_again(hf_dir, tp, dist_opt):
     """A second model in the same process (parallel state already up)."""
     import torch.distributed as dist
 
-    return _setup(dist.get_rank(), dist.get_world_size(), None, hf_dir, tp, dropout=0.1)
+    return _setup(dist.get_rank(), dist.get_world_size(), None, hf_dir, tp, dropout=0.1, dist_opt=dist_opt)
 
 
 @pytest.mark.slow
@@ -92,6 +92,15 @@ def test_resume_equals_uninterrupted_tp2(tiny_ckpts, tmp_path):
         assert r["lr"][0] == pytest.approx(r["lr"][1]), r
         assert r["max_diff"] < 1e-6, r
     assert sorted(os.listdir(tmp_path / "save")) == ["iter_0000002", "latest_checkpointed_iteration.txt"]
+
+
+@pytest.mark.slow
+def test_resume_equals_uninterrupted_dp2_distributed_optimizer(tiny_ckpts, tmp_path):
+    # DP=2 with the distributed optimizer: each rank saves its shard of the fp32 Adam state
+    results = run_ranks(resume_rank, 2, tiny_ckpts["qwen2"], str(tmp_path / "save"), 1, True)
+    for r in results:
+        assert r["it"] == 2 and r["loss"][0] == pytest.approx(r["loss"][1], abs=1e-6), r
+        assert r["max_diff"] < 1e-6, r
 
 
 KILLED_SAVE = """

@@ -93,15 +93,43 @@ def _model_state(model_chunks):
 def _sharded_state(model_chunks, optimizer, scheduler, is_loading, with_rng=True):
     state = _model_state(model_chunks)
     if optimizer is not None:
+        if is_loading:
+            _prime_distributed_optimizer(optimizer)
         model_sd = {}
         for v in state.values():
             model_sd.update(v)
-        state["optimizer"] = optimizer.sharded_state_dict(model_sd, is_loading=is_loading)
+        # distributed optimizer: "fully_reshardable" (Adam state in model space, any topology on resume);
+        # mcore 0.16's default "fully_sharded_model_space" fails with "flattened_range is not supported"
+        state["optimizer"] = optimizer.sharded_state_dict(
+            model_sd, is_loading=is_loading, metadata={"distrib_optim_sharding_type": "dp_reshardable"})
     if scheduler is not None:
         state["opt_param_scheduler"] = scheduler.state_dict()
     if with_rng:
         state["rng_state"] = _rng_object()
     return state
+
+
+def _prime_distributed_optimizer(optimizer):
+    """A DistributedOptimizer that never stepped has no Adam state to load into (mcore 0.16 without Apex/TE
+    asserts on it in state_dict()); give it mcore's dummy states, which the load then overwrites."""
+    for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
+        inner = getattr(opt, "optimizer", None)
+        if inner is not None and not inner.state and hasattr(opt, "_init_optimizer_states_with_dummy_values"):
+            opt._init_optimizer_states_with_dummy_values()
+
+
+def _fix_adam_steps(optimizer, loaded_optimizer_state):
+    """mcore 0.16's DistributedOptimizer on the torch-Adam path (no Apex/TE, i.e. CPU) keeps the Adam
+    `step` in its param groups and restores it wrongly (one tensor shared by all parameters, which torch
+    Adam then increments once per parameter; or the pre-load value). Set each parameter's own step
+    from the checkpoint's param groups."""
+    groups = loaded_optimizer_state.get("optimizer", {}).get("param_groups", []) \
+        if isinstance(loaded_optimizer_state, dict) else []
+    steps = {g["step"] for g in groups if "step" in g}
+    for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
+        for state in getattr(getattr(opt, "optimizer", None), "state", {}).values():
+            if torch.is_tensor(state.get("step")):
+                state["step"] = torch.tensor(float(next(iter(steps)))) if len(steps) == 1 else state["step"].clone()
 
 
 def save_checkpoint(save_dir: str, iteration: int, model_chunks, optimizer=None, scheduler=None,
@@ -213,7 +241,9 @@ def load_checkpoint(load_dir: str, model_chunks, optimizer=None, scheduler=None,
     for i, chunk in enumerate(chunks):
         chunk.load_state_dict(loaded["model" if len(chunks) == 1 else f"model{i}"], strict=True)
     if optimizer is not None:
-        optimizer.load_state_dict(loaded["optimizer"])
+        with torch.no_grad():  # the distributed optimizer copies into views of leaf params
+            optimizer.load_state_dict(loaded["optimizer"])
+        _fix_adam_steps(optimizer, loaded["optimizer"])
     if scheduler is not None:
         scheduler.load_state_dict(loaded["opt_param_scheduler"])
     if "rng_state" in loaded:
