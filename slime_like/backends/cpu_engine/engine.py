@@ -4,7 +4,7 @@ One background thread owns the model. Every iteration it
   1. drops aborted rows (they finish with their partial output, finish_reason ``abort``),
   2. admits waiting requests up to ``max_running_requests``: prefills them together and merges them into the
      running batch (so a request arriving mid-decode joins at the next step, not after the batch drains),
-  3. runs one decode step for every running row, samples with each row's own parameters, and retires the rows
+  3. runs one decode step for every running row (new ones included), samples with each row's own parameters, and retires the rows
      that finished (stop token, stop string, max_new_tokens, context length).
 Weight updates take ``model_lock`` so they land between two steps. No HTTP or asyncio here: callers pass an
 ``on_done`` callback, which the HTTP layer turns into a future.
@@ -195,7 +195,8 @@ class CPUEngine:
             self.stats["max_prefill_batch_size"] = max(self.stats["max_prefill_batch_size"], len(new))
             self._sample_and_retire(fresh, logits)
             self.batch.merge(fresh)
-        elif len(self.batch):
+        # Decode in the same iteration: a trickle of arriving requests must not stall the running rows.
+        if len(self.batch):
             logits = kv_batch.decode_step(self.model, self.batch)
             self.stats["decode_steps"] += 1
             self.stats["decode_rows"] += len(self.batch)
