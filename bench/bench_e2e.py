@@ -244,14 +244,14 @@ def plot(results_dir: str, out_png: str) -> None:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     bars = []
     for path in sorted(glob.glob(os.path.join(results_dir, "bench_e2e*.json"))):
-        tag = os.path.basename(path)[len("bench_e2e"):-len(".json")].strip("_") or "main"
+        tag = "threadfix" if "threadfix" in os.path.basename(path) else "main"  # see docs/benchmarks.md
         with open(path) as f:
             res = json.load(f)
         for size, e in res["sizes"].items():
             s = e["summary"]
             for who, style in (("ours", "-o"), ("trl", "--s")):
                 ys = s.get(f"reward_{who}")
-                if ys and size == "tiny" and not (who == "trl" and tag != "tiny"):
+                if ys and size == "tiny" and not (who == "trl" and tag != "main"):
                     ax1.plot(range(1, len(ys) + 1), ys, style, ms=3, label=f"{who} ({tag})" if who == "ours" else "TRL")
             if "cpu_ratio_ours_over_trl" in s:
                 bars.append((f"e2e {size}\n{tag} cpu", s["cpu_ratio_ours_over_trl"]))
