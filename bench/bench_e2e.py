@@ -137,7 +137,7 @@ class TreeCPU:
             self.sample()
 
 
-def run_ours(model_dir, data_dir, shape, steps, lr, temperature, run_dir, log_path, root=ROOT) -> dict:
+def run_ours(model_dir, data_dir, shape, steps, lr, temperature, run_dir, log_path, root=ROOT, extra=()) -> dict:
     """train.py with scripts/run-demo.sh's flags (no eval, prompts in file order); per-step wall and tree CPU."""
     os.makedirs(run_dir, exist_ok=True)
     metrics = os.path.join(run_dir, "metrics.jsonl")
@@ -150,7 +150,7 @@ def run_ours(model_dir, data_dir, shape, steps, lr, temperature, run_dir, log_pa
            "--rollout-max-response-len", str(shape["max_new"]), "--rollout-temperature", str(temperature),
            "--advantage-estimator", "grpo", "--lr", str(lr), "--lr-decay-style", "constant", "--clip-grad", "1.0",
            "--micro-batch-size", str(min(128, shape["prompts"] * shape["samples"])), "--colocate", "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "1",
-           "--num-gpus-per-node", "1", "--run-dir", run_dir]
+           "--num-gpus-per-node", "1", "--run-dir", run_dir, *extra]
     t0 = time.perf_counter()
     with open(log_path, "w") as log:
         # PYTHONPATH: Ray's workers import slime_like from `root` too (--ours-root compares a patched copy)
@@ -244,7 +244,8 @@ def plot(results_dir: str, out_png: str) -> None:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     bars = []
     for path in sorted(glob.glob(os.path.join(results_dir, "bench_e2e*.json"))):
-        tag = "threadfix" if "threadfix" in os.path.basename(path) else "main"  # see docs/benchmarks.md
+        name = os.path.basename(path)[len("bench_e2e_"):-len(".json")]
+        tag = name if name.startswith("threadfix") else "main"  # see docs/benchmarks.md
         with open(path) as f:
             res = json.load(f)
         for size, e in res["sizes"].items():
@@ -285,6 +286,7 @@ def main():
     p.add_argument("--lr", type=float, default=5e-5)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--ours-root", default=ROOT, help="checkout whose train.py runs as 'ours' (default: this one)")
+    p.add_argument("--ours-extra", default="", help="extra train.py flags for ours, space-separated; write --ours-extra=--flag")
     p.add_argument("--peers", default="ours,trl", help="which sides to run (ours,trl)")
     p.add_argument("--work-dir", default=os.path.join(ROOT, "runs", "bench_e2e"))
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "bench_e2e.json"))
@@ -301,6 +303,7 @@ def main():
     sys.path.insert(0, ROOT)
     paths = prepare(a.work_dir)
     result = {"machine": {"nproc": os.cpu_count(), "loadavg_start": os.getloadavg()}, "ours_root": a.ours_root,
+              "ours_extra": a.ours_extra,
               "sizes": {}}
     for size in sizes:
         steps = a.steps_tiny if size == "tiny" else a.steps_100m
@@ -317,7 +320,7 @@ def main():
                 print(f"[bench_e2e] {tag} ... (log {log})", flush=True)
                 if who == "ours":
                     rnd[who] = run_ours(paths[size], paths["data"], shape, steps, a.lr, a.temperature,
-                                        os.path.join(a.work_dir, tag), log, a.ours_root)
+                                        os.path.join(a.work_dir, tag), log, a.ours_root, a.ours_extra.split())
                 else:
                     rnd[who] = run_trl(paths[size], paths["data"], shape, steps, a.lr, a.temperature,
                                        os.path.join(a.work_dir, tag + ".json"), log)

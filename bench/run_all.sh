@@ -19,8 +19,8 @@ log "machine"; echo "nproc $(nproc); $(grep -m1 'model name' /proc/cpuinfo)" | t
 [ -x bench/.venv-trl/bin/python ] || bash bench/trl_peer/setup_env.sh
 
 log "1. end to end vs TRL";       $PY bench/bench_e2e.py $E2E
-log "2. rollout throughput";      $PY bench/bench_rollout.py | tail -1 > bench/results/bench_rollout.json
-cat bench/results/bench_rollout.json
+log "2. rollout throughput";      $PY bench/bench_rollout.py | tee bench/results/bench_rollout.log
+tail -1 bench/results/bench_rollout.log > bench/results/bench_rollout.json   # its last line is the JSON
 log "3. train step throughput";   $PY bench/bench_train_step.py --out bench/results/bench_train_step.json
 log "4. weight sync";             $PY bench/bench_weight_sync.py --repeat $REP
 log "5. start-up";                $PY bench/bench_startup.py --repeat $([ "${QUICK:-0}" = 1 ] && echo 1 || echo 3)
