@@ -20,7 +20,12 @@ lands in metrics.jsonl; step i's CPU time = total at line i - total at line i-1,
 0 includes start-up and is excluded from the medians (TRL's first step is excluded too). TRL is one process:
 its per-step process_time comes from bench/trl_peer/run_trl_grpo.py.
 
-Writes bench/results/bench_e2e.json. Timings never decide pass/fail.
+The same samples give `cpu_per_step_by_process_s` (trainer actor, engine server, rollout manager, driver, Ray's
+own processes), between the first and the last metrics line. `--ours-root DIR` runs train.py from another
+checkout (a patched scratch copy: the before/after of a fix in one run); `--ours-extra=--flag` adds flags.
+
+Writes bench/results/bench_e2e.json; `--plot-only PNG` draws docs/benchmarks.png from bench/results/*.json.
+Timings never decide pass/fail.
 """
 from __future__ import annotations
 
