@@ -32,7 +32,8 @@ SGLANG_ARGS=(--rollout-num-gpus-per-engine 2 --sglang-mem-fraction-static 0.7)
 MISC_ARGS=(--attention-dropout 0.0 --hidden-dropout 0.0 --accumulate-allreduce-grads-in-fp32
            --attention-softmax-in-fp32 --attention-backend flash)
 
-"${PYTHON:-python}" "${SCRIPT_DIR}/../train.py" \
+source "${SCRIPT_DIR}/lib/launch_train.sh"   # LAUNCH=ray: local Ray head + `ray job submit`
+launch_train \
    --actor-num-nodes 1 --actor-num-gpus-per-node 8 --colocate \
    "${MODEL_ARGS[@]}" "${CKPT_ARGS[@]}" "${ROLLOUT_ARGS[@]}" "${EVAL_ARGS[@]}" "${PERF_ARGS[@]}" \
    "${GRPO_ARGS[@]}" "${OPTIMIZER_ARGS[@]}" "${SGLANG_ARGS[@]}" "${MISC_ARGS[@]}" "$@"

@@ -29,7 +29,8 @@ OPTIMIZER_ARGS=(--optimizer adam --lr 1e-6 --lr-decay-style constant --weight-de
 SGLANG_ARGS=(--rollout-num-gpus 2 --rollout-num-gpus-per-engine 2 --sglang-mem-fraction-static 0.8)
 MISC_ARGS=(--attention-dropout 0.0 --hidden-dropout 0.0 --accumulate-allreduce-grads-in-fp32 --attention-softmax-in-fp32)
 
-"${PYTHON:-python}" "${SCRIPT_DIR}/../train.py" \
+source "${SCRIPT_DIR}/lib/launch_train.sh"   # LAUNCH=ray: local Ray head + `ray job submit`
+launch_train \
    --actor-num-nodes 1 --actor-num-gpus-per-node 4 --critic-num-nodes 1 --critic-num-gpus-per-node 2 \
    "${MODEL_ARGS[@]}" "${CKPT_ARGS[@]}" "${ROLLOUT_ARGS[@]}" "${PERF_ARGS[@]}" \
    "${PPO_ARGS[@]}" "${OPTIMIZER_ARGS[@]}" "${SGLANG_ARGS[@]}" "${MISC_ARGS[@]}" "$@"
