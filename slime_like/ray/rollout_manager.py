@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ray
 
-from slime_like.ray.placement import Placement, free_port
+from slime_like.ray.placement import QUIET_OPENMP, Placement, free_port
 
 
 @ray.remote(num_cpus=0)
@@ -81,7 +81,7 @@ class EngineGroup:
             gpu_ids = [placement.bundles[s].gpu_id for s in slots]
             # The engine uses all its GPUs through --base-gpu-id, so Ray must not narrow CUDA_VISIBLE_DEVICES
             # down to the one bundle the actor sits on.
-            env = {"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}}
+            env = {"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1", **QUIET_OPENMP}}
             self.actors.append(EngineActor.options(num_gpus=gpu_share, scheduling_strategy=placement.strategy(slots[0]),
                                                    runtime_env=env).remote(args, i, gpu_ids))
         self.urls = ray.get([a.start.remote(kind) for a in self.actors])

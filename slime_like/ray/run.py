@@ -73,7 +73,7 @@ class Run:
         tokens = sum(c for _, c in gaps)
         if tokens:
             metrics["rollout/logprob_abs_diff"] = sum(d for d, _ in gaps) / tokens
-        advantages = self.actor.per_dp(self.actor.call("compute_advantages"))
+        advantages = self.actor.per_dp(self.actor.call("compute_advantages", self.critic is not None))
         timings["time/log_probs"] = time.perf_counter() - t
         t = time.perf_counter()
         if self.critic is not None:

@@ -10,7 +10,7 @@ import os
 
 import ray
 
-from slime_like.ray.placement import Placement, free_port
+from slime_like.ray.placement import QUIET_OPENMP, Placement, free_port
 
 
 @ray.remote(num_cpus=0)
@@ -69,10 +69,12 @@ class TrainerActor:
         self.batch.update(out)
         return out
 
-    def compute_advantages(self):
+    def compute_advantages(self, return_them: bool):
+        """Adds advantages and returns; hands them back only when another role (the critic) needs them:
+        pickling ~1000 small tensors through Ray costs more than computing them."""
         out = self.trainer.compute_advantages(self.batch)
         self.batch.update(out)
-        return out
+        return out if return_them else None
 
     def train_step(self, rollout_id: int):
         return self.trainer.train_step(rollout_id, self.batch)
@@ -121,8 +123,9 @@ class TrainerGroup:
         self.args, self.role = args, role
         world = len(slots)
         threads = max(1, (os.cpu_count() or 2) // world)
+        env = {"OMP_NUM_THREADS": str(threads), **QUIET_OPENMP}
         self.actors = [TrainerActor.options(num_gpus=gpu_share, scheduling_strategy=placement.strategy(s),
-                                            runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}})
+                                            runtime_env={"env_vars": env})
                        .remote(args, role, rank, world, threads) for rank, s in enumerate(slots)]
         master_addr, master_port = ray.get(self.actors[0].node_ip_and_free_port.remote())
         loaded = ray.get([a.init.remote(master_addr, master_port) for a in self.actors])
