@@ -16,7 +16,8 @@ PY=python3
 [ -x .venv/bin/python ] && PY=.venv/bin/python
 export RAY_AUTH_MODE=disabled HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 TASK=$RUN_DIR/task
-NUM_ROLLOUT=${NUM_ROLLOUT:-120}
+NUM_ROLLOUT=${NUM_ROLLOUT:-160}
+LR=${LR:-2e-4}
 
 $PY -m slime_like.demo.prepare "$TASK"
 rm -f "$RUN_DIR/metrics.jsonl"   # a fresh curve each run (the task and warm-up are reused)
@@ -27,7 +28,7 @@ $PY train.py \
   --custom-rm-path slime_like.demo.arith.reward \
   --num-rollout "$NUM_ROLLOUT" --rollout-batch-size 64 --n-samples-per-prompt 8 \
   --rollout-max-response-len 5 --rollout-temperature 1 \
-  --advantage-estimator grpo --lr 5e-5 --lr-decay-style constant --clip-grad 1.0 --micro-batch-size 128 \
+  --advantage-estimator grpo --lr "$LR" --lr-decay-style constant --clip-grad 1.0 --micro-batch-size 128 \
   --eval-prompt-data arith "$TASK/data/heldout.jsonl" --eval-interval 10 \
   --n-samples-per-eval-prompt 1 --eval-temperature 0 --eval-max-response-len 5 \
   --colocate --actor-num-nodes 1 --actor-num-gpus-per-node 1 --num-gpus-per-node 1 \
