@@ -11,12 +11,12 @@ code runs in tests and in the demo.
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
 
 
 # OpenMP threads that wait for work sleep instead of spinning. Trainer and engine take turns on the same
@@ -98,13 +98,6 @@ def _ip_key(ip: str):
     """Sort IPv4 addresses numerically (10.0.0.9 before 10.0.0.10); anything else as text."""
     parts = ip.split(".")
     return tuple(int(p) for p in parts) if len(parts) == 4 and all(p.isdigit() for p in parts) else (ip,)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago on this node (for torch.distributed masters and engines)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def init_ray(args) -> None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import ray
 
-from slime_like.ray.placement import QUIET_OPENMP, Placement, free_port
+from slime_like.ray.placement import QUIET_OPENMP, Placement
+from slime_like.utils.net import free_port
 
 
 @ray.remote(num_cpus=0)
@@ -45,7 +46,7 @@ class RolloutManager:
 
     def generate(self, rollout_id: int, dp_size: int):
         """Generate and score one rollout; return (one trainer shard per DP rank, metrics)."""
-        from slime_like.rollout.generate import split_for_dp, to_train_batch
+        from slime_like.rollout.batch import split_for_dp, to_train_batch
 
         samples, metrics = self.controller.generate(rollout_id)
         return split_for_dp(to_train_batch(self.args, samples), dp_size, balance=self.args.balance_data), metrics

@@ -10,7 +10,8 @@ import os
 
 import ray
 
-from slime_like.ray.placement import QUIET_OPENMP, Placement, free_port
+from slime_like.ray.placement import QUIET_OPENMP, Placement
+from slime_like.utils.net import free_port
 
 
 @ray.remote(num_cpus=0)

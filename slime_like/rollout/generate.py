@@ -17,7 +17,6 @@ import logging
 from dataclasses import dataclass, field
 
 from ..sample import Sample, Status
-from .batch import split_for_dp, to_train_batch  # noqa: F401  (re-exported: the Ray manager imports them here)
 from .engines import NoEngineLeft, current_state
 from .filters import decide
 from .hooks import load_function

@@ -30,7 +30,7 @@ def test_rollout_only_then_train_only_on_the_saved_rollouts(tiny_ckpt, toy_promp
 def test_external_engine(tiny_ckpt, toy_prompts, tmp_path):
     from slime_like.args import parse_args
     from slime_like.backends.sglang.launcher import start_engine
-    from slime_like.ray.placement import free_port
+    from slime_like.utils.net import free_port
 
     argv = loop_argv(tiny_ckpt, toy_prompts[0], tmp_path, "--actor-num-gpus-per-node", "1", "--num-rollout", "2")
     port = free_port()

@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from slime_like.utils.net import free_port
 
 
 def init_distributed(rank: int, world_size: int, master_addr: str = "127.0.0.1", master_port: int = 29500,
@@ -71,14 +72,6 @@ def destroy_distributed():
         ps.destroy_model_parallel()
     if dist.is_initialized():
         dist.destroy_process_group()
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rank_main(rank, fn, world_size, port, result_dir, args):

@@ -30,6 +30,7 @@ import torch
 
 from slime_like.backends.sglang import tensor_serializer
 from slime_like.backends.sglang.client import EngineError, EngineUnreachable
+from slime_like.utils.net import free_port
 
 
 # ------------------------------------------------------------------------------------------- sync HTTP helpers
@@ -107,12 +108,6 @@ def buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int
         yield cur
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def _dtype_name(dt: torch.dtype) -> str:
     return str(dt).replace("torch.", "")
 
@@ -154,7 +149,7 @@ class DistributedWeightSender:
         from slime_like.backends.sglang.process_group import init_custom_process_group
 
         if self.master_port is None:
-            self.master_port = _free_port(self.master_address)
+            self.master_port = free_port(self.master_address)
         result: dict = {}
 
         def rendezvous():  # rank 0 blocks until every engine rank joined; a daemon thread so a refusal can't hang us
