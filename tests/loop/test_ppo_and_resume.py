@@ -5,6 +5,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 import train
@@ -28,15 +29,18 @@ def test_ppo_with_critic_uses_the_yaml_overlay_lr(tiny_ckpt, toy_prompts, tmp_pa
         assert "critic/value_loss" in r and r["critic/grad_norm"] > 0
 
 
-def _count_processes(needle: str) -> int:
-    n = 0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                n += needle in f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            pass
-    return n
+def _cmdline(p) -> list:
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
+
+
+def _running(p) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _prompts_by_rollout(debug_dir):
@@ -55,7 +59,6 @@ def test_sigterm_then_resume_continues_the_prompt_sequence(tiny_ckpt, toy_prompt
                        "--rollout-shuffle", "--save", str(ckpt), "--save-interval", "1",
                        "--save-debug-rollout-data", str(debug / "rollout_{rollout_id}.pt"))
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    raylets_before = _count_processes("raylet")
     # 1) a long run, stopped by SIGTERM once two rollouts are checkpointed
     proc = subprocess.Popen([sys.executable, os.path.join(REPO, "train.py"), *common, "--num-rollout", "6"],
                             env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -64,12 +67,15 @@ def test_sigterm_then_resume_continues_the_prompt_sequence(tiny_ckpt, toy_prompt
     while not (marker.exists() and marker.read_text().strip() == "1"):
         assert proc.poll() is None and time.time() < deadline, "first run ended or stalled before rollout 1 was saved"
         time.sleep(0.5)
+    # everything the run started: its Ray instance (GCS, raylet, workers) and the engine server below them
+    tree = psutil.Process(proc.pid).children(recursive=True)
+    assert any("cpu_engine" in " ".join(_cmdline(p)) for p in tree), "the engine server should be running"
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=120)
-    # a clean stop: its engine server and its own Ray instance are gone, nothing orphaned
+    # a clean stop leaves none of them behind
     deadline = time.time() + 60
-    while _count_processes(f"--model-path {tiny_ckpt}") or _count_processes("raylet") > raylets_before:
-        assert time.time() < deadline, "processes of the stopped run are still alive"
+    while alive := [p for p in tree if _running(p)]:
+        assert time.time() < deadline, f"still alive after SIGTERM: {[' '.join(_cmdline(p))[:80] for p in alive]}"
         time.sleep(1)
     # 2) resume in-process and finish the run
     stopped_at = int(marker.read_text())
