@@ -1,11 +1,17 @@
 """Session-wide test setup: never touch a model hub, keep torch to one thread per process."""
 import os
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Scripts under test call `python` and `ray`: they must find this interpreter's environment (CI runs
+# `.venv/bin/python -m pytest` without activating the venv).
+_bin = os.path.dirname(sys.executable)
+if os.environ.get("PATH", "").split(os.pathsep)[0] != _bin:
+    os.environ["PATH"] = _bin + os.pathsep + os.environ.get("PATH", "")
 
 import pytest  # noqa: E402
 
