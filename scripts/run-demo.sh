@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CPU demo: real RL post-training with the whole stack on a laptop-class CPU, no GPU, no download.
 #
-#   bash scripts/run-demo.sh [RUN_DIR]        (default runs/demo)
+#   bash scripts/run-demo.sh [RUN_DIR [extra train.py flags ...]]        (default runs/demo)
 #
 # 1. builds a tiny Qwen2-architecture model + character tokenizer and a 2-digit addition task, and warms the
 #    model up with a short SFT (skipped when RUN_DIR/task already has them);
@@ -12,6 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN_DIR=${1:-runs/demo}
+shift || true   # the rest goes to train.py (e.g. --lr 1e-4 --num-rollout 80)
 PY=python3
 [ -x .venv/bin/python ] && PY=.venv/bin/python
 export RAY_AUTH_MODE=disabled HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -28,11 +29,11 @@ $PY train.py \
   --custom-rm-path slime_like.demo.arith.reward \
   --num-rollout "$NUM_ROLLOUT" --rollout-batch-size 64 --n-samples-per-prompt 8 \
   --rollout-max-response-len 5 --rollout-temperature 1 \
-  --advantage-estimator grpo --lr "$LR" --lr-decay-style constant --clip-grad 1.0 --micro-batch-size 128 \
+  --advantage-estimator grpo --lr "$LR" --lr-decay-style cosine --min-lr 5e-5 --clip-grad 1.0 --micro-batch-size 128 \
   --eval-prompt-data arith "$TASK/data/heldout.jsonl" --eval-interval 10 \
   --n-samples-per-eval-prompt 1 --eval-temperature 0 --eval-max-response-len 5 \
   --colocate --actor-num-nodes 1 --actor-num-gpus-per-node 1 --num-gpus-per-node 1 \
-  --run-dir "$RUN_DIR"
+  --run-dir "$RUN_DIR" "$@"
 
 $PY -m slime_like.utils.plot "$RUN_DIR"
 $PY -m slime_like.demo.summary "$RUN_DIR"
