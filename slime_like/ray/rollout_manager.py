@@ -26,7 +26,7 @@ class EngineActor:
 
         host = ray.util.get_node_ip_address()
         self.proc = start_engine(self.args, kind=kind, engine_index=self.engine_index, gpu_ids=self.gpu_ids,
-                                 host=host, port=free_port(host))
+                                 host=host, port=free_port())
         return self.proc.url
 
     def stop(self):
@@ -85,7 +85,12 @@ class EngineGroup:
             env = {"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1", **QUIET_OPENMP}}
             self.actors.append(EngineActor.options(num_gpus=gpu_share, scheduling_strategy=placement.strategy(slots[0]),
                                                    runtime_env=env).remote(args, i, gpu_ids))
-        self.urls = ray.get([a.start.remote(kind) for a in self.actors])
+        try:
+            self.urls = ray.get([a.start.remote(kind) for a in self.actors])
+        except BaseException:
+            for a in self.actors:  # the engines that did start exit with their actor (--parent-pid watchdog)
+                ray.kill(a)
+            raise
 
     @classmethod
     def external(cls, addrs: list):

@@ -33,20 +33,38 @@ class Run:
     def start(cls, args, plan):
         init_ray(args)
         placement = create_placement(plan.num_slots)
+        started = []  # what to tear down if a later step fails: no leaked GPU slots or engine processes
+        try:
+            return cls._start_on(args, plan, placement, started)
+        except BaseException:
+            for stop in reversed(started):
+                try:
+                    stop()
+                except Exception as e:  # keep tearing down the rest
+                    print(f"cleanup after a failed start: {e}")
+            placement.remove()
+            raise
+
+    @classmethod
+    def _start_on(cls, args, plan, placement, started: list):
         trainer_share = TRAINER_SHARE_COLOCATED if args.colocate else 1.0
         # --debug-rollout-only: engines and rollout only; --debug-train-only: trainers fed from
         # --load-debug-rollout-data, no engines (the plan leaves out the part that is not run)
         actor = critic = None
         if plan.actor_slots:
             actor = TrainerGroup(role_args(args, "actor"), "actor", placement, plan.actor_slots, trainer_share)
+            started.append(actor.kill)
         if args.use_critic and plan.critic_slots:
             critic = TrainerGroup(role_args(args, "critic"), "critic", placement, plan.critic_slots, trainer_share / 2)
+            started.append(critic.kill)
         engine_share = ENGINE_SHARE_COLOCATED if args.colocate else 1.0
         if args.rollout_external_engine_addrs:  # engines someone else runs: talk to them, start none
             engines = EngineGroup.external(args.rollout_external_engine_addrs)
         else:
             engines = EngineGroup(args, placement, plan.engine_slots, engine_share, kind=plan.engine_kind)
+            started.append(engines.stop)
         rollout = RolloutManager.options(num_cpus=0).remote(args, engines.urls)
+        started.append(lambda: ray.kill(rollout))
         run = cls(args, plan, placement, actor, critic, engines, rollout)
         run._restore_rollout_state()
         if actor is not None and engines.urls:

@@ -128,10 +128,14 @@ class TrainerGroup:
         self.actors = [TrainerActor.options(num_gpus=gpu_share, scheduling_strategy=placement.strategy(s),
                                             runtime_env={"env_vars": env})
                        .remote(args, role, rank, world, threads) for rank, s in enumerate(slots)]
-        master_addr, master_port = ray.get(self.actors[0].node_ip_and_free_port.remote())
-        loaded = ray.get([a.init.remote(master_addr, master_port) for a in self.actors])
+        try:
+            master_addr, master_port = ray.get(self.actors[0].node_ip_and_free_port.remote())
+            loaded = ray.get([a.init.remote(master_addr, master_port) for a in self.actors])
+            self.info = ray.get([a.parallel_info.remote() for a in self.actors])
+        except BaseException:
+            self.kill()  # a rank that failed to start must not keep its GPU slot
+            raise
         self.loaded_rollout_id = loaded[0]
-        self.info = ray.get([a.parallel_info.remote() for a in self.actors])
         self.dp_size = self.info[0]["dp_size"]
 
     def call(self, method: str, *args):
