@@ -22,8 +22,8 @@ TRAINER_SHARE_COLOCATED, ENGINE_SHARE_COLOCATED = 0.4, 0.2
 
 
 class Run:
-    def __init__(self, args, plan, placement, actor, critic, engines, rollout):
-        self.args, self.plan, self.placement = args, plan, placement
+    def __init__(self, args, placement, actor, critic, engines, rollout):
+        self.args, self.placement = args, placement
         self.actor, self.critic, self.engines, self.rollout = actor, critic, engines, rollout
         self.colocate = bool(args.colocate)
         loaded = actor.loaded_rollout_id if actor is not None else None
@@ -65,7 +65,7 @@ class Run:
             started.append(engines.stop)
         rollout = RolloutManager.options(num_cpus=0).remote(args, engines.urls)
         started.append(lambda: ray.kill(rollout))
-        run = cls(args, plan, placement, actor, critic, engines, rollout)
+        run = cls(args, placement, actor, critic, engines, rollout)
         run._restore_rollout_state()
         if actor is not None and engines.urls:
             actor.connect_engines(engines.urls, colocate=bool(args.colocate))
@@ -78,7 +78,7 @@ class Run:
 
     def train(self, rollout_id: int, shards) -> dict:
         """slime's order: (critic values) -> actor log-probs -> advantages -> critic and actor updates."""
-        timings, metrics = {}, {}
+        metrics = {}
         if self.actor is None:  # --debug-rollout-only
             return metrics
         t = time.perf_counter()
@@ -92,15 +92,15 @@ class Run:
         if tokens:
             metrics["rollout/logprob_abs_diff"] = sum(d for d, _ in gaps) / tokens
         advantages = self.actor.per_dp(self.actor.call("compute_advantages", self.critic is not None))
-        timings["time/log_probs"] = time.perf_counter() - t
+        metrics["time/log_probs"] = time.perf_counter() - t
         t = time.perf_counter()
         if self.critic is not None:
             self.critic.update_batch_per_dp(advantages)
             metrics.update(self.critic.train_step(rollout_id))
         if rollout_id >= self.args.num_critic_only_steps:  # PPO warm-up: the critic learns first
             metrics.update(self.actor.train_step(rollout_id))
-        timings["time/train"] = time.perf_counter() - t
-        return {**metrics, **timings}
+        metrics["time/train"] = time.perf_counter() - t
+        return metrics
 
     def update_weights(self) -> dict:
         if self.actor is None or not self.engines.urls:  # a debug mode runs only one side
