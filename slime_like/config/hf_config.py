@@ -169,7 +169,9 @@ def fill_model_from_hf(args) -> None:
         if group.startswith("model") and getattr(derived, dest) != parser.get_default(dest):
             setattr(args, dest, getattr(derived, dest))
     # HF decoder LMs train without hidden dropout; Megatron's 0.1 defaults would make the trainer's log-probs
-    # differ from the engine's. slime recipes pass both as 0.0 explicitly.
-    args.attention_dropout = float(cfg.get("attention_dropout", 0.0))
-    args.hidden_dropout = 0.0
+    # differ from the engine's. slime recipes pass both as 0.0 explicitly. A value the user set is kept.
+    if args.attention_dropout == parser.get_default("attention_dropout"):
+        args.attention_dropout = float(cfg.get("attention_dropout", 0.0))
+    if args.hidden_dropout == parser.get_default("hidden_dropout"):
+        args.hidden_dropout = 0.0
     args.model_args_from_hf = True

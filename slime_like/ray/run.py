@@ -99,6 +99,8 @@ class Run:
             metrics.update(self.critic.train_step(rollout_id))
         if rollout_id >= self.args.num_critic_only_steps:  # PPO warm-up: the critic learns first
             metrics.update(self.actor.train_step(rollout_id))
+            if not tokens and "actor/train_rollout_logprob_abs_diff" in metrics:  # on-policy: no separate pass
+                metrics["rollout/logprob_abs_diff"] = metrics["actor/train_rollout_logprob_abs_diff"]
         metrics["time/train"] = time.perf_counter() - t
         return metrics
 

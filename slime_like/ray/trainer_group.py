@@ -54,12 +54,12 @@ class TrainerActor:
 
         On-policy, the engine generated with exactly the weights the trainer holds, so the gap is numeric
         noise; a large gap means a weight sync went wrong (or --use-tis has real work to do)."""
-        out = self.trainer.compute_log_probs(self.batch)
+        out = self.trainer.compute_log_probs(self.batch, old_policy=self.trainer.old_log_probs_needed())
         self.batch.update(out)
         import torch
 
-        diff, count = 0.0, 0
-        for lp, rollout_lp in zip(out["log_probs"], self.batch.get("rollout_log_probs") or []):
+        diff, count = 0.0, 0  # without the old-policy pass, train_step measures the gap instead
+        for lp, rollout_lp in zip(out.get("log_probs", ()), self.batch.get("rollout_log_probs") or []):
             if len(rollout_lp) == len(lp):
                 diff += (lp.float() - torch.tensor(rollout_lp, dtype=torch.float32)).abs().sum().item()
                 count += len(lp)

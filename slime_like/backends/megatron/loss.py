@@ -107,7 +107,9 @@ def policy_terms(args, output: torch.Tensor, mb: MicroBatch):
     pg, pg_metrics = alg.policy_loss(logp, old, mb.fields["advantages"], mask, args.eps_clip,
                                      eps_clip_high=args.eps_clip_high, eps_clip_c=args.eps_clip_c, kind=kind)
     sums = {"pg_loss": (pg * mask).sum().detach(), "entropy": (entropy * mask).sum().detach()}
-    if getattr(args, "get_mismatch_metrics", False) and "rollout_log_probs" in mb.fields:
+    # Without a separate old-policy pass (on-policy) this is the trainer-vs-engine gap of the same weights.
+    if (getattr(args, "get_mismatch_metrics", False) or "log_probs" not in mb.fields) \
+            and "rollout_log_probs" in mb.fields:
         diff = (old - mb.fields["rollout_log_probs"]).abs()
         sums["train_rollout_logprob_abs_diff"] = (diff * mask).sum().detach()
     if args.use_tis:

@@ -207,12 +207,33 @@ class MegatronTrainer(TrainerDistMixin):
         return self._from_last_stage(result)
 
     # ----------------------------------------------------------------- public API
-    def compute_log_probs(self, batch: dict) -> dict:
-        """Actor: old-policy `log_probs` (and `ref_log_probs` with a reference model), logits / temperature."""
+    def old_log_probs_needed(self) -> bool:
+        """Whether train_step needs the old policy's log-probs from a separate forward pass.
+
+        Not when the weights that scored the batch are exactly the ones the first (only) optimizer step
+        starts from and nothing else reads them: one step per rollout, no reward-side KL (--kl-coef reads
+        them in compute_advantages), no dropout (train-mode forwards would differ from the scoring one).
+        The loss then takes the current log-probs, detached, as the old ones: the same values without a
+        second forward pass. With --use-rollout-logprobs the engine's log-probs are the old policy anyway.
+        """
+        args = self.args
+        if self.role != "actor":
+            return False
+        if _get(args, "kl_coef", 0.0):
+            return True
+        if _get(args, "use_rollout_logprobs", False) or _get(args, "loss_type", "policy_loss") == "sft_loss":
+            return False
+        dropout = _get(args, "attention_dropout", 0.0) or _get(args, "hidden_dropout", 0.0)
+        return int(_get(args, "num_steps_per_rollout", 1)) > 1 or bool(dropout)
+
+    def compute_log_probs(self, batch: dict, old_policy: bool = True) -> dict:
+        """Actor: old-policy `log_probs` (and `ref_log_probs` with a reference model), logits / temperature.
+
+        `old_policy=False` skips the actor's own forward pass (see old_log_probs_needed)."""
         if self.role != "actor":
             raise RuntimeError("compute_log_probs is an actor call; the critic has compute_values")
         D.validate_batch(batch)
-        out = {"log_probs": self._forward_only(self.model, batch, "logp")}
+        out = {"log_probs": self._forward_only(self.model, batch, "logp")} if old_policy else {}
         if self.ref_model is not None:
             out["ref_log_probs"] = self._forward_only(self.ref_model, batch, "logp")
         return out
