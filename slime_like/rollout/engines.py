@@ -1,6 +1,6 @@
 """The rollout's view of the engines: several SGLang-protocol URLs, least-loaded choice, fail-over.
 
-Requests go to the live engine with the fewest requests in flight (ties: round-robin order). An
+Requests go to the live engine with the fewest prompts in flight (ties: round-robin order). An
 engine that stops answering (connection refused / reset / timeout: ``EngineUnreachable``) is marked
 dead for the rest of the run and the request is sent again, unchanged, to another engine: the
 sample is only updated from a successful answer, so a retried request is never counted twice.
@@ -61,13 +61,17 @@ class EnginePool:
         rotated = alive[start:] + alive[:start]
         return min(rotated, key=lambda u: self.in_flight[u])
 
-    async def generate(self, input_ids: list[int], sampling_params: dict, rid: str | None = None) -> dict:
+    async def generate(self, input_ids: list[int] | list[list[int]], sampling_params: dict | list[dict],
+                       rid: str | list[str] | None = None) -> dict | list[dict]:
+        """One /generate call (a list of prompts: SGLang's batch form, answered by a list) with fail-over."""
+        n = len(input_ids) if input_ids and isinstance(input_ids[0], list) else 1   # load = prompts in flight
         while True:
             url = self._pick()
-            self.in_flight[url] += 1
+            self.in_flight[url] += n
             try:
                 out = await self.clients[url].generate(input_ids, sampling_params, return_logprob=True, rid=rid)
-                self.tokens_generated += int((out.get("meta_info") or {}).get("completion_tokens") or 0)
+                for o in (out if isinstance(out, list) else [out]):
+                    self.tokens_generated += int((o.get("meta_info") or {}).get("completion_tokens") or 0)
                 return out
             except EngineUnreachable as exc:
                 if url not in self.dead:
@@ -75,7 +79,7 @@ class EnginePool:
                     logger.error("rollout engine %s stopped answering (%s); %d engine(s) left, retrying its "
                                  "requests there", url, exc, len(self.alive))
             finally:
-                self.in_flight[url] -= 1
+                self.in_flight[url] -= n
 
     async def abort_all(self) -> None:
         async def one(url):

@@ -80,7 +80,8 @@ class CPUEngine:
         self.released = False
         self.batch = kv_batch.RunningBatch()
         self.stats = {"decode_steps": 0, "decode_rows": 0, "max_batch_size": 0, "prefill_calls": 0,
-                      "prefill_rows": 0, "max_prefill_batch_size": 0, "generated_tokens": 0, "finished_requests": 0}
+                      "prefill_rows": 0, "max_prefill_batch_size": 0, "generated_tokens": 0, "finished_requests": 0,
+                      "generate_calls": 0}   # HTTP /generate calls (a batched call counts once)
         self._stop = False
         self._thread = threading.Thread(target=self._loop, name="cpu-engine-scheduler", daemon=True)
         self._thread.start()
@@ -88,15 +89,26 @@ class CPUEngine:
     # ------------------------------------------------------------------ requests
     def submit(self, req: Request) -> None:
         """Validate and queue a request; raises BadRequest before any model work."""
-        self.validate(req)
-        if req.params.max_new_tokens == 0:
-            req.finish_reason = {"type": "length", "length": 0}
-            self._finish(req, counted=False)
-            return
-        with self._cond:
-            self._inflight[id(req)] = req
-            self._waiting.append(req)
-            self._cond.notify_all()
+        self.submit_many([req])
+
+    def submit_many(self, reqs: list[Request]) -> None:
+        """Validate every request, then queue them all at once (one wake-up of the scheduler): a batch is
+        prefilled together. Raises BadRequest, queuing nothing, if any request is invalid."""
+        for r in reqs:
+            self.validate(r)
+        queued = []
+        for r in reqs:
+            if r.params.max_new_tokens == 0:
+                r.finish_reason = {"type": "length", "length": 0}
+                self._finish(r, counted=False)
+            else:
+                queued.append(r)
+        if queued:
+            with self._cond:
+                for r in queued:
+                    self._inflight[id(r)] = r
+                self._waiting.extend(queued)
+                self._cond.notify_all()
 
     def validate(self, req: Request) -> None:
         n = len(req.input_ids)

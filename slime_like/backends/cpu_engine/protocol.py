@@ -64,7 +64,11 @@ def parse_generate(body: dict, tokenizer) -> tuple[list[Request], bool]:
             raise BadRequest("a batch request needs 'rid' as a list, one per prompt")
         return [v] * n
 
-    params = [SamplingParams.from_dict(sp) for sp in per_item("sampling_params", None)]
+    sps = per_item("sampling_params", None)
+    if all(sp is sps[0] for sp in sps):   # one dict for the whole batch: parse it once (the engine never mutates it)
+        params = [SamplingParams.from_dict(sps[0])] * n
+    else:
+        params = [SamplingParams.from_dict(sp) for sp in sps]
     rids = per_item("rid", None)
     logprob = per_item("return_logprob", False)
     with_text = bool(body.get("return_text_in_logprobs"))

@@ -14,7 +14,7 @@ from datetime import timedelta
 import torch
 from aiohttp import web
 
-from slime_like.backends.cpu_engine import protocol
+from slime_like.backends.cpu_engine import protocol, weights
 from slime_like.backends.cpu_engine.engine import CPUEngine, Request
 from slime_like.backends.cpu_engine.sampling import BadRequest, SamplingParams
 from slime_like.backends.sglang import process_group, tensor_serializer
@@ -73,23 +73,26 @@ def _engine(request) -> CPUEngine:
 async def generate(request):
     eng = _engine(request)
     reqs, is_batch = protocol.parse_generate(await _json(request), eng.tokenizer)
+    eng.stats["generate_calls"] += 1
     loop = asyncio.get_running_loop()
-    futures = []
+    all_done = loop.create_future()
+    left = [len(reqs)]
+
+    def on_done(req):  # scheduler thread; wake the event loop once per HTTP request, not once per prompt
+        left[0] -= 1   # only the scheduler thread finishes requests of a submitted batch (or submit, below)
+        if left[0] == 0:
+            loop.call_soon_threadsafe(lambda: all_done.done() or all_done.set_result(None))
+
     for r in reqs:
-        fut = loop.create_future()
-        r.on_done = lambda req, fut=fut: loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(req))
-        futures.append(fut)
-    for r in reqs:  # validate the whole batch before queuing any of it
-        eng.validate(r)
+        r.on_done = on_done
     try:
-        for r in reqs:
-            eng.submit(r)
-        done = await asyncio.gather(*futures)
+        eng.submit_many(reqs)          # validates the whole batch before queuing any of it
+        await all_done
     except asyncio.CancelledError:  # the client went away: free the slots
         for r in reqs:
             eng.abort(r.rid)
         raise
-    out = [protocol.build_response(r, eng.tokenizer, eng.weight_version) for r in done]
+    out = [protocol.build_response(r, eng.tokenizer, eng.weight_version) for r in reqs]
     return web.json_response(out if is_batch else out[0])
 
 
@@ -198,7 +201,7 @@ async def update_weights_from_tensor(request):
         eng.abort(abort_all=True)
 
     def load():
-        payload = tensor_serializer.deserialize(blobs[0])
+        payload = tensor_serializer.deserialize(blobs[0], keep_mapped=True)  # a reused sender buffer: no re-map
         named = _unflatten(payload) if fmt == "flattened_bucket" else payload
         return eng.update_weights(named, body.get("weight_version"))
 
@@ -264,13 +267,10 @@ async def update_weights_from_distributed(request):
         eng.abort(abort_all=True)
 
     def receive_and_load():
-        # Receive the whole bucket first (rank 0 broadcasts in this order), then copy it in under the model lock.
+        # Under the model lock: matching parameters are received in place (weights.receive_distributed).
         with eng.model_lock:
-            received = []
-            for n, dt, shape in zip(names, dtypes, shapes):
-                t = torch.empty(shape, dtype=process_group.torch_dtype(dt))
-                torch.distributed.broadcast(t, src=0, group=pg)
-                received.append((n, t))
+            received = weights.receive_distributed(eng.model, names, dtypes, shapes, body.get("load_format"),
+                                                   lambda t: torch.distributed.broadcast(t, src=0, group=pg))
             return eng.update_weights(received, body.get("weight_version"))
 
     n = await _in_thread(receive_and_load)
