@@ -91,8 +91,13 @@ def test_distributed_sender_gloo_group(engine_w, tiny_ckpt, tiny_ckpt_b, refs):
             sent = sender.send(state(tiny_ckpt_b), bucket_bytes=32 * 1024)
         assert sent == sum(t.numel() * t.element_size() for _, t in state(tiny_ckpt_b))
         assert greedy(engine_w.url) == ref_b
-        # bf16 on the wire (the engine casts into its float32 parameters): still a working sync path
-        sender.send([(n, t) for n, t in state(tiny_ckpt)], bucket_bytes=1 << 30)
+        # bf16 on the wire (the engine casts into its float32 parameters): received into a staging tensor
+        sender.send([(n, t.bfloat16()) for n, t in state(tiny_ckpt)], bucket_bytes=1 << 30)
+        assert greedy(engine_w.url) == ref_a
+        # float32 (the engine's dtype): received straight into the parameters, there and back
+        sender.send(state(tiny_ckpt_b), bucket_bytes=1 << 30)
+        assert greedy(engine_w.url) == ref_b
+        sender.send(state(tiny_ckpt), bucket_bytes=1 << 30)
         assert greedy(engine_w.url) == ref_a
     finally:
         sender.close()
@@ -148,12 +153,84 @@ def test_distributed_sender_fails_fast_when_an_engine_refuses(engine_w):
 
 
 def test_tensor_payload_carries_shared_memory_handles_not_bytes():
-    """The colocated path sends handles: the JSON payload stays tiny however large the tensors are."""
+    """The colocated path sends one handle per bucket: the JSON payload stays tiny however large the tensors are,
+    the sender's own tensors are never moved into shared memory, and every sync reuses the same segment."""
     from slime_like.backends.sglang import tensor_serializer
 
-    big = [("w", torch.randn(1024, 1024))]  # 4 MiB
-    p = weight_sync.TensorWeightSender(["http://unused"], engine_tp_size=2).payload(big)
-    assert len(p["serialized_named_tensors"]) == 2 and p["load_format"] is None and p["flush_cache"] is True
-    assert len(p["serialized_named_tensors"][0]) < 10_000
-    (name, t), = tensor_serializer.deserialize(p["serialized_named_tensors"][0])
-    assert name == "w" and torch.equal(t, big[0][1]) and t.is_shared()
+    big = [("w", torch.randn(1024, 1024)), ("b", torch.randn(3, dtype=torch.bfloat16)), ("v", torch.randn(7))]
+    sender = weight_sync.TensorWeightSender(["http://unused"], engine_tp_size=2)
+    p = sender.payload(big)
+    assert len(p["serialized_named_tensors"]) == 2 and p["load_format"] == "flattened_bucket"
+    assert p["flush_cache"] is True and len(p["serialized_named_tensors"][0]) < 10_000
+    assert not any(t.is_shared() for _, t in big)  # copied into the send buffer, not moved into /dev/shm
+
+    def received(payload):
+        d = tensor_serializer.deserialize(payload["serialized_named_tensors"][0])
+        flat = d["flattened_tensor"]
+        assert flat.dtype == torch.uint8 and flat.is_shared()
+        return flat, {m.name: flat[m.start_idx:m.end_idx].view(m.dtype).reshape(m.shape) for m in d["metadata"]}
+
+    flat, got = received(p)
+    assert all(torch.equal(got[n], t) for n, t in big)
+    segment = flat.untyped_storage().data_ptr()
+    again = [(n, t * 2) for n, t in big]
+    flat2, got2 = received(sender.payload(again))
+    assert flat2.untyped_storage().data_ptr() == segment  # same shared segment, refilled
+    assert all(torch.equal(got2[n], t) for n, t in again)
+
+
+def test_receive_distributed_lands_in_the_parameters(tiny_ckpt):
+    """Per-tensor format: a matching parameter is the receive buffer itself (no staging, no second copy); a
+    tensor of another dtype or an unknown name gets its own buffer, so the stream stays in step and
+    load_named_tensors converts or refuses it afterwards."""
+    from transformers import AutoModelForCausalLM
+
+    from slime_like.backends.cpu_engine import weights
+    from slime_like.backends.cpu_engine.sampling import BadRequest
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_ckpt, dtype=torch.float32).eval().requires_grad_(False)
+    params = dict(model.named_parameters())
+    names = ["model.norm.weight", "model.layers.0.mlp.up_proj.weight", "model.embed_tokens.weight"]
+    new = {n: torch.randn(params[n].shape) for n in names}
+    wire = [new[names[0]], new[names[1]].bfloat16(), new[names[2]]]
+    stream = iter(wire)
+    out = weights.receive_distributed(model, names, ["float32", "bfloat16", "float32"],
+                                      [list(t.shape) for t in wire], None, lambda t: t.copy_(next(stream)))
+    assert out[0][1].data_ptr() == params[names[0]].data_ptr()      # received in place
+    assert out[1][1].data_ptr() != params[names[1]].data_ptr()      # bf16 on the wire: own buffer
+    assert torch.equal(params[names[0]], new[names[0]])             # already there before any load
+    assert weights.load_named_tensors(model, out) == 3
+    assert torch.equal(params[names[1]], new[names[1]].bfloat16().float())
+    assert torch.equal(params[names[2]], new[names[2]])
+
+    stream = iter([torch.ones(3), torch.ones(params[names[0]].shape)])
+    out = weights.receive_distributed(model, ["model.nrom.weight", names[0]], ["float32", "float32"],
+                                      [[3], list(params[names[0]].shape)], None, lambda t: t.copy_(next(stream)))
+    assert next(stream, None) is None                                # both broadcasts consumed
+    with pytest.raises(BadRequest, match="did you mean 'model.norm.weight'"):
+        weights.load_named_tensors(model, out)
+
+    flat_src = torch.cat([new[names[0]].view(torch.uint8), new[names[1]].bfloat16().view(-1).view(torch.uint8)])
+    out = weights.receive_distributed(model, names[:2], ["float32", "bfloat16"],
+                                      [list(new[names[0]].shape), list(new[names[1]].shape)], "flattened_bucket",
+                                      lambda t: t.copy_(flat_src))
+    assert torch.equal(out[0][1], new[names[0]]) and torch.equal(out[1][1], new[names[1]].bfloat16())
+
+
+def test_distributed_sender_flattened_bucket_and_a_refused_bucket(engine_w, tiny_ckpt, tiny_ckpt_b, refs):
+    """One broadcast per bucket (SGLang's load_format='flattened_bucket') works; a bucket naming an unknown weight
+    is refused after its broadcasts, naming the weight, and the group keeps working."""
+    ref_a, ref_b = refs
+    flat = weight_sync.DistributedWeightSender([engine_w.url], backend="gloo", master_address="127.0.0.1",
+                                               group_name="flat", load_format="flattened_bucket")
+    flat.connect()
+    try:
+        flat.send(state(tiny_ckpt_b), bucket_bytes=48 * 1024)
+        assert greedy(engine_w.url) == ref_b
+        with pytest.raises(EngineError, match="did you mean 'model.norm.weight'"):
+            flat.send([("model.nrom.weight", torch.ones(64))] + state(tiny_ckpt)[:2])
+        flat.load_format = None  # per tensor, over the same group: still in step
+        flat.send(state(tiny_ckpt))
+        assert greedy(engine_w.url) == ref_a
+    finally:
+        flat.close()

@@ -44,8 +44,64 @@ def load_named_tensors(model, named_tensors) -> int:
             raise BadRequest(f"weight {name!r} is not a parameter of this model{hint}")
         if tuple(p.shape) != tuple(tensor.shape):
             raise BadRequest(f"weight {name!r}: shape {tuple(tensor.shape)} does not match the model's {tuple(p.shape)}")
-        p.copy_(tensor.to(dtype=p.dtype))
+        if not _is_view_of(tensor, p):  # received in place (receive_distributed): nothing to copy
+            p.copy_(tensor.to(dtype=p.dtype))
         n += 1
+    return n
+
+
+def _is_view_of(t: torch.Tensor, p: torch.Tensor) -> bool:
+    return (t.data_ptr() == p.data_ptr() and t.dtype == p.dtype and t.shape == p.shape
+            and t.stride() == p.stride() and t.device == p.device)
+
+
+def receive_distributed(model, names, dtypes, shapes, load_format, recv) -> list[tuple[str, torch.Tensor]]:
+    """Receive one ``/update_weights_from_distributed`` bucket; returns (name, tensor) for load_named_tensors.
+
+    `recv(tensor)` fills a tensor (a broadcast from rank 0), in the order SGLang's sender uses:
+    * load_format None / 'direct': one broadcast per tensor. A tensor whose name is a contiguous parameter of
+      the same dtype and shape is received straight into that parameter (no staging tensor, no second copy;
+      load_named_tensors then finds it already in place). Anything else (another dtype, an unknown name) lands in
+      a new tensor, converted or refused by load_named_tensors after the bucket, so the stream stays in step.
+      Like SGLang, a transfer that fails midway leaves the weights partly updated.
+    * 'flattened_bucket': one broadcast of all the bucket's bytes, tensors back to back in order (SGLang's
+      FlattenedTensorBucket: uint8, byte offsets), then views of it.
+    Call it under the engine's model lock: parameters change while it runs.
+    """
+    from slime_like.backends.sglang.process_group import torch_dtype
+
+    if not len(names) == len(dtypes) == len(shapes):
+        raise BadRequest(f"names/dtypes/shapes lengths differ: {len(names)}/{len(dtypes)}/{len(shapes)}")
+    if load_format not in (None, "direct", "flattened_bucket"):
+        raise BadRequest(f"load_format {load_format!r} is not supported; use null, 'direct' or 'flattened_bucket'")
+    dts = [torch_dtype(d) for d in dtypes]
+    if load_format == "flattened_bucket":
+        sizes = [_numel(shape) * dt.itemsize for dt, shape in zip(dts, shapes)]
+        flat = torch.empty(sum(sizes), dtype=torch.uint8)
+        recv(flat)
+        out, start = [], 0
+        for name, dt, shape, size in zip(names, dts, shapes, sizes):
+            piece = flat[start:start + size]
+            if start % dt.itemsize:  # view() needs an aligned start (mixed dtypes can misalign)
+                piece = piece.clone()
+            out.append((name, piece.view(dt).reshape(shape)))
+            start += size
+        return out
+    params = _params(model)
+    out = []
+    for name, dt, shape in zip(names, dts, shapes):
+        p = params.get(name)
+        fits = p is not None and p.dtype == dt and tuple(p.shape) == tuple(shape) and p.is_contiguous()
+        out.append((name, p.data if fits else torch.empty(shape, dtype=dt)))
+    for _, t in out:
+        recv(t)
+    return out
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
     return n
 
 

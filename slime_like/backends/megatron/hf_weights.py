@@ -214,7 +214,9 @@ def load_hf_weights(model_chunks, hf_dir: str, args):
 def iter_hf_weights(model_chunks, args, hf_vocab_size: int | None = None):
     """Yield (hf_name, full tensor) for this rank's PP stage; every rank must iterate (TP/EP gathers).
 
-    Tensors come out on the rank with tp_rank == 0 and dp_rank == 0 (incl. CP) of each PP stage.
+    Tensors come out on the rank with tp_rank == 0 and dp_rank == 0 (incl. CP) of each PP stage. They may be
+    views of the live parameters (no copy: a weight sync copies them once, into its send buffer): use them
+    before the next optimizer step, and copy them to keep them (export_hf does).
     """
     from megatron.core import parallel_state as ps
 
@@ -233,7 +235,7 @@ def iter_hf_weights(model_chunks, args, hf_vocab_size: int | None = None):
                 pieces = _gather_experts(name, chunk, args, full)
             for names, tensor in pieces:
                 if emits:
-                    yield from zip(names, (t.clone() for t in _split(kind, tensor, args, hf_vocab)))
+                    yield from zip(names, _split(kind, tensor, args, hf_vocab))
 
 
 def _gather_experts(name, chunk, args, full):
@@ -263,7 +265,9 @@ def export_hf(model_chunks, args, out_dir: str, template_hf_dir: str):
 
     cfg = read_hf_config(template_hf_dir)
     dtype = getattr(torch, cfg.get("dtype") or cfg.get("torch_dtype") or "float32")
-    tensors = {n: t.to(dtype).cpu().contiguous() for n, t in iter_hf_weights(model_chunks, args, cfg["vocab_size"])}
+    # copy=True: own storage per tensor (iter_hf_weights may yield views; safetensors refuses shared storage)
+    tensors = {n: t.to(device="cpu", dtype=dtype, copy=True).contiguous()
+               for n, t in iter_hf_weights(model_chunks, args, cfg["vocab_size"])}
     pp, stage = ps.get_pipeline_model_parallel_world_size(), ps.get_pipeline_model_parallel_rank()
     fname = "model.safetensors" if pp == 1 else f"model-{stage + 1:05d}-of-{pp:05d}.safetensors"
     os.makedirs(out_dir, exist_ok=True)
