@@ -9,10 +9,19 @@ and time, median of --repeat:
 * floor: the same bytes copied once in memory, the physical floor of moving them on one machine -- the faster of
   `t.clone()` of every tensor (fresh memory, page faults included) and `dst.copy_(t)` into tensors allocated
   once (a warm memcpy; usually the faster one for big models);
-* colocated: `TensorWeightSender.send` (/update_weights_from_tensor: shared-memory handles, the engine copies)
-  inside `paused()` (pause + flush + continue, as the trainer does), and the send alone;
+* colocated: `TensorWeightSender.send` (/update_weights_from_tensor: one shared-memory buffer per bucket, reused
+  across syncs; the engine copies out of it) inside `paused()` (pause + continue; the update requests carry
+  flush_cache), and the send alone;
 * disaggregated: `DistributedWeightSender.send` over a gloo group (/update_weights_from_distributed + one
-  broadcast per tensor); `connect()` (group set-up, once per run) is timed separately.
+  broadcast per tensor, received straight into the engine's parameters), and with
+  load_format='flattened_bucket' (one broadcast per bucket); `connect()` (group set-up, once per run) is timed
+  separately;
+* in-loop (--in-loop sizes, default 100m): what train.py's `time/update_weights` measures when colocated --
+  `TensorWeightSender.send(MegatronTrainer.iter_hf_weights())` from a real megatron-core trainer built on the
+  same checkpoint in this process (its construction is not timed).
+
+The state dict's tensors are plain memory, as the trainer's parameters are: a sender that moved them into shared
+memory once would look fast here and not in the loop, where iter_hf_weights yields them afresh each sync.
 
 Ratios are sync / floor from the same run. Each path is checked: sending a doubled q_proj must change the engine's greedy
 log-probs and sending the originals back must restore them (a sync that did nothing would be fast). Writes bench/results/bench_weight_sync.json.
@@ -70,7 +79,18 @@ def fingerprint(url: str):
     return [round(float(x[0]), 5) for x in out["meta_info"]["output_token_logprobs"]]
 
 
-def bench_one(model_dir: str, repeat: int, bucket_bytes: int) -> dict:
+def build_trainer(model_dir: str):
+    """A megatron-core actor on `model_dir` in this process (world size 1), as the Ray trainer actor builds it."""
+    from slime_like.args import parse_args
+    from slime_like.backends.megatron.trainer import MegatronTrainer
+
+    args = parse_args(["--hf-checkpoint", model_dir, "--rollout-batch-size", "4", "--n-samples-per-prompt", "2",
+                       "--num-rollout", "1", "--colocate", "--actor-num-gpus-per-node", "1",
+                       "--global-batch-size", "8", "--micro-batch-size", "8", "--lr", "1e-6"], exit_on_error=False)
+    return MegatronTrainer(args, role="actor", master_port=free_port())
+
+
+def bench_one(model_dir: str, repeat: int, bucket_bytes: int, in_loop: bool = False) -> dict:
     from slime_like.backends.sglang.launcher import start_engine
     from slime_like.backends.sglang.weight_sync import DistributedWeightSender, TensorWeightSender, paused
 
@@ -111,7 +131,20 @@ def bench_one(model_dir: str, repeat: int, bucket_bytes: int) -> dict:
         dist.send(items(1.0), bucket_bytes)
         res["disaggregated_check"] = changed != base and fingerprint(eng.url) == base
         res["disaggregated_send_s"] = timed(lambda: dist.send(items(1.0), bucket_bytes), repeat)
+        dist.load_format = "flattened_bucket"  # same group: one broadcast per bucket
+        dist.send(items(3.0), bucket_bytes)
+        changed = fingerprint(eng.url)
+        dist.send(items(1.0), bucket_bytes)
+        res["disaggregated_flat_check"] = changed != base and fingerprint(eng.url) == base
+        res["disaggregated_flat_send_s"] = timed(lambda: dist.send(items(1.0), bucket_bytes), repeat)
         dist.close()
+
+        if in_loop:
+            trainer = build_trainer(model_dir)
+            col.send(items(2.0), bucket_bytes)  # perturb; the trainer's weights (the checkpoint's) restore them
+            col.send(trainer.iter_hf_weights(), bucket_bytes)
+            res["in_loop_check"] = fingerprint(eng.url) == base
+            res["in_loop_colocated_s"] = timed(lambda: col.send(trainer.iter_hf_weights(), bucket_bytes), repeat)
     finally:
         eng.stop()
     for k in [k for k in res if k.endswith("_s") and isinstance(res[k], list)]:
@@ -119,8 +152,10 @@ def bench_one(model_dir: str, repeat: int, bucket_bytes: int) -> dict:
     # The floor: the cheaper of clone (fresh memory: page faults on every big allocation) and copy_ into
     # tensors allocated once (a warm memcpy, what an engine that owns its parameters really has to do).
     floor = res["floor_s_median"] = min(res["floor_clone_s_median"], res["floor_copy_s_median"])
-    for k in ("colocated_paused", "colocated_send", "disaggregated_send"):
-        res[k + "_over_floor"] = res[k + "_s_median"] / floor
+    for k in ("colocated_paused", "colocated_send", "disaggregated_send", "disaggregated_flat_send",
+              "in_loop_colocated"):
+        if k + "_s_median" in res:
+            res[k + "_over_floor"] = res[k + "_s_median"] / floor
     res["loadavg_end"] = os.getloadavg()
     return res
 
@@ -130,6 +165,8 @@ def main():
     p.add_argument("--sizes", default="tiny,100m")
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--bucket-mb", type=int, default=512, help="--update-weight-buffer-size in MiB")
+    p.add_argument("--in-loop", default="100m", help="sizes that also time the in-loop path (megatron trainer "
+                   "-> colocated send); '' for none")
     p.add_argument("--work-dir", default=os.path.join(ROOT, "runs", "bench_e2e"),
                    help="where bench_e2e.py prepares the models (reused here)")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "bench_weight_sync.json"))
@@ -148,18 +185,26 @@ def main():
               "bucket_bytes": a.bucket_mb << 20, "sizes": {}}
     for size in sizes:
         print(f"[bench_weight_sync] {size} ...", flush=True)
-        result["sizes"][size] = bench_one(paths[size], a.repeat, a.bucket_mb << 20)
+        result["sizes"][size] = bench_one(paths[size], a.repeat, a.bucket_mb << 20,
+                                          in_loop=size in a.in_loop.split(","))
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(result, f, indent=1)
-    print(f"\n{'size':6} {'MB':>7} {'floor':>11} {'coloc+pause':>11} {'x floor':>7} {'coloc send':>10} "
-          f"{'x floor':>7} {'dist send':>9} {'x floor':>7} {'connect':>7}  checks")
+    cols = [("coloc+pause", "colocated_paused"), ("coloc send", "colocated_send"), ("dist send", "disaggregated_send"),
+            ("dist flat", "disaggregated_flat_send"), ("in-loop", "in_loop_colocated")]
+    print(f"\n{'size':6} {'MB':>7} {'floor':>8} " + " ".join(f"{c:>11} {'x':>4}" for c, _ in cols)
+          + f" {'connect':>7}  checks")
     for size, r in result["sizes"].items():
-        print(f"{size:6} {r['bytes'] / 1e6:7.1f} {r['floor_s_median']:10.4f}s {r['colocated_paused_s_median']:10.4f}s "
-              f"{r['colocated_paused_over_floor']:7.1f} {r['colocated_send_s_median']:9.4f}s "
-              f"{r['colocated_send_over_floor']:7.1f} {r['disaggregated_send_s_median']:8.4f}s "
-              f"{r['disaggregated_send_over_floor']:7.1f} {r['disaggregated_connect_s']:6.2f}s  "
-              f"{r['colocated_check']}/{r['disaggregated_check']}")
+        cells = []
+        for _, k in cols:
+            if k + "_s_median" in r:
+                cells.append(f"{r[k + '_s_median']:10.4f}s {r[k + '_over_floor']:4.1f}")
+            else:
+                cells.append(f"{'-':>11} {'':>4}")
+        checks = "/".join(str(r.get(k)) for k in ("colocated_check", "disaggregated_check", "disaggregated_flat_check",
+                                                 "in_loop_check") if k in r)
+        print(f"{size:6} {r['bytes'] / 1e6:7.1f} {r['floor_s_median']:7.4f}s " + " ".join(cells)
+              + f" {r['disaggregated_connect_s']:6.2f}s  {checks}")
     print(f"(medians of {a.repeat}; goal: sync within 3x of the floor; wrote {a.out})")
 
 
