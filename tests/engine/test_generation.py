@@ -34,6 +34,31 @@ def test_greedy_matches_transformers_and_is_deterministic(engine, tiny_ckpt, hf_
         assert a["meta_info"]["prompt_tokens"] == len(p) and a["meta_info"]["completion_tokens"] == 12
 
 
+def test_repeated_prompts_prefill_once_and_sample_independently(engine, tiny_ckpt, hf_models):
+    """A group (n copies of one prompt) in one batch: prefilled once, KV rows copied. Greedy copies must equal
+    the reference; sampled copies must differ; a batch arriving while another decodes merges correctly."""
+    model = hf_models[tiny_ckpt]
+    p, q = PROMPTS[0], PROMPTS[2]
+
+    async def go():
+        async with EngineClient(engine.url) as c:
+            before = (await c.get_server_info())["internal_states"][0]
+            running = asyncio.ensure_future(c.generate([q] * 3, dict(GREEDY, max_new_tokens=40)))
+            await asyncio.sleep(0.05)                      # q's rows are decoding when p's batch arrives
+            greedy = await c.generate([p] * 4 + [q], dict(GREEDY, max_new_tokens=12))
+            sampled = await c.generate([p] * 8, {"temperature": 1.0, "max_new_tokens": 16, "ignore_eos": True})
+            after = (await c.get_server_info())["internal_states"][0]
+            return before, await running, greedy, sampled, after
+    before, running, greedy, sampled, after = run(go())
+    assert [o["output_ids"] for o in greedy] == [hf_greedy(model, p, 12)] * 4 + [hf_greedy(model, q, 12)]
+    assert [o["output_ids"] for o in running] == [hf_greedy(model, q, 40)] * 3
+    assert len({tuple(o["output_ids"]) for o in sampled}) > 1     # 8 copies, independent draws
+    for o in sampled:
+        lps = [lp for lp, _, _ in o["meta_info"]["output_token_logprobs"]]
+        assert len(lps) == 16 and all(lp <= 0 for lp in lps)
+    assert after["prefill_rows"] - before["prefill_rows"] == 3 + 5 + 8
+
+
 def test_max_new_tokens_and_text_input(engine):
     r = gen(engine.url, [4, 5, 6], max_new_tokens=7, temperature=1.0, ignore_eos=True)
     assert len(r["output_ids"]) == 7 and r["meta_info"]["finish_reason"] == {"type": "length", "length": 7}

@@ -11,6 +11,7 @@ Weight updates take ``model_lock`` so they land between two steps. No HTTP or as
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -27,6 +28,8 @@ from slime_like.backends.cpu_engine.sampling import BadRequest, SamplingParams, 
 
 logger = logging.getLogger("slime_like.cpu_engine")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# Default request ids: unique per process start + a counter (a uuid4 per request cost more than its decode step).
+_RID_PREFIX, _RID_COUNTER = uuid.uuid4().hex[:16] + "-", itertools.count()
 
 
 @dataclass
@@ -35,7 +38,7 @@ class Request:
     params: SamplingParams
     return_logprob: bool = False
     return_text_in_logprobs: bool = False
-    rid: str = field(default_factory=lambda: uuid.uuid4().hex)
+    rid: str = field(default_factory=lambda: f"{_RID_PREFIX}{next(_RID_COUNTER)}")
     on_done: Callable[["Request"], None] | None = None
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
@@ -50,7 +53,7 @@ class Request:
 
 
 class CPUEngine:
-    def __init__(self, model_path: str, dtype: str = "float32", max_running_requests: int = 64,
+    def __init__(self, model_path: str, dtype: str = "float32", max_running_requests: int = 512,
                  random_seed: int = 0, context_length: int | None = None):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -224,10 +227,7 @@ class CPUEngine:
                 stops = [t for t in stops if t < logits.shape[-1]]
                 if stops:
                     logits[i, stops] = float("-inf")
-        col = lambda name, dt: torch.tensor([getattr(r.params, name) for r in rows], dtype=dt)  # noqa: E731
-        tokens, logprobs = sample_next(logits, col("temperature", torch.float32), col("top_p", torch.float32),
-                                       col("top_k", torch.long), col("min_p", torch.float32), self.generator,
-                                       self.return_original_logprob)
+        tokens, logprobs = sample_next(logits, *_param_columns(batch), self.generator, self.return_original_logprob)
         batch.last_tokens = tokens
         keep = []
         for i, (r, t, lp) in enumerate(zip(rows, tokens.tolist(), logprobs.tolist())):
@@ -310,3 +310,18 @@ class CPUEngine:
         with self._cond:
             self.released = False
             self._cond.notify_all()
+
+
+def _param_columns(batch: kv_batch.RunningBatch) -> tuple[torch.Tensor, ...]:
+    """(temperature, top_p, top_k, min_p) per row, rebuilt only when the batch's rows change (every row change
+    makes a new `rows` list), not on every decode step."""
+    cached = getattr(batch, "_param_columns", None)
+    if cached is not None and cached[0] is batch.rows:
+        return cached[1]
+    ps = [r.params for r in batch.rows]
+    cols = (torch.tensor([p.temperature for p in ps], dtype=torch.float32),
+            torch.tensor([p.top_p for p in ps], dtype=torch.float32),
+            torch.tensor([p.top_k for p in ps], dtype=torch.long),
+            torch.tensor([p.min_p for p in ps], dtype=torch.float32))
+    batch._param_columns = (batch.rows, cols)
+    return cols

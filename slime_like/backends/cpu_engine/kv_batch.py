@@ -21,17 +21,48 @@ from transformers.cache_utils import DynamicLayer
 
 
 class GrowableLayer(DynamicLayer):
-    """A DynamicLayer that appends into a buffer with spare capacity (amortised O(1) per token)."""
+    """A DynamicLayer that appends into a buffer with spare capacity (amortised O(1) per token).
+
+    Row changes (drop finished rows, merge new ones, copy shared-prompt rows) each cost ONE copy into a fresh
+    buffer that keeps spare capacity, so the next decode step appends in place instead of growing again."""
+
+    def _adopt(self, kbuf: torch.Tensor, vbuf: torch.Tensor, length: int):
+        """Use these [B, H, capacity, D] buffers; their first `length` columns are the cache."""
+        self._kbuf, self._vbuf, self._len = kbuf, vbuf, length
+        self.keys, self.values = kbuf[:, :, :length], vbuf[:, :, :length]
+        self.dtype, self.device, self.is_initialized = kbuf.dtype, kbuf.device, True
 
     def _set(self, keys: torch.Tensor, values: torch.Tensor, spare: int = 0):
         B, H, T, D = keys.shape
-        self._kbuf = keys.new_empty(B, H, T + spare, D)
-        self._vbuf = values.new_empty(B, H, T + spare, D)
-        self._kbuf[:, :, :T] = keys
-        self._vbuf[:, :, :T] = values
-        self._len = T
-        self.keys, self.values = self._kbuf[:, :, :T], self._vbuf[:, :, :T]
-        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+        kbuf, vbuf = keys.new_empty(B, H, T + spare, D), values.new_empty(B, H, T + spare, D)
+        kbuf[:, :, :T], vbuf[:, :, :T] = keys, values
+        self._adopt(kbuf, vbuf, T)
+
+    def select_rows(self, idx: torch.Tensor, start: int = 0, spare: int = 16):
+        """Keep rows `idx` (in that order, repeats allowed) and drop the first `start` columns. Only the live
+        columns are copied (gathered straight into the new buffer), not the old spare capacity."""
+        B, H, _, D = self._kbuf.shape
+        T = self._len - start
+        bufs = []
+        for old in (self._kbuf, self._vbuf):
+            buf = old.new_empty(len(idx), H, T + spare, D)
+            torch.index_select(old[:, :, start:self._len], 0, idx, out=buf[:, :, :T])
+            bufs.append(buf)
+        self._adopt(bufs[0], bufs[1], T)
+
+    def append_rows(self, other: "GrowableLayer", T: int, spare: int = 32):
+        """Append `other`'s rows; both sides end up left-padded to T columns (zeros: masked, but finite)."""
+        Ba, Bb = self.keys.shape[0], other.keys.shape[0]
+        bufs = []
+        for a, b in ((self.keys, other.keys), (self.values, other.values)):
+            _, H, _, D = a.shape
+            buf = a.new_empty(Ba + Bb, H, T + spare, D)
+            for rows, x in ((slice(0, Ba), a), (slice(Ba, Ba + Bb), b)):
+                pad = T - x.shape[2]
+                buf[rows, :, :pad].zero_()
+                buf[rows, :, pad:T] = x
+            bufs.append(buf)
+        self._adopt(bufs[0], bufs[1], T)
 
     def update(self, key_states, value_states, *args, **kwargs):
         if not self.is_initialized or self._len == 0:
@@ -88,9 +119,7 @@ class RunningBatch:
         Ta, Tb = self.mask.shape[1], other.mask.shape[1]
         T = max(Ta, Tb)
         for la, lb in zip(_layers(self.cache), _layers(other.cache)):
-            keys = torch.cat([_pad_left(la.keys, T - Ta, 2), _pad_left(lb.keys, T - Tb, 2)], dim=0)
-            values = torch.cat([_pad_left(la.values, T - Ta, 2), _pad_left(lb.values, T - Tb, 2)], dim=0)
-            la._set(keys, values, spare=32)
+            la.append_rows(lb, T)
         self.mask = torch.cat([_pad_left(self.mask, T - Ta, 1), _pad_left(other.mask, T - Tb, 1)], dim=0)
         self.next_pos = torch.cat([self.next_pos, other.next_pos])
         self.last_tokens = torch.cat([self.last_tokens, other.last_tokens])
@@ -110,19 +139,24 @@ class RunningBatch:
         start = int(used[0]) if len(used) else mask.shape[1]
         self.mask = mask[:, start:]
         for layer in _layers(self.cache):
-            layer._set(layer.keys.index_select(0, idx)[:, :, start:], layer.values.index_select(0, idx)[:, :, start:],
-                       spare=32)
+            layer.select_rows(idx, start)
         self.next_pos = self.next_pos.index_select(0, idx)
         self.last_tokens = self.last_tokens.index_select(0, idx)
 
 
 @torch.inference_mode()
 def prefill(model, prompts: list[list[int]], rows: list) -> tuple[RunningBatch, torch.Tensor]:
-    """Run the prompts (left-padded) through the model; return the new batch and last-position logits [B, V]."""
-    T = max(len(p) for p in prompts)
-    ids = torch.zeros(len(prompts), T, dtype=torch.long)
-    mask = torch.zeros(len(prompts), T, dtype=torch.long)
-    for i, p in enumerate(prompts):
+    """Run the prompts (left-padded) through the model; return the new batch and last-position logits [B, V].
+
+    Identical prompts (the n samples of one RL prompt, sent together) are computed once and their KV rows
+    copied: prefill work scales with the distinct prompts, like a prefix cache hit in SGLang."""
+    index: dict[tuple, int] = {}
+    which = [index.setdefault(tuple(p), len(index)) for p in prompts]
+    distinct = [list(p) for p in index]
+    T = max(len(p) for p in distinct)
+    ids = torch.zeros(len(distinct), T, dtype=torch.long)
+    mask = torch.zeros(len(distinct), T, dtype=torch.long)
+    for i, p in enumerate(distinct):
         ids[i, T - len(p):] = torch.tensor(p, dtype=torch.long)
         mask[i, T - len(p):] = 1
     pos = (mask.cumsum(dim=1) - 1).clamp(min=0)
@@ -130,9 +164,15 @@ def prefill(model, prompts: list[list[int]], rows: list) -> tuple[RunningBatch, 
     batch.cache = new_cache()
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=batch.cache,
                 use_cache=True, logits_to_keep=1)
+    logits = out.logits[:, -1, :]
+    if len(distinct) < len(prompts):
+        idx = torch.tensor(which, dtype=torch.long)
+        for layer in _layers(batch.cache):
+            layer.select_rows(idx)
+        mask, logits = mask.index_select(0, idx), logits.index_select(0, idx)
     batch.rows, batch.mask = list(rows), mask
     batch.next_pos = mask.sum(dim=1)
-    return batch, out.logits[:, -1, :]
+    return batch, logits
 
 
 @torch.inference_mode()
