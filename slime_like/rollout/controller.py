@@ -115,8 +115,16 @@ class RolloutController:
 
     def _call(self, fn, rollout_id: int, evaluation: bool, total: int, desc: str):
         progress = self._progress(total, desc)
+        box = []
+
+        async def main():
+            # The result leaves through `box`, not as the main task's result: asyncio.run's SIGINT bookkeeping
+            # formats repr(main task) (result included) twice per call, i.e. every sample of the rollout.
+            box.append(await self._run(fn, rollout_id, evaluation, progress))
+
         try:
-            return asyncio.run(self._run(fn, rollout_id, evaluation, progress))
+            asyncio.run(main())
+            return box[0]
         finally:
             if progress is not None:
                 progress.close()

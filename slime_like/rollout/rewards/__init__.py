@@ -24,6 +24,7 @@ Custom functions (``--custom-rm-path module.func``, sync or async), slime's sign
 from __future__ import annotations
 
 import asyncio
+import inspect
 import random
 
 from ..hooks import call_maybe_async, load_function
@@ -99,9 +100,7 @@ def scalar_reward(args, reward) -> float:
 
 
 async def _one(args, sample):
-    custom = getattr(args, "custom_rm_path", None)
-    if custom:
-        return await call_maybe_async(load_function(custom, "--custom-rm-path"), args, sample)
+    """Built-in reward of one sample (--rm-type or metadata["rm_type"])."""
     metadata = sample.metadata if isinstance(sample.metadata, dict) else {}
     rm_type = (metadata.get("rm_type") or getattr(args, "rm_type", None) or "").strip()
     if rm_type.startswith("boxed_") and rm_type[len("boxed_"):] == "remote_rm":
@@ -120,7 +119,28 @@ async def async_rm(args, samples: list) -> list:
             raise RewardFunctionError(f"--custom-rm-path {custom} with --group-rm returned {len(out)} rewards "
                                       f"for a group of {len(samples)} samples")
         return out
+    if custom:
+        return await _call_per_sample(load_function(custom, "--custom-rm-path"), args, samples)
     return list(await asyncio.gather(*(_one(args, s) for s in samples)))
+
+
+async def _call_per_sample(fn, args, samples: list) -> list:
+    """fn(args, sample) for each sample: a sync grader answers in place (no task per sample), awaitables
+    (async graders) then run concurrently."""
+    out = []
+    try:
+        for s in samples:
+            out.append(fn(args, s))
+    except BaseException:
+        for o in out:                      # don't leave coroutines that were never awaited
+            if inspect.iscoroutine(o):
+                o.close()
+        raise
+    waiting = [i for i, o in enumerate(out) if inspect.isawaitable(o)]
+    if waiting:
+        for i, r in zip(waiting, await asyncio.gather(*(out[i] for i in waiting))):
+            out[i] = r
+    return out
 
 
 async def assign_rewards(args, samples: list) -> None:
