@@ -71,6 +71,9 @@ def test_tensor_sender_colocated_path(engine_w, tiny_ckpt, tiny_ckpt_b, refs):
     assert run(EngineClient(engine_w.url).get_model_info())["weight_version"] == "b"
     sender.send(state(tiny_ckpt), bucket_bytes=1 << 30)
     assert greedy(engine_w.url) == ref_a
+    # nothing outlives a sync in /dev/shm (a kill between syncs must not leak a segment)
+    import os
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"torch_{os.getpid()}_")]
 
 
 def test_tensor_sender_rejects_unknown_names(engine_w):
@@ -154,7 +157,7 @@ def test_distributed_sender_fails_fast_when_an_engine_refuses(engine_w):
 
 def test_tensor_payload_carries_shared_memory_handles_not_bytes():
     """The colocated path sends one handle per bucket: the JSON payload stays tiny however large the tensors are,
-    the sender's own tensors are never moved into shared memory, and every sync reuses the same segment."""
+    the sender's own tensors are never moved into shared memory, and the buckets of a sync share one segment."""
     from slime_like.backends.sglang import tensor_serializer
 
     big = [("w", torch.randn(1024, 1024)), ("b", torch.randn(3, dtype=torch.bfloat16)), ("v", torch.randn(7))]
@@ -234,3 +237,22 @@ def test_distributed_sender_flattened_bucket_and_a_refused_bucket(engine_w, tiny
         assert greedy(engine_w.url) == ref_a
     finally:
         flat.close()
+
+
+def test_tensor_sender_keep_buffer_reuses_one_segment_until_close(engine_w, tiny_ckpt, tiny_ckpt_b, refs):
+    import os
+
+    def mine():
+        return sorted(f for f in os.listdir("/dev/shm") if f.startswith(f"torch_{os.getpid()}_"))
+
+    ref_a, ref_b = refs
+    sender = weight_sync.TensorWeightSender([engine_w.url], keep_buffer=True)
+    try:
+        sender.send(state(tiny_ckpt_b))
+        kept = mine()
+        assert len(kept) == 1 and greedy(engine_w.url) == ref_b
+        sender.send(state(tiny_ckpt))
+        assert mine() == kept and greedy(engine_w.url) == ref_a  # refilled, not reallocated
+    finally:
+        sender.close()
+    assert mine() == []

@@ -201,7 +201,7 @@ async def update_weights_from_tensor(request):
         eng.abort(abort_all=True)
 
     def load():
-        payload = tensor_serializer.deserialize(blobs[0], keep_mapped=True)  # a reused sender buffer: no re-map
+        payload = tensor_serializer.deserialize(blobs[0])
         named = _unflatten(payload) if fmt == "flattened_bucket" else payload
         return eng.update_weights(named, body.get("weight_version"))
 

@@ -27,13 +27,13 @@ def _file_system_strategy() -> None:
 
 
 def shared_buffer(nbytes: int) -> torch.Tensor:
-    """A uint8 CPU tensor in shared memory (``file_system`` strategy), to be filled and sent many times.
+    """A uint8 CPU tensor allocated straight in shared memory (``file_system`` strategy), to be filled and sent.
 
-    Serializing a tensor that is already shared sends its handle without copying; serializing a fresh tensor
-    first moves it into a new shared-memory segment (allocation, page faults, a copy: seconds for a few hundred
-    MB). A sender that reuses one such buffer pays that once."""
+    Serializing a tensor that is already shared sends its handle without copying; serializing an ordinary tensor
+    first moves it into a new shared-memory segment (one per tensor: allocation, page faults, a copy -- seconds
+    for a few hundred MB). Filling one such buffer per sync costs one copy."""
     _file_system_strategy()
-    return torch.empty(nbytes, dtype=torch.uint8).share_memory_()
+    return torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(nbytes))
 
 
 def serialize(obj, output_str: bool = True):
@@ -45,20 +45,13 @@ def serialize(obj, output_str: bool = True):
     return base64.b64encode(data).decode("utf-8") if output_str else data
 
 
-_kept: list = [None]  # the last payload deserialized with keep_mapped=True
-
-
-def deserialize(data, keep_mapped: bool = False):
+def deserialize(data):
     """Inverse of `serialize`; accepts the base64 text or the raw bytes.
 
-    keep_mapped (the receiving engine): hold the result until the next such call. Torch looks a received
-    shared-memory handle up among the segments this process still has mapped, so a sender that reuses its buffer
-    (TensorWeightSender) is then neither re-mapped nor page-faulted again on every request (measured at 100M:
-    the engine's side of a sync 2-2.5x -> ~1.1x a plain copy). Cost: after the sender frees that buffer, up to
-    one payload's segments stay in /dev/shm until the next payload arrives."""
+    The receiver should drop the result (and so its mappings) once it has copied the tensors: a segment that is
+    still mapped when its processes are killed stays in /dev/shm. (Keeping the last payload mapped would save
+    re-mapping a reused sender buffer -- measured 2-2.5x -> 1.1x a plain copy for the engine's side at 100M --
+    but then every run ended by Ray's kill leaked one bucket of /dev/shm.)"""
     if isinstance(data, str):
         data = base64.b64decode(data, validate=True)
-    out = ForkingPickler.loads(data)
-    if keep_mapped:
-        _kept[0] = out
-    return out
+    return ForkingPickler.loads(data)

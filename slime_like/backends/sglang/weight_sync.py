@@ -252,18 +252,24 @@ class TensorWeightSender:
 
     Each bucket goes as one flat byte buffer (SGLang's ``load_format="flattened_bucket"``: ``{"flattened_tensor":
     uint8 tensor, "metadata": [name, shape, dtype, start_idx, end_idx, numel per tensor]}``, byte offsets), so
-    one handle travels per bucket. On CPU that buffer is one shared-memory segment, allocated on first use and
-    reused by every bucket of every sync (``tensor_serializer.shared_buffer``): a sync costs one copy into it here
-    and one copy out of it in the engine. Handing the trainer's own fresh tensors over instead would move each of
-    them into a new shared-memory segment on every sync (measured: 2-4 s for 453 MB, 10x the copy). On GPU the
-    buffer is a fresh CUDA tensor per bucket (CUDA IPC handle), freed once the engines have answered.
+    one handle travels per bucket. On CPU that buffer is one shared-memory segment per sync, reused by every bucket
+    of it (``tensor_serializer.shared_buffer``): a sync costs one copy into it here and one copy out of it in the
+    engine. Handing the trainer's own tensors over instead moved each of them into a new shared-memory segment
+    (measured: 2-4 s for 453 MB, 10x the copy). By default the segment is freed when send() returns: Ray kills a
+    trainer with its child processes (torch's shm manager among them), and a segment alive at that moment stays
+    in /dev/shm until reboot (seen: one bucket per train.py run). But a fresh segment costs its page faults on
+    every sync (100M: ~1.3 s, 15x a copy). keep_buffer=True keeps it for the next sync (100M: ~2.3x a copy);
+    its owner must then call close() before the process can be killed. On GPU the buffer is a fresh CUDA
+    tensor per bucket (CUDA IPC).
     """
 
     ALIGN = 64  # start of each tensor in the buffer, in bytes (any dtype's view of a slice is then aligned)
 
-    def __init__(self, engine_urls: list[str], engine_tp_size: int = 1, timeout_s: float = 600.0):
+    def __init__(self, engine_urls: list[str], engine_tp_size: int = 1, timeout_s: float = 600.0,
+                 keep_buffer: bool = False):
         self.engine_urls, self.engine_tp_size, self.timeout_s = list(engine_urls), engine_tp_size, timeout_s
-        self._staging: torch.Tensor | None = None  # CPU shared-memory buffer, grown to the largest bucket
+        self.keep_buffer = keep_buffer
+        self._staging: torch.Tensor | None = None  # CPU shared-memory buffer of the sync in progress
 
     def _buffer(self, nbytes: int, device: torch.device) -> torch.Tensor:
         if device.type != "cpu":
@@ -305,11 +311,15 @@ class TensorWeightSender:
     def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int = 512 << 20,
              weight_version: str | None = None) -> int:
         sent = 0
-        for bucket in buckets(named_tensors, bucket_bytes):
-            # The buffer is only overwritten by the next bucket, after every engine has answered (copied it).
-            post_all(self.engine_urls, "/update_weights_from_tensor", self.payload(bucket, weight_version),
-                     self.timeout_s)
-            sent += sum(t.numel() * t.element_size() for _, t in bucket)
+        try:
+            for bucket in buckets(named_tensors, bucket_bytes):
+                # The buffer is only overwritten by the next bucket, after every engine has answered (copied it).
+                post_all(self.engine_urls, "/update_weights_from_tensor", self.payload(bucket, weight_version),
+                         self.timeout_s)
+                sent += sum(t.numel() * t.element_size() for _, t in bucket)
+        finally:
+            if not self.keep_buffer:
+                self._staging = None  # unlinked once the engines drop it too (see the class docstring)
         return sent
 
     def close(self) -> None:
