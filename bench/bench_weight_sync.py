@@ -9,16 +9,16 @@ and time, median of --repeat:
 * floor: the same bytes copied once in memory, the physical floor of moving them on one machine -- the faster of
   `t.clone()` of every tensor (fresh memory, page faults included) and `dst.copy_(t)` into tensors allocated
   once (a warm memcpy; usually the faster one for big models);
-* colocated: `TensorWeightSender.send` (/update_weights_from_tensor: one shared-memory buffer per bucket, reused
-  across syncs; the engine copies out of it) inside `paused()` (pause + continue; the update requests carry
-  flush_cache), and the send alone;
+* colocated: `TensorWeightSender.send` (/update_weights_from_tensor: one shared-memory segment per sync, shared
+  by its buckets; the engine copies out of it) inside `paused()` (pause + continue; the update requests carry
+  flush_cache), the send alone, and with keep_buffer=True (one segment kept for every sync);
 * disaggregated: `DistributedWeightSender.send` over a gloo group (/update_weights_from_distributed + one
   broadcast per tensor, received straight into the engine's parameters), and with
   load_format='flattened_bucket' (one broadcast per bucket); `connect()` (group set-up, once per run) is timed
   separately;
 * in-loop (--in-loop sizes, default 100m): what train.py's `time/update_weights` measures when colocated --
   `TensorWeightSender.send(MegatronTrainer.iter_hf_weights())` from a real megatron-core trainer built on the
-  same checkpoint in this process (its construction is not timed).
+  same checkpoint in this process (its construction is not timed); and the same with keep_buffer=True.
 
 The state dict's tensors are plain memory, as the trainer's parameters are: a sender that moved them into shared
 memory once would look fast here and not in the loop, where iter_hf_weights yields them afresh each sync.
@@ -121,6 +121,12 @@ def bench_one(model_dir: str, repeat: int, bucket_bytes: int, in_loop: bool = Fa
                 col.send(items(1.0), bucket_bytes)
         res["colocated_paused_s"] = timed(col_paused, repeat)
         res["colocated_send_s"] = timed(lambda: col.send(items(1.0), bucket_bytes), repeat)
+        keep = TensorWeightSender(urls, keep_buffer=True)  # one segment for every sync (close() frees it)
+        keep.send(items(2.0), bucket_bytes)
+        changed = fingerprint(eng.url)
+        keep.send(items(1.0), bucket_bytes)
+        res["colocated_keep_check"] = changed != base and fingerprint(eng.url) == base
+        res["colocated_keep_send_s"] = timed(lambda: keep.send(items(1.0), bucket_bytes), repeat)
 
         dist = DistributedWeightSender(urls, backend="gloo", master_address="127.0.0.1", timeout_s=120)
         t = time.perf_counter()
@@ -145,6 +151,8 @@ def bench_one(model_dir: str, repeat: int, bucket_bytes: int, in_loop: bool = Fa
             col.send(trainer.iter_hf_weights(), bucket_bytes)
             res["in_loop_check"] = fingerprint(eng.url) == base
             res["in_loop_colocated_s"] = timed(lambda: col.send(trainer.iter_hf_weights(), bucket_bytes), repeat)
+            res["in_loop_keep_s"] = timed(lambda: keep.send(trainer.iter_hf_weights(), bucket_bytes), repeat)
+        keep.close()
     finally:
         eng.stop()
     for k in [k for k in res if k.endswith("_s") and isinstance(res[k], list)]:
@@ -152,8 +160,8 @@ def bench_one(model_dir: str, repeat: int, bucket_bytes: int, in_loop: bool = Fa
     # The floor: the cheaper of clone (fresh memory: page faults on every big allocation) and copy_ into
     # tensors allocated once (a warm memcpy, what an engine that owns its parameters really has to do).
     floor = res["floor_s_median"] = min(res["floor_clone_s_median"], res["floor_copy_s_median"])
-    for k in ("colocated_paused", "colocated_send", "disaggregated_send", "disaggregated_flat_send",
-              "in_loop_colocated"):
+    for k in ("colocated_paused", "colocated_send", "colocated_keep_send", "disaggregated_send",
+              "disaggregated_flat_send", "in_loop_colocated", "in_loop_keep"):
         if k + "_s_median" in res:
             res[k + "_over_floor"] = res[k + "_s_median"] / floor
     res["loadavg_end"] = os.getloadavg()
@@ -190,8 +198,9 @@ def main():
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(result, f, indent=1)
-    cols = [("coloc+pause", "colocated_paused"), ("coloc send", "colocated_send"), ("dist send", "disaggregated_send"),
-            ("dist flat", "disaggregated_flat_send"), ("in-loop", "in_loop_colocated")]
+    cols = [("coloc+pause", "colocated_paused"), ("coloc send", "colocated_send"), ("coloc keep", "colocated_keep_send"),
+            ("dist send", "disaggregated_send"), ("dist flat", "disaggregated_flat_send"),
+            ("in-loop", "in_loop_colocated"), ("in-loop keep", "in_loop_keep")]
     print(f"\n{'size':6} {'MB':>7} {'floor':>8} " + " ".join(f"{c:>11} {'x':>4}" for c, _ in cols)
           + f" {'connect':>7}  checks")
     for size, r in result["sizes"].items():
@@ -201,8 +210,8 @@ def main():
                 cells.append(f"{r[k + '_s_median']:10.4f}s {r[k + '_over_floor']:4.1f}")
             else:
                 cells.append(f"{'-':>11} {'':>4}")
-        checks = "/".join(str(r.get(k)) for k in ("colocated_check", "disaggregated_check", "disaggregated_flat_check",
-                                                 "in_loop_check") if k in r)
+        checks = "/".join(str(r.get(k)) for k in ("colocated_check", "colocated_keep_check", "disaggregated_check",
+                                                 "disaggregated_flat_check", "in_loop_check") if k in r)
         print(f"{size:6} {r['bytes'] / 1e6:7.1f} {r['floor_s_median']:7.4f}s " + " ".join(cells)
               + f" {r['disaggregated_connect_s']:6.2f}s  {checks}")
     print(f"(medians of {a.repeat}; goal: sync within 3x of the floor; wrote {a.out})")
