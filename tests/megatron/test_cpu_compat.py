@@ -1,5 +1,6 @@
 """cpu_compat: each patch is needed (the exact error without it), apply() is idempotent, a model trains
-with the patches, and importing the backend never loads cpu_compat by itself.
+with the patches, importing the backend never loads cpu_compat by itself, and no patch routes ordinary
+torch ops through Python (the CUDA-device rewrite wraps only the entry points that take a device).
 
 One child process walks the workload stage by stage with patches applied progressively: every stage
 first fails with its patch missing, then passes once the patch is applied. (cuda_sync and moe_splits
@@ -71,6 +72,17 @@ cur, stack = torch.cuda.current_device, torch._C._len_torch_function_stack()
 report["all"] = cpu_compat.apply()
 report["idempotent"] = cpu_compat.apply() == report["all"] and torch.cuda.current_device is cur \
     and torch._C._len_torch_function_stack() == stack
+# what cuda_device_calls does, and only there: ordinary ops never pass through Python (no TorchFunctionMode),
+# torch's own factories stay the originals (torch.device(...) contexts find them by identity)
+import megatron.core.transformer.utils as mcore_utils
+report["mode_stack"] = stack
+report["torch_untouched"] = torch.matmul is torch._C._VariableFunctions.matmul \
+    and torch.zeros is torch._C._VariableFunctions.zeros and torch.Tensor.add is torch._C.TensorBase.add
+with torch.device("meta"):
+    report["meta_context"] = str(torch.tensor([1.0]).device)
+report["devices"] = [str(t.device) for t in (mcore_utils.torch.zeros(2, device="cuda"), torch.ones(1).cuda(),
+                     mcore_utils.torch.empty(2, pin_memory=True), mcore_utils.get_default_causal_mask(3))]
+report["type_names"] = [torch.ones(1).type(), torch.ones(1).type(torch.float16).dtype == torch.float16]
 print("REPORT" + json.dumps(report))
 """
 
@@ -95,6 +107,9 @@ def test_each_patch_is_needed_and_a_model_trains(tiny_ckpts):
     for patch, message in EXPECTED.items():
         assert report[patch]["error"] and message in report[patch]["error"], (patch, report[patch])
     assert report["losses"][-1] < report["losses"][0] - 0.05, report["losses"]
+    assert report["mode_stack"] == 0 and report["torch_untouched"] and report["meta_context"] == "meta"
+    assert report["devices"] == ["cpu"] * 4
+    assert report["type_names"] == ["torch.cuda.FloatTensor", True]
     assert report["idempotent"] and sorted(report["all"]) == sorted(
         ["current_device", "rng_tracker", "cuda_device_calls", "cuda_sync", "cuda_stream", "moe_te_gemm", "moe_splits"])
 

@@ -11,12 +11,18 @@ current_device           `torch.cuda.current_device()` used as a device: RotaryE
                          grad buffers, optimizer state: "AssertionError: Torch not compiled with CUDA enabled".
 rng_tracker              model_parallel_cuda_manual_seed / CudaRNGStatesTracker store CUDA generator
                          states (`torch.cuda.get_rng_state`): "Torch not compiled with CUDA enabled".
-cuda_device_calls        ~40 hard-coded `device="cuda"` / `.cuda()` / `.to("cuda")` in optimizer, grad
+cuda_device_calls        ~40 hard-coded `device="cuda"` / `.cuda()` / `pin_memory=True` in optimizer, grad
                          scaler, clip-grad, schedules, the default causal mask; and `param.type() ==
                          'torch.cuda.FloatTensor'` checks in the (distributed) optimizer and clip-grad:
                          "AssertionError: Torch not compiled with CUDA enabled" (get_megatron_optimizer).
-                         A global TorchFunctionMode rewrites them to CPU (this also covers the causal mask
-                         and clip_grad_by_total_norm_fp32, which older probes patched separately).
+                         The mcore modules that hard-code CUDA (`_CUDA_MODULES`) see a `torch` whose factory
+                         functions send CUDA devices to CPU; `Tensor.cuda()` / `Module.cuda()` return
+                         their object, and a no-argument `Tensor.type()` reports CPU tensors under their
+                         CUDA names. No other torch call is touched: an earlier version used a process-wide
+                         TorchFunctionMode, which sent every torch op through Python (~11 % of a tiny
+                         model's train step). The factories are not replaced in `torch` itself: torch's
+                         `torch.device(...)` context, which transformers uses to build models on the meta
+                         device, finds constructors by identity and would silently ignore wrapped ones.
 cuda_sync                pipeline p2p `_communicate` calls torch.cuda.synchronize(): CUDA assertion (PP>1).
 cuda_stream              MoE alltoall token dispatcher creates `torch.cuda.Stream()` for async D2H copies:
                          "RuntimeError: torch.cuda.Stream requires CUDA support"; mcore >= 0.19 DDP
@@ -32,11 +38,12 @@ moe_splits               the alltoall dispatcher turns its split sizes into nump
 """
 from __future__ import annotations
 
+import functools
+import types
+
 import torch
-from torch.overrides import TorchFunctionMode
 
 _applied: set[str] = set()
-_mode = None
 
 
 def _is_cuda(device) -> bool:
@@ -69,31 +76,66 @@ def _patch_rng_tracker():
     rnd.CudaRNGStatesTracker.add = add
 
 
-class _CudaToCpuMode(TorchFunctionMode):
-    """Rewrites CUDA device arguments to CPU for every torch call made while the mode is active."""
+# mcore modules (0.16) with hard-coded CUDA devices or pinned memory on the paths we run; each is imported by
+# apply() so the proxy is in place before first use. A module missing here fails loudly (CUDA assertion).
+_CUDA_MODULES = ("utils", "rerun_state_machine", "pipeline_parallel.schedules", "pipeline_parallel.utils",
+                 "optimizer.optimizer", "optimizer.clip_grads", "optimizer.grad_scaler", "transformer.utils",
+                 "transformer.moe.moe_utils", "models.common.embeddings.rope_utils",
+                 "distributed.param_and_grad_buffer", "tensor_parallel.data",
+                 "dist_checkpointing.strategies.state_dict_saver", "dist_checkpointing.exchange_utils")
+# torch functions that take a `device` (or `pin_memory`) keyword
+_FACTORIES = ("tensor", "as_tensor", "zeros", "ones", "empty", "full", "arange", "zeros_like", "ones_like",
+              "empty_like", "full_like", "rand", "randn", "randint", "empty_strided", "eye", "linspace")
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = dict(kwargs or {})
+
+def _to_cpu_kwargs(fn):
+    """`fn` with a CUDA `device=` sent to CPU and `pin_memory=True` dropped (pinning needs a CUDA driver)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
         if "device" in kwargs and _is_cuda(kwargs["device"]):
             kwargs["device"] = "cpu"
         if kwargs.get("pin_memory"):
-            kwargs["pin_memory"] = False  # pinning needs a CUDA driver
-        if func is torch.Tensor.cuda:
-            return args[0]
-        if func is torch.Tensor.type and len(args) == 1 and not kwargs:
-            # mcore validates parameter types by their CUDA names; report CPU tensors under those names.
-            name = func(*args)
-            return name.replace("torch.", "torch.cuda.", 1) if args[0].device.type == "cpu" else name
-        if func is torch.Tensor.to and len(args) > 1 and _is_cuda(args[1]):
-            args = (args[0], "cpu") + tuple(args[2:])
-        return func(*args, **kwargs)
+            kwargs["pin_memory"] = False
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+class _TorchOnCpu(types.ModuleType):
+    """`torch` as the modules in _CUDA_MODULES see it: the factories rewrite CUDA devices, the rest is torch."""
+
+    def __init__(self):
+        super().__init__("torch")
+        for name in _FACTORIES:
+            setattr(self, name, _to_cpu_kwargs(getattr(torch, name)))
+
+    def __getattr__(self, name):  # everything else, looked up live (later patches to torch stay visible)
+        return getattr(torch, name)
 
 
 def _patch_cuda_device_calls():
-    global _mode
-    _mode = _CudaToCpuMode()
-    _mode.__enter__()  # stays active for the life of the process (CPU runs only)
+    import importlib
 
+    proxy = _TorchOnCpu()
+    for name in _CUDA_MODULES:
+        module = importlib.import_module(f"megatron.core.{name}")
+        if getattr(module, "torch", None) is torch:
+            module.torch = proxy
+    type_ = torch.Tensor.type
+
+    @functools.wraps(type_)
+    def tensor_type(self, *args, **kwargs):
+        name = type_(self, *args, **kwargs)
+        if args or kwargs or self.device.type != "cpu":
+            return name
+        # mcore validates parameter types by their CUDA names; report CPU tensors under those names.
+        return name.replace("torch.", "torch.cuda.", 1)
+
+    torch.Tensor.type = tensor_type
+    # On a CPU-only build these can only raise; mcore calls them on tensors and modules it means to keep.
+    torch.Tensor.cuda = lambda self, *a, **k: self
+    torch.nn.Module.cuda = lambda self, *a, **k: self
 
 
 def _patch_cuda_sync():
