@@ -83,6 +83,28 @@ def test_gather_indices_point_at_the_logits_of_response_tokens(packed):
         assert mb.position_ids[0, len(b["tokens"][1])] == 0                  # positions restart per sample
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_micro_batch_is_the_same_from_lists_tensors_or_both(packed):
+    """Rollout columns arrive as python lists (tokens, masks) or per-sample tensors (log-probs, advantages);
+    the vectorised builder must give identical inputs for any mix, and pad fields per sample."""
+    b = _batch(n=9, seed=3)
+    b["advantages"] = [torch.randn(r, generator=torch.Generator().manual_seed(r)) for r in b["response_lengths"]]
+    as_tensors = dict(b, tokens=[torch.tensor(t) for t in b["tokens"]],
+                      loss_masks=[torch.tensor(m, dtype=torch.float32) for m in b["loss_masks"]])
+    mixed = dict(b, tokens=[torch.tensor(t) if i % 2 else t for i, t in enumerate(b["tokens"])])
+    ids = [0, 2, 3, 7, 8]
+    ref = D.build_micro_batch(b, ids, packed=packed, field_keys=("advantages", "rewards"))
+    for other in (as_tensors, mixed):
+        mb = D.build_micro_batch(other, ids, packed=packed, field_keys=("advantages",))
+        for name in ("tokens", "position_ids", "rows", "cols", "targets", "valid", "loss_mask"):
+            assert torch.equal(getattr(mb, name), getattr(ref, name)), name
+        assert torch.equal(mb.fields["advantages"], ref.fields["advantages"])
+    for k, i in enumerate(ids):
+        r = b["response_lengths"][i]
+        assert torch.equal(ref.fields["advantages"][k, :r], b["advantages"][i])
+        assert not ref.fields["advantages"][k, r:].any()
+
+
 def test_vocab_parallel_math_equals_algorithms_at_tp1():
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 7, 40, generator=g, dtype=torch.float64) * 3

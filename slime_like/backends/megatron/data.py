@@ -21,6 +21,7 @@ Two layouts of a micro-batch:
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import torch
@@ -152,12 +153,32 @@ class MicroBatch:
         return [int(x) for x in self.valid.sum(1).tolist()]
 
 
-def pad_rows(values: list, width: int, dtype=torch.float32) -> torch.Tensor:
+def _length(v) -> int:
+    if torch.is_tensor(v):
+        return v.numel()
+    return len(v) if hasattr(v, "__len__") else 1  # a per-sample scalar (e.g. a reward) is one entry
+
+
+def _flat(values: list, dtype) -> torch.Tensor:
+    """All of `values` (ragged 1-D sequences) concatenated into one 1-D tensor, in one conversion.
+
+    A rollout batch holds either python lists (tokens, loss masks) or 1-D tensors (log-probs, advantages);
+    one `torch.tensor` / `torch.cat` over the whole column costs a fraction of one call per sample.
+    """
+    if not values:
+        return torch.zeros(0, dtype=dtype)
+    if all(torch.is_tensor(v) for v in values):
+        return torch.cat([v.reshape(-1) for v in values]).to(dtype)
+    if all(isinstance(v, (list, tuple)) for v in values):
+        return torch.tensor(list(itertools.chain.from_iterable(values)), dtype=dtype)
+    return torch.cat([torch.as_tensor(v, dtype=dtype).reshape(-1) for v in values])
+
+
+def pad_rows(values: list, width: int, dtype=torch.float32, lengths: list[int] | None = None) -> torch.Tensor:
     """Stack ragged 1-D sequences into `[n, width]`, zero-padded on the right."""
+    lengths = [_length(v) for v in values] if lengths is None else lengths
     out = torch.zeros(len(values), width, dtype=dtype)
-    for k, v in enumerate(values):
-        v = torch.as_tensor(v, dtype=dtype).reshape(-1)
-        out[k, :v.numel()] = v
+    out[torch.arange(width) < torch.tensor(lengths, dtype=torch.long)[:, None]] = _flat(values, dtype)
     return out
 
 
@@ -183,34 +204,34 @@ def packed_seq_params_for(lengths: list[int], device=None):
 def build_micro_batch(batch: dict, sample_ids: list[int], packed: bool, use_te: bool = False,
                       field_keys: tuple[str, ...] = (), pad_id: int = 0, device=None) -> MicroBatch:
     """Turn samples `sample_ids` of the columnar batch into model inputs plus response gather indices."""
-    toks = [list(batch["tokens"][i]) for i in sample_ids]
-    lens = [len(t) for t in toks]
+    toks = [batch["tokens"][i] for i in sample_ids]
+    lens = [_length(t) for t in toks]
     resp = [int(batch["response_lengths"][i]) for i in sample_ids]
     n, rmax = len(sample_ids), max(resp)
+    lens_t, resp_t = torch.tensor(lens), torch.tensor(resp)
+    flat = _flat(toks, torch.long)
+    starts = torch.cumsum(lens_t, 0) - lens_t  # where each sample begins in `flat`
     j = torch.arange(rmax)[None, :]
-    valid = (j < torch.tensor(resp)[:, None]).float()
+    valid = (j < resp_t[:, None]).float()
+    step = j * valid.long()  # padded response slots repeat the sample's first response position
     if packed:
-        tokens = torch.tensor([t for s in toks for t in s], dtype=torch.long)[None]
-        position_ids = torch.cat([torch.arange(length) for length in lens])[None]
-        starts = torch.tensor([0] + lens[:-1]).cumsum(0)
+        tokens = flat[None]
+        position_ids = (torch.arange(flat.numel()) - torch.repeat_interleave(starts, lens_t))[None]
         rows = torch.zeros(n, rmax, dtype=torch.long)
-        first_logit = starts + torch.tensor(lens) - torch.tensor(resp) - 1
+        first_logit = starts + lens_t - resp_t - 1
         attention_mask = None if use_te else block_causal_mask(lens)
         psp = packed_seq_params_for(lens, device) if use_te else None
     else:
         tokens = torch.full((n, max(lens)), pad_id, dtype=torch.long)
-        for k, t in enumerate(toks):
-            tokens[k, :len(t)] = torch.tensor(t, dtype=torch.long)
+        tokens[torch.arange(max(lens)) < lens_t[:, None]] = flat
         position_ids = torch.arange(max(lens))[None].expand(n, -1).contiguous()
         rows = torch.arange(n)[:, None].expand(n, rmax).contiguous()
-        first_logit = torch.tensor(lens) - torch.tensor(resp) - 1
+        first_logit = lens_t - resp_t - 1
         attention_mask, psp = None, None
     # Padded response slots point at the sample's first logit: a valid index whose value is masked out.
-    cols = first_logit[:, None] + (j * valid.long())
-    targets = torch.zeros(n, rmax, dtype=torch.long)
-    for k, (t, r) in enumerate(zip(toks, resp)):
-        targets[k, :r] = torch.tensor(t[len(t) - r:], dtype=torch.long)
-    loss_mask = pad_rows([batch["loss_masks"][i] for i in sample_ids], rmax) * valid
+    cols = first_logit[:, None] + step
+    targets = flat[(starts + lens_t - resp_t)[:, None] + step] * valid.long()
+    loss_mask = pad_rows([batch["loss_masks"][i] for i in sample_ids], rmax, lengths=resp) * valid
     fields = {key: pad_rows([batch[key][i] for i in sample_ids], rmax) for key in field_keys if key in batch}
     mb = MicroBatch(sample_ids, tokens, position_ids, attention_mask, psp, rows, cols, targets, valid, loss_mask,
                     fields)
