@@ -1,7 +1,8 @@
 """torch.distributed + megatron-core model-parallel state for one trainer rank.
 
-gloo on CPU (after `cpu_compat.apply()`), nccl on GPU. Megatron's rank order is tp-cp-ep-dp-pp, so with
-world_size = tp * cp * dp * pp the data-parallel size is whatever is left after TP, CP and PP.
+gloo on CPU (after `cpu_compat.apply()` and `cpu_kernels.apply()`), nccl on GPU. Megatron's rank order is
+tp-cp-ep-dp-pp, so with world_size = tp * cp * dp * pp the data-parallel size is whatever is left after TP,
+CP and PP.
 """
 from __future__ import annotations
 
@@ -32,9 +33,10 @@ def init_distributed(rank: int, world_size: int, master_addr: str = "127.0.0.1",
                          f"{world_size // (tp * pp)}")
     cuda = torch.cuda.is_available()
     if not cuda:
-        from slime_like.backends.megatron import cpu_compat
+        from slime_like.backends.megatron import cpu_compat, cpu_kernels
 
         cpu_compat.apply()
+        cpu_kernels.apply()  # exact, faster CPU versions of mcore's unfused hot spots
     if not dist.is_initialized():
         if cuda:
             local_rank = int(os.environ.get("LOCAL_RANK", rank % torch.cuda.device_count()))
