@@ -75,7 +75,17 @@ def optimizer_config_from_args(args):
 def build_optimizer(args, wrapped_chunks: list):
     from megatron.core.optimizer import get_megatron_optimizer
 
-    return get_megatron_optimizer(optimizer_config_from_args(args), wrapped_chunks)
+    optimizer = get_megatron_optimizer(optimizer_config_from_args(args), wrapped_chunks)
+    if not torch.cuda.is_available():
+        # Without TE/Apex mcore uses torch's Adam/SGD, whose default on CPU tensors is a per-parameter loop
+        # of ~10 ops each. The multi-tensor (foreach) path is the same arithmetic, bit for bit, in half the
+        # time (113M params: 1.2 -> 0.6 s per step). torch's fused CPU kernel is faster still (0.13 s) but
+        # rounds differently, so it is not used.
+        for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
+            if getattr(inner, "optimizer", None) is not None:
+                for group in inner.optimizer.param_groups:
+                    group["foreach"] = True
+    return optimizer
 
 
 def schedule_steps(args) -> tuple[int, int]:
