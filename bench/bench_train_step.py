@@ -1,125 +1,189 @@
-"""Training throughput of MegatronTrainer.train_step on CPU next to plain transformers (not a test).
+"""CPU cost of MegatronTrainer.train_step next to a plain transformers step on the same batch (not a test).
 
-For each model size (a tiny one and a ~100M-parameter Qwen2 built locally with the char tokenizer) it
-times, on the same fixed batch and from the same HF checkpoint:
-  - megatron: MegatronTrainer.train_step (GRPO policy loss, one optimizer step, megatron Adam, one
-    micro-batch holding the whole batch), and
-  - transformers: the HF model's forward, the same token-level policy-gradient loss on the response
-    tokens, backward, torch AdamW step,
-and prints tokens/s of each (prompt + response tokens per step / seconds per step) and their ratio
-from this one run, plus a JSON result (also written to --out). Timings on a shared 2-core machine
-are noisy; read the ratio, not the absolute numbers.
+Shapes (model + batch):
+  demo   the demo's Qwen2 (hidden 128, 2 layers, vocab 16; random init, same cost as the SFT-warmed one),
+         512 samples (64 prompts x 8) of 4-6 prompt + 2-5 response tokens, --micro-batch-size 128
+  100m   Qwen2 hidden 768, 12 layers, 12 heads, FFN 3072, tied embeddings, same tokenizer (~100M params),
+         64 samples (16 x 4) of the same lengths, --micro-batch-size 64
+  long   the 100m model on 8 samples of 128 tokens (64 response), one micro-batch (the shape of the
+         first version of this bench, which measured megatron at 0.64x transformers)
+Both sides do one optimizer step over the whole batch per step:
+  megatron      MegatronTrainer.train_step: GRPO policy loss, on-policy (no separate old-log-prob pass,
+                as train.py runs it), mcore DDP + Adam + clip-grad
+  transformers  the HF model in micro-batches of the same size, right-padded with an attention mask,
+                the same token-mean PPO surrogate at ratio 1, backward, clip_grad_norm_, torch AdamW
+The two alternate step by step in this one process and the table shows medians of process CPU seconds
+and wall seconds per step, and tokens/s (real prompt + response tokens / CPU s). The machine is shared:
+read the ratio, not the absolute numbers.
 
-    python bench/bench_train_step.py [--sizes tiny,100m] [--batch 8] [--seq 128] [--steps 2]
+    python bench/bench_train_step.py [--shapes demo,100m,long] [--steps 5] [--threads 1]
+        [--out bench/results/bench_train_step.json] [--profile DIR]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import random
+import statistics
 import sys
 import tempfile
 import time
 
-os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # what the Ray actors run with (slime_like/ray/placement.py)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-SIZES = {  # name -> build_tiny_checkpoint kwargs
-    "tiny": dict(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, ffn_hidden_size=128),
-    "100m": dict(hidden_size=768, num_layers=12, num_heads=12, num_kv_heads=4, ffn_hidden_size=3072,
-                 max_position_embeddings=1024),
+DEMO_MODEL = dict(arch="qwen2", hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=4, ffn_hidden_size=512,
+                  tie_embeddings=True, vocab_multiple=16)  # slime_like/demo/prepare.py MODEL_SHAPE
+MODEL_100M = dict(arch="qwen2", hidden_size=768, num_layers=12, num_heads=12, num_kv_heads=12, ffn_hidden_size=3072,
+                  tie_embeddings=True, vocab_multiple=16, max_position_embeddings=1024)  # bench_e2e.py SHAPE_100M
+SHAPES = {  # name -> (model, samples, micro-batch, (prompt min, max), (response min, max))
+    "demo": (DEMO_MODEL, 512, 128, (4, 6), (2, 5)),
+    "100m": (MODEL_100M, 64, 64, (4, 6), (2, 5)),
+    "long": (MODEL_100M, 8, 8, (64, 64), (64, 64)),
 }
 
 
-def make_batch(n, seq, response, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    tokens = torch.randint(2, 90, (n, seq), generator=g).tolist()
-    return {"tokens": tokens, "response_lengths": [response] * n, "loss_masks": [[1] * response] * n,
-            "rewards": [1.0 if i % 2 else -1.0 for i in range(n)]}
+def make_batch(n, prompt, response, vocab, seed=0):
+    rng = random.Random(seed)
+    toks, lens = [], []
+    for _ in range(n):
+        p, r = rng.randint(*prompt), rng.randint(*response)
+        toks.append([rng.randint(2, vocab - 1) for _ in range(p + r)])
+        lens.append(r)
+    return {"tokens": toks, "response_lengths": lens, "loss_masks": [[1] * r for r in lens],
+            "rewards": [float(rng.random() < 0.5) for _ in range(n)]}
 
 
-def time_megatron(ckpt, batch, steps, port):
+def megatron_step(ckpt, batch, micro, port, extra=()):
     from slime_like.args import parse_args
     from slime_like.backends.megatron.trainer import MegatronTrainer
 
     n = len(batch["tokens"])
     args = parse_args(["--hf-checkpoint", ckpt, "--rollout-batch-size", str(n), "--n-samples-per-prompt", "1",
                        "--num-rollout", "100", "--colocate", "--actor-num-gpus-per-node", "1",
-                       "--global-batch-size", str(n), "--micro-batch-size", str(n), "--lr", "1e-5",
-                       "--lr-decay-style", "constant", "--hidden-dropout", "0", "--attention-dropout", "0",
-                       "--moe-token-dispatcher-type", "alltoall"], exit_on_error=False)
+                       "--global-batch-size", str(n), "--micro-batch-size", str(micro), "--lr", "1e-5",
+                       "--lr-decay-style", "constant", "--clip-grad", "1.0", "--advantage-estimator", "grpo",
+                       "--moe-token-dispatcher-type", "alltoall", *extra], exit_on_error=False)
     t = MegatronTrainer(args, role="actor", master_port=port)
+    assert not t.old_log_probs_needed()  # on-policy, as train.py runs the demo
     b = dict(batch)
-    b.update(t.compute_log_probs(b))
     b.update(t.compute_advantages(b))
-    t.train_step(0, b)  # warm-up
-    start = time.perf_counter()
-    for i in range(steps):
-        t.train_step(i + 1, b)
-    return (time.perf_counter() - start) / steps, sum(p.numel() for c in t.chunks for p in c.parameters())
+    calls = iter(range(10 ** 6))
+    return (lambda: t.train_step(next(calls), b)), sum(p.numel() for c in t.chunks for p in c.parameters())
 
 
-def time_transformers(ckpt, batch, steps):
+def transformers_step(ckpt, batch, micro):
     import transformers
 
     model = transformers.AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.0)
-    tokens = torch.tensor(batch["tokens"])
-    r = batch["response_lengths"][0]
-    adv = torch.tensor(batch["rewards"])[:, None].expand(-1, r)
+    n, rmax = len(batch["tokens"]), max(batch["response_lengths"])
+    adv = torch.tensor(batch["rewards"]) - sum(batch["rewards"]) / n
+    mbs = []
+    for s in range(0, n, micro):
+        rows = range(s, min(s + micro, n))
+        width = max(len(batch["tokens"][i]) for i in rows)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        attn = torch.zeros(len(rows), width, dtype=torch.long)
+        pos = torch.zeros(len(rows), rmax, dtype=torch.long)  # logit position scoring response token j
+        mask = torch.zeros(len(rows), rmax)
+        for k, i in enumerate(rows):
+            t, r = batch["tokens"][i], batch["response_lengths"][i]
+            ids[k, :len(t)], attn[k, :len(t)] = torch.tensor(t), 1
+            pos[k, :r], mask[k, :r] = torch.arange(len(t) - r - 1, len(t) - 1), 1
+        targets = ids.gather(1, (pos + 1).clamp(max=width - 1))
+        mbs.append((ids, attn, pos, targets, mask, adv[list(rows)][:, None]))
+    total = sum(float(m[4].sum()) for m in mbs)
 
     def step():
-        logits = model(tokens).logits[:, -r - 1:-1].float()
-        logp = torch.log_softmax(logits, -1).gather(-1, tokens[:, -r:, None])[..., 0]
-        loss = -(adv * torch.exp(logp - logp.detach())).mean()  # PPO surrogate at ratio 1
-        loss.backward()
+        for ids, attn, pos, targets, mask, a in mbs:
+            logits = model(input_ids=ids, attention_mask=attn).logits
+            logits = logits.gather(1, pos[..., None].expand(-1, -1, logits.shape[-1]))
+            logp = torch.log_softmax(logits.float(), -1).gather(-1, targets[..., None])[..., 0]
+            loss = (-(a * torch.exp(logp - logp.detach())) * mask).sum() / total  # PPO surrogate at ratio 1
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    step()  # warm-up
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    return (time.perf_counter() - start) / steps
+    return step
+
+
+def measure(steps: dict, n: int) -> dict:
+    """Alternate the step functions `n` times after one warm-up each; medians of CPU and wall seconds."""
+    for fn in steps.values():
+        fn()
+    times = {k: ([], []) for k in steps}
+    for _ in range(n):
+        for k, fn in steps.items():
+            c, w = time.process_time(), time.perf_counter()
+            fn()
+            times[k][0].append(time.process_time() - c)
+            times[k][1].append(time.perf_counter() - w)
+    return {k: (statistics.median(c), statistics.median(w)) for k, (c, w) in times.items()}
+
+
+def profile(steps: dict, out_dir: str, shape: str):
+    """torch.profiler op table (self CPU time) of one step of each side, written to out_dir."""
+    from torch.profiler import ProfilerActivity, profile as prof
+
+    os.makedirs(out_dir, exist_ok=True)
+    for k, fn in steps.items():
+        with prof(activities=[ProfilerActivity.CPU]) as p:
+            fn()
+        with open(os.path.join(out_dir, f"{shape}_{k}.txt"), "w") as f:
+            f.write(p.key_averages().table(sort_by="self_cpu_time_total", row_limit=60))
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sizes", default="tiny,100m")
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--seq", type=int, default=128)
-    p.add_argument("--response", type=int, default=64)
-    p.add_argument("--steps", type=int, default=2)
-    p.add_argument("--out", default=os.path.join("runs", "bench", "bench_train_step.json"),
-                   help="JSON result path (runs/ is git-ignored)")
+    p.add_argument("--shapes", default="demo,100m")
+    p.add_argument("--steps", type=int, default=5, help="timed steps per side (after one warm-up)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (the colocated demo's trainer: 1-2)")
+    p.add_argument("--out", default=os.path.join("bench", "results", "bench_train_step.json"))
+    p.add_argument("--profile", default=None, help="also write torch.profiler op tables here")
+    p.add_argument("--megatron-flags", default="", help="extra train.py flags for the megatron side, e.g. "
+                   "'--use-dynamic-batch-size --max-tokens-per-gpu 4096'")
     a = p.parse_args(argv)
     from slime_like.backends.megatron.parallel import free_port
+    from slime_like.demo.arith import ALPHABET
     from slime_like.tools.tiny_model import build_tiny_checkpoint
 
-    torch.manual_seed(0)
-    batch = make_batch(a.batch, a.seq, a.response)
-    tokens = a.batch * a.seq
-    port, results = free_port(), []
+    torch.set_num_threads(a.threads)
+    results, port = [], free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        for size in a.sizes.split(","):
-            ckpt = build_tiny_checkpoint(os.path.join(tmp, size), **SIZES[size])
-            mc_s, n_params = time_megatron(ckpt, batch, a.steps, port)
-            hf_s = time_transformers(ckpt, batch, a.steps)
-            row = {"size": size, "params": n_params, "tokens_per_step": tokens, "threads": torch.get_num_threads(),
-                   "megatron_tokens_per_s": tokens / mc_s, "transformers_tokens_per_s": tokens / hf_s,
-                   "ratio_megatron_over_transformers": hf_s / mc_s}
+        for shape in a.shapes.split(","):
+            model, n, micro, prompt, response = SHAPES[shape]
+            ckpt = os.path.join(tmp, f"{model['hidden_size']}_{model['num_layers']}")
+            if not os.path.exists(os.path.join(ckpt, "config.json")):
+                build_tiny_checkpoint(ckpt, alphabet=ALPHABET, **model)
+            vocab = json.load(open(os.path.join(ckpt, "config.json")))["vocab_size"]
+            batch = make_batch(n, prompt, response, vocab)
+            tokens = sum(len(t) for t in batch["tokens"])
+            mc, n_params = megatron_step(ckpt, batch, micro, port, a.megatron_flags.split())
+            steps = {"megatron": mc, "transformers": transformers_step(ckpt, batch, micro)}
+            med = measure(steps, a.steps)
+            if a.profile:
+                profile(steps, a.profile, shape)
+            row = {"shape": shape, "params": n_params, "samples": n, "micro_batch": micro, "tokens_per_step": tokens,
+                   "threads": a.threads, "steps": a.steps, "megatron_flags": a.megatron_flags,
+                   **{f"{k}_{m}_s": v[i] for k, v in med.items() for i, m in enumerate(("cpu", "wall"))},
+                   "ratio_megatron_over_transformers_tokens_per_cpu_s": med["transformers"][0] / med["megatron"][0]}
             results.append(row)
-            print(f"{size:>5} ({n_params / 1e6:.1f}M params, {tokens} tokens/step): megatron "
-                  f"{row['megatron_tokens_per_s']:.0f} tok/s, transformers {row['transformers_tokens_per_s']:.0f} "
-                  f"tok/s, ratio {row['ratio_megatron_over_transformers']:.2f}", flush=True)
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(a.out, "w") as f:
-        json.dump({"bench": "train_step", "results": results}, f, indent=2)
-    print(json.dumps(results))
+            print(f"{shape:>5} {n_params / 1e6:6.1f}M {n:4d}x~{tokens // n} tok | megatron {med['megatron'][0]:.3f} s CPU "
+                  f"{med['megatron'][1]:.3f} s wall | transformers {med['transformers'][0]:.3f} s CPU "
+                  f"{med['transformers'][1]:.3f} s wall | tokens/CPU-s megatron {tokens / med['megatron'][0]:.0f} "
+                  f"transformers {tokens / med['transformers'][0]:.0f} ratio "
+                  f"{row['ratio_megatron_over_transformers_tokens_per_cpu_s']:.2f}", flush=True)
+    if a.out:
+        os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+        with open(a.out, "w") as f:
+            json.dump({"bench": "train_step", "load_avg": os.getloadavg(), "results": results}, f, indent=2)
     return 0
 
 
