@@ -6,6 +6,7 @@ role needs them (the actor needs the critic's values; the critic needs the actor
 """
 from __future__ import annotations
 
+import glob
 import os
 
 import ray
@@ -40,7 +41,8 @@ class TrainerActor:
         from megatron.core import parallel_state as ps
 
         return dict(dp_rank=ps.get_data_parallel_rank(), dp_size=ps.get_data_parallel_world_size(),
-                    tp_rank=ps.get_tensor_model_parallel_rank(), pp_rank=ps.get_pipeline_model_parallel_rank())
+                    tp_rank=ps.get_tensor_model_parallel_rank(), pp_rank=ps.get_pipeline_model_parallel_rank(),
+                    pid=os.getpid(), node_ip=ray.util.get_node_ip_address())
 
     # ---- data flow: each call adds keys to this rank's batch and returns them when asked ----
     def set_batch(self, batch):
@@ -97,7 +99,9 @@ class TrainerActor:
         from slime_like.backends.sglang import weight_sync
 
         if colocate:
-            self.weight_sender = weight_sync.TensorWeightSender(engine_urls)
+            # One shared-memory send buffer for the whole run: a fresh one per sync costs its page faults
+            # (100M: ~1.3 s); released by close_weight_sender() or, after a kill, by TrainerGroup.kill()
+            self.weight_sender = weight_sync.TensorWeightSender(engine_urls, keep_buffer=True)
         else:
             import torch
 
@@ -105,6 +109,10 @@ class TrainerActor:
             self.weight_sender = weight_sync.DistributedWeightSender(engine_urls, backend=backend,
                                                                      group_name=group_name)
             self.weight_sender.connect()
+
+    def close_weight_sender(self):
+        if self.weight_sender is not None:
+            self.weight_sender.close()
 
     def update_weights(self):
         """Every rank walks the HF-named weights (TP gathers are collectives); the rank that receives
@@ -171,5 +179,22 @@ class TrainerGroup:
         return sum(self.call("update_weights"))
 
     def kill(self):
+        """Release the weight-send buffers, kill the ranks, then unlink what a killed rank left in /dev/shm.
+
+        Ray kills an actor with its children, torch's shared-memory manager among them, so a segment still
+        mapped then (torch names it /dev/shm/torch_<creator pid>_*) would stay until reboot."""
+        try:
+            ray.get([a.close_weight_sender.remote() for a in self.actors], timeout=30)
+        except Exception:  # a dead or hung rank: the sweep below still runs
+            pass
         for a in self.actors:
             ray.kill(a)
+        here = ray.util.get_node_ip_address()
+        for info in getattr(self, "info", []):
+            if info["node_ip"] != here:  # a pid of another node names nothing here
+                continue
+            for path in glob.glob(f"/dev/shm/torch_{info['pid']}_*"):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass

@@ -1,4 +1,8 @@
 """The whole loop for real: Ray, the embedded CPU engine over HTTP, megatron-core training, weight sync."""
+import glob
+import os
+import time
+
 import pytest
 
 import train
@@ -18,11 +22,22 @@ def _rollouts(run_dir):
     return [r for r in read_metrics(str(run_dir / "metrics.jsonl")) if r["rollout_id"] >= 0]
 
 
+def _orphan_shm(before: set) -> list:
+    """torch shared-memory segments created since `before` whose creating process is gone."""
+    def alive(path):
+        pid = int(os.path.basename(path).split("_")[1])
+        return os.path.exists(f"/proc/{pid}")
+    return [p for p in set(glob.glob("/dev/shm/torch_*")) - before if not alive(p)]
+
+
 def test_grpo_colocated_reward_rises_with_eval_every_interval(tiny_ckpt, toy_prompts, tmp_path):
     argv = loop_argv(tiny_ckpt, toy_prompts[0], tmp_path, "--colocate", "--actor-num-gpus-per-node", "1",
                      "--num-rollout", "8", "--eval-prompt-data", "toy", toy_prompts[1], "--eval-interval", "3",
                      "--n-samples-per-eval-prompt", "2")
+    shm_before = set(glob.glob("/dev/shm/torch_*"))
     assert train.main(argv) == 0
+    time.sleep(2)  # torch's shm manager unlinks asynchronously
+    assert _orphan_shm(shm_before) == []  # the weight-send buffer kept across syncs is released at shutdown
     lines = read_metrics(str(tmp_path / "metrics.jsonl"))
     rows = [r for r in lines if r["rollout_id"] >= 0]
     assert [r["rollout_id"] for r in rows] == list(range(8))
