@@ -165,7 +165,10 @@ class MegatronTrainer(TrainerDistMixin):
             lengths = [len(t) for t in batch["tokens"]]
             groups = D.packed_micro_batches(indices, lengths, max_tokens or args.max_tokens_per_gpu)
         else:
-            groups = D.fixed_micro_batches(indices, _get(args, "micro_batch_size", 1))
+            # Similar lengths share a micro-batch, so rows carry less padding (demo shape: ~16% fewer tokens).
+            # The step's loss is a token sum over all its micro-batches: grouping changes only float rounding.
+            by_length = sorted(indices, key=lambda i: len(batch["tokens"][i]))
+            groups = D.fixed_micro_batches(by_length, _get(args, "micro_batch_size", 1))
         return [D.build_micro_batch(batch, g, packed=packed, use_te=self.use_te, field_keys=field_keys,
                                     device=self.device) for g in groups]
 
