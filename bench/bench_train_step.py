@@ -13,8 +13,9 @@ Both sides do one optimizer step over the whole batch per step:
   transformers  the HF model in micro-batches of the same size, right-padded with an attention mask,
                 the same token-mean PPO surrogate at ratio 1, backward, clip_grad_norm_, torch AdamW
 The two alternate step by step in this one process and the table shows medians of process CPU seconds
-and wall seconds per step, and tokens/s (real prompt + response tokens / CPU s). The machine is shared:
-read the ratio, not the absolute numbers.
+and wall seconds per step, and tokens/s (real prompt + response tokens / CPU s), and the model FLOPs per
+CPU second (6 x params x tokens) as a fraction of the machine's roofline, a fp32 torch.mm measured first by
+this script at the same thread count. The machine is shared: read the ratios, not the absolute numbers.
 
     python bench/bench_train_step.py [--shapes demo,100m,long] [--steps 5] [--threads 1]
         [--out bench/results/bench_train_step.json] [--profile DIR]
@@ -128,6 +129,26 @@ def measure(steps: dict, n: int) -> dict:
     return {k: (statistics.median(c), statistics.median(w)) for k, (c, w) in times.items()}
 
 
+def matmul_peak_flops(n: int = 1024, repeat: int = 5) -> float:
+    """The machine's roofline at these threads: best of `repeat` fp32 torch.mm of two n x n matrices."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)  # warm-up (thread pool, caches)
+    best = min(_timed(lambda: torch.mm(a, b)) for _ in range(repeat))
+    return 2 * n ** 3 / best
+
+
+def _timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def model_flops(n_params: int, tokens: int) -> float:
+    """Forward + backward matmul FLOPs of a step: 6 x parameters x tokens (attention scores are negligible at
+    these lengths; padding tokens are not counted, so this is the useful work)."""
+    return 6.0 * n_params * tokens
+
+
 def profile(steps: dict, out_dir: str, shape: str):
     """torch.profiler op table (self CPU time) of one step of each side, written to out_dir."""
     from torch.profiler import ProfilerActivity, profile as prof
@@ -155,6 +176,8 @@ def main(argv=None):
     from slime_like.tools.tiny_model import build_tiny_checkpoint
 
     torch.set_num_threads(a.threads)
+    peak = matmul_peak_flops()
+    print(f"roofline: torch.mm 1024^3 fp32 at {a.threads} thread(s) = {peak / 1e9:.1f} GFLOP/s", flush=True)
     results, port = [], free_port()
     with tempfile.TemporaryDirectory() as tmp:
         for shape in a.shapes.split(","):
@@ -174,16 +197,22 @@ def main(argv=None):
                    "threads": a.threads, "steps": a.steps, "megatron_flags": a.megatron_flags,
                    **{f"{k}_{m}_s": v[i] for k, v in med.items() for i, m in enumerate(("cpu", "wall"))},
                    "ratio_megatron_over_transformers_tokens_per_cpu_s": med["transformers"][0] / med["megatron"][0]}
+            for k, (cpu_s, _) in med.items():  # model FLOPs per CPU second against the torch.mm roofline
+                row[f"{k}_model_gflops_per_cpu_s"] = model_flops(n_params, tokens) / cpu_s / 1e9
+                row[f"{k}_fraction_of_matmul_peak"] = model_flops(n_params, tokens) / cpu_s / peak
             results.append(row)
             print(f"{shape:>5} {n_params / 1e6:6.1f}M {n:4d}x~{tokens // n} tok | megatron {med['megatron'][0]:.3f} s CPU "
                   f"{med['megatron'][1]:.3f} s wall | transformers {med['transformers'][0]:.3f} s CPU "
                   f"{med['transformers'][1]:.3f} s wall | tokens/CPU-s megatron {tokens / med['megatron'][0]:.0f} "
                   f"transformers {tokens / med['transformers'][0]:.0f} ratio "
-                  f"{row['ratio_megatron_over_transformers_tokens_per_cpu_s']:.2f}", flush=True)
+                  f"{row['ratio_megatron_over_transformers_tokens_per_cpu_s']:.2f} | of matmul peak: megatron "
+                  f"{row['megatron_fraction_of_matmul_peak']:.0%} transformers "
+                  f"{row['transformers_fraction_of_matmul_peak']:.0%}", flush=True)
     if a.out:
         os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
         with open(a.out, "w") as f:
-            json.dump({"bench": "train_step", "load_avg": os.getloadavg(), "results": results}, f, indent=2)
+            json.dump({"bench": "train_step", "load_avg": os.getloadavg(), "matmul_peak_gflops": peak / 1e9,
+                       "results": results}, f, indent=2)
     return 0
 
 
