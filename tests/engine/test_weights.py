@@ -167,9 +167,10 @@ def test_tensor_payload_carries_shared_memory_handles_not_bytes():
     assert p["flush_cache"] is True and len(p["serialized_named_tensors"][0]) < 10_000
     assert not any(t.is_shared() for _, t in big)  # copied into the send buffer, not moved into /dev/shm
 
-    def received(payload):
-        d = tensor_serializer.deserialize(payload["serialized_named_tensors"][0])
+    def received(payload):  # as every engine TP rank does: each entry is rebuilt once (one reference each)
+        d, *others = [tensor_serializer.deserialize(blob) for blob in payload["serialized_named_tensors"]]
         flat = d["flattened_tensor"]
+        assert all(torch.equal(o["flattened_tensor"], flat) for o in others)
         assert flat.dtype == torch.uint8 and flat.is_shared()
         return flat, {m.name: flat[m.start_idx:m.end_idx].view(m.dtype).reshape(m.shape) for m in d["metadata"]}
 
@@ -256,3 +257,22 @@ def test_tensor_sender_keep_buffer_reuses_one_segment_until_close(engine_w, tiny
     finally:
         sender.close()
     assert mine() == []
+
+
+def test_tensor_sender_keeps_one_buffer_for_two_engines(engine_w, tiny_ckpt, tiny_ckpt_b, refs, tmp_path_factory):
+    """Colocated engines on two slots map the same segment: each must get its own reference to it, or the second
+    engine to drop its mapping unlinks the segment under the sender (seen in the 2-node Slurm job: the next sync
+    could not open it and freeing the buffer aborted the trainer)."""
+    import os
+
+    ref_a, ref_b = refs
+    other = start(tiny_ckpt, tmp_path_factory, index=2)
+    sender = weight_sync.TensorWeightSender([engine_w.url, other.url], keep_buffer=True)
+    try:
+        for ckpt, ref in ((tiny_ckpt_b, ref_b), (tiny_ckpt, ref_a), (tiny_ckpt_b, ref_b), (tiny_ckpt, ref_a)):
+            sender.send(state(ckpt))
+            assert greedy(engine_w.url) == ref and greedy(other.url) == ref
+    finally:
+        sender.close()
+        other.stop()
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"torch_{os.getpid()}_")]

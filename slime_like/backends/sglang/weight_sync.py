@@ -67,8 +67,13 @@ def post(url: str, path: str, payload: dict | None = None, timeout: float = 600.
 
 def post_all(urls: list[str], path: str, payload: dict | None = None, timeout: float = 600.0) -> list:
     """POST the same payload to every engine concurrently; raise the first error (naming its URL)."""
+    return post_each(urls, path, [payload] * len(urls), timeout)
+
+
+def post_each(urls: list[str], path: str, payloads: list, timeout: float = 600.0) -> list:
+    """POST payloads[i] to urls[i], concurrently; raise the first error (naming its URL)."""
     with ThreadPoolExecutor(max_workers=max(1, len(urls))) as pool:
-        futs = [pool.submit(post, u, path, payload, timeout) for u in urls]
+        futs = [pool.submit(post, u, path, p, timeout) for u, p in zip(urls, payloads)]
         return [f.result() for f in futs]
 
 
@@ -297,10 +302,15 @@ class TensorWeightSender:
         return {"flattened_tensor": buf[:end], "metadata": metadata}
 
     def payload(self, bucket: list, weight_version: str | None = None) -> dict:
-        """One entry per engine TP rank; each rank maps the same handle (on GPU: an IPC handle of this GPU)."""
-        blob = tensor_serializer.serialize(self.flatten(bucket), output_str=True)
-        p = {"serialized_named_tensors": [blob] * self.engine_tp_size, "load_format": "flattened_bucket",
-             "flush_cache": True}
+        """One engine's request: the bucket flattened into the buffer, one entry per engine TP rank."""
+        return self._payload_of(self.flatten(bucket), weight_version)
+
+    def _payload_of(self, flat: dict, weight_version: str | None) -> dict:
+        # One serialization per receiving rank: on CPU each one takes a reference on the shared segment that
+        # exactly one rebuild gives back, so a blob mapped by two receivers would let the segment's count
+        # reach 0 and be unlinked under the sender (the next sync then fails to open it).
+        blobs = [tensor_serializer.serialize(flat, output_str=True) for _ in range(self.engine_tp_size)]
+        p = {"serialized_named_tensors": blobs, "load_format": "flattened_bucket", "flush_cache": True}
         if weight_version is not None:
             p["weight_version"] = weight_version
         return p
@@ -314,8 +324,9 @@ class TensorWeightSender:
         try:
             for bucket in buckets(named_tensors, bucket_bytes):
                 # The buffer is only overwritten by the next bucket, after every engine has answered (copied it).
-                post_all(self.engine_urls, "/update_weights_from_tensor", self.payload(bucket, weight_version),
-                         self.timeout_s)
+                flat = self.flatten(bucket)
+                post_each(self.engine_urls, "/update_weights_from_tensor",
+                          [self._payload_of(flat, weight_version) for _ in self.engine_urls], self.timeout_s)
                 sent += sum(t.numel() * t.element_size() for _, t in bucket)
         finally:
             if not self.keep_buffer:
