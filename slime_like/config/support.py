@@ -83,7 +83,6 @@ UNSUPPORTED = {
     "min_loss_scale": "fp16 dynamic loss scaling keeps megatron-core's defaults; drop it",  # pending: megatron
     "loss_scale_window": "fp16 dynamic loss scaling keeps megatron-core's defaults; drop it",  # pending: megatron
     "hysteresis": "fp16 dynamic loss scaling keeps megatron-core's defaults; drop it",  # pending: megatron
-    "reset_optimizer_states": f"resetting optimizer state every rollout: {_MEGATRON}",  # pending: megatron
     # checkpoints
     "ref_ckpt_step": "the reference model loads the latest step of --ref-load; drop it",  # pending: megatron
     # pending: megatron (read by tools/convert_megatron_to_hf.py, which does not run this check)
@@ -101,7 +100,6 @@ UNSUPPORTED = {
     # pending: megatron
     "custom_advantage_function_path": "custom advantage functions are not called; use an --advantage-estimator",
     "compute_advantages_and_returns": "advantages are always computed by the trainer",  # pending: megatron
-    "use_unbiased_kl": f"the unbiased (importance-weighted) KL: {_MEGATRON}",  # pending: megatron
     # pending: megatron
     "custom_tis_function_path": f"custom TIS functions: {_MEGATRON}; use --use-tis with --tis-clip",
     "use_rollout_entropy": f"entropy from rollout log-probs: {_MEGATRON}",  # pending: megatron
@@ -113,15 +111,12 @@ UNSUPPORTED = {
     "custom_convert_samples_to_train_data_path": "samples -> train data is fixed (slime_like.rollout.batch)",
     "use_fault_tolerance": "engine health checks and restarts: a failed engine stops the run",  # pending: ray
     "multimodal_keys": "multimodal prompts: prompts are text (or chat messages) only",
-    "start_rollout_id": "resume picks the next rollout from the --load checkpoint; drop it",  # pending: ray
     "train_env_vars": "environment variables for the trainer processes are not forwarded; export them "  # pending: ray
                       "before `ray start` instead",
     # engines
     "sglang_router_ip": "an existing sglang-router: the driver starts its own",  # pending: sglang
     "sglang_router_port": "an existing sglang-router: the driver starts its own",  # pending: sglang
     # logging / debugging outputs that would silently be missing
-    "log_multi_turn": "multi-turn statistics are not logged",  # pending: rollout
-    "log_correct_samples": "correct samples are not logged",  # pending: rollout
     "wandb_always_use_train_step": "the wandb x-axis is always the rollout id",  # pending: utils
     # pending: megatron
     "save_debug_train_data": "training batches are not dumped; --save-debug-rollout-data dumps rollouts",

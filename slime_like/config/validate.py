@@ -37,6 +37,9 @@ def _require(args):
     for flag in ("rollout_batch_size", "n_samples_per_prompt", "micro_batch_size", "update_weights_interval"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise ConfigError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    if args.start_rollout_id is not None and args.start_rollout_id < 0:
+        raise ConfigError(f"--start-rollout-id must be >= 0, got {args.start_rollout_id} (leave it unset to resume "
+                          "from the --load checkpoint)")
     if args.num_rollout is None and args.num_epoch is None:
         raise ConfigError("set --num-rollout N (rollouts to run) or --num-epoch N (passes over --prompt-data)")
 

@@ -28,6 +28,11 @@ class Run:
         self.colocate = bool(args.colocate)
         loaded = actor.loaded_rollout_id if actor is not None else None
         self.start_rollout_id = 0 if loaded is None else loaded + 1
+        if args.start_rollout_id is not None:  # slime: an explicit start wins over the checkpoint's
+            if args.start_rollout_id != self.start_rollout_id:
+                print(f"--start-rollout-id {args.start_rollout_id}: the loop starts there (the checkpoint "
+                      f"alone would start at {self.start_rollout_id})")
+            self.start_rollout_id = args.start_rollout_id
 
     @classmethod
     def start(cls, args, plan):
@@ -147,7 +152,12 @@ class Run:
     def _restore_rollout_state(self):
         if self.start_rollout_id == 0:
             return
-        path = _rollout_state_path(self.args.load, self.start_rollout_id - 1)
+        path = _rollout_state_path(self.args.load, self.start_rollout_id - 1) if self.args.load else None
+        if self.args.start_rollout_id is not None and (path is None or not os.path.exists(path)):
+            # as slime: a start set by hand without a saved data position reads the prompts from the beginning
+            print(f"--start-rollout-id {self.start_rollout_id}: no rollout state for rollout "
+                  f"{self.start_rollout_id - 1} under --load; the prompt data starts from its beginning")
+            return
         if not os.path.exists(path):
             raise RuntimeError(f"--load {self.args.load}: the trainer resumed from rollout {self.start_rollout_id - 1} "
                                f"but the rollout state {path} is missing; cannot continue the prompt sequence exactly")

@@ -27,6 +27,7 @@ from .engines import EnginePool, set_current_state
 from .eval import eval_datasets, eval_metrics, ks_for, pass_at_k
 from .generate import GenerateState, RolloutOutput
 from .hooks import load_function
+from .log_extras import correct_sample_metrics, multi_turn_metrics
 from .rewards import scalar_reward
 from .serialize import sample_from_dict, sample_to_dict
 
@@ -152,6 +153,10 @@ class RolloutController:
         metrics.update(category_metrics(self.args, samples))
         if getattr(self.args, "log_passrate", False):
             metrics.update(passrate_metrics(self.args, groups))
+        if getattr(self.args, "log_multi_turn", False):
+            metrics.update(multi_turn_metrics(self.args, samples))
+        if getattr(self.args, "log_correct_samples", False):
+            metrics.update(correct_sample_metrics(self.args, samples))
         if getattr(self.args, "save_debug_rollout_data", None):
             self._save_debug(rollout_id, samples)
         return samples, self._custom_log("custom_rollout_log_function_path", metrics,

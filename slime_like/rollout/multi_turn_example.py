@@ -73,4 +73,5 @@ async def generate(args, sample: Sample, sampling_params: dict) -> Sample:
         sample.rollout_log_probs += [0.0] * len(obs_ids)
         sample.response += state.tokenizer.decode(obs_ids)
         sample.metadata["tool_calls"] = sample.metadata.get("tool_calls", 0) + 1
+    sample.metadata["round_number"] = sample.metadata.get("tool_calls", 0) + 1   # read by --log-multi-turn
     return sample

@@ -14,17 +14,21 @@ def test_rollout_only_then_train_only_on_the_saved_rollouts(tiny_ckpt, toy_promp
     gen_dir, train_dir = tmp_path / "gen", tmp_path / "train"
     base = loop_argv(tiny_ckpt, toy_prompts[0], gen_dir, "--colocate", "--actor-num-gpus-per-node", "1",
                      "--num-rollout", "2")
-    assert train.main([*base, "--debug-rollout-only", "--save-debug-rollout-data", data]) == 0
+    assert train.main([*base, "--debug-rollout-only", "--save-debug-rollout-data", data, "--log-multi-turn",
+                       "--log-correct-samples"]) == 0
     gen = [r for r in read_metrics(str(gen_dir / "metrics.jsonl")) if r["rollout_id"] >= 0]
     assert len(gen) == 2 and all("rollout/reward" in r and "actor/loss" not in r for r in gen)
+    assert all("multi_turn/raw_response_length/response_length_mean" in r and "correct/num_samples" in r
+               for r in gen)
 
     base = loop_argv(tiny_ckpt, toy_prompts[0], train_dir, "--colocate", "--actor-num-gpus-per-node", "1",
                      "--num-rollout", "2")
-    assert train.main([*base, "--debug-train-only", "--load-debug-rollout-data", data]) == 0
+    # --start-rollout-id 1: the loop starts at rollout 1 (no checkpoint), so only the second saved rollout trains
+    assert train.main([*base, "--debug-train-only", "--load-debug-rollout-data", data, "--start-rollout-id", "1"]) == 0
     trained = [r for r in read_metrics(str(train_dir / "metrics.jsonl")) if r["rollout_id"] >= 0]
-    assert len(trained) == 2 and all(r["actor/grad_norm"] > 0 for r in trained)
-    # the trainer saw exactly the saved rollouts
-    assert [r["rollout/reward"] for r in trained] == [r["rollout/reward"] for r in gen]
+    assert [r["rollout_id"] for r in trained] == [1] and trained[0]["actor/grad_norm"] > 0
+    # the trainer saw exactly the saved rollout
+    assert trained[0]["rollout/reward"] == gen[1]["rollout/reward"]
 
 
 def test_external_engine(tiny_ckpt, toy_prompts, tmp_path):
@@ -45,3 +49,4 @@ def test_external_engine(tiny_ckpt, toy_prompts, tmp_path):
         assert engine.alive()  # not ours to stop
     finally:
         engine.stop()
+

@@ -129,3 +129,45 @@ def test_custom_rm_errors_name_prompt_and_typo():
 def test_metadata_rm_type_overrides_flag():
     s = Sample(response="</think>\\boxed{4}", label="4", metadata={"rm_type": "deepscaler"})
     assert asyncio.run(async_rm(Namespace(rm_type="f1", custom_rm_path=None), [s])) == [1]
+
+
+@pytest.mark.parametrize("response,label", [
+    ("so \\boxed{2+3i}", "2+3i"),
+    ("\\boxed{\\infty}", "\\infty"),
+    ("\\boxed{\\{1,2,3\\}}", "\\{1,2,3\\}"),
+    ("\\boxed{\\text{(B)}}", "B"),
+    ("\\boxed{(1,2)}", "(1,2)"),
+    ("\\boxed{\\frac{\\sqrt{3}}{2}}", "\\frac{\\sqrt3}{2}"),
+    ("first \\boxed{7} then \\boxed{8}", "8"),   # only the last box is the answer
+])
+def test_boxed_prefix_grades_the_extracted_answer(response, label):
+    assert compute_score("boxed_math", response, label) == 1.0
+    assert compute_score("boxed_deepscaler", response, label) == 1.0   # no </think> needed: the box is the answer
+    assert compute_score("boxed_math", response + " no, \\boxed{7/3}", label) == 0.0       # a later wrong box
+
+
+def test_boxed_prefix_other_graders_and_missing_box():
+    assert compute_score("boxed_math", "no box at all: 5", "5") == 0.0
+    assert rule_reward("boxed_dapo", "Answer: 3 ... \\boxed{5}", "5") == {"score": 1.0, "acc": True, "pred": "5"}
+    assert rule_reward("boxed_dapo", "Answer: 5", "5")["score"] == -1.0          # no box: invalid
+    assert compute_score("boxed_f1", "the text \\boxed{a cat sat}", "a cat sat") == 1.0
+    assert compute_score("boxed_gpqa", "A is tempting but \\boxed{C}", "C") == 1.0
+
+
+def test_log_multi_turn_and_correct_sample_metrics():
+    from slime_like.rollout.log_extras import correct_sample_metrics, multi_turn_metrics
+
+    args = Namespace(rollout_max_response_len=8, reward_key=None)
+    a = Sample(response_length=8, loss_mask=[1] * 5 + [0] * 3, rollout_log_probs=[-1.0] * 8, reward=1.0,
+               metadata={"round_number": 2})
+    b = Sample(response_length=2, loss_mask=[1, 1], rollout_log_probs=[-0.5, -1.5], reward=0.0,
+               metadata={"round_number": 1})
+    mt = multi_turn_metrics(args, [a, b])
+    assert mt["multi_turn/raw_response_length/response_length_mean"] == 5.0
+    assert mt["multi_turn/raw_response_length/response_length_clip_ratio"] == 0.5
+    assert mt["multi_turn/wo_obs_response_length/response_length_max"] == 5
+    assert mt["multi_turn/multi_turn_metric/round_number_mean"] == 1.5
+    c = correct_sample_metrics(args, [a, b, Sample(response_length=3, rollout_log_probs=[-3.0] * 3, reward=1.0)])
+    assert c["correct/num_samples"] == 2
+    assert (c["correct_length/p50"], c["correct_length/p100"]) == (0.5, 0.5)   # 3/8 -> 2nd quarter, 8/8 -> 4th
+    assert c["correct_entropy"] == pytest.approx(2.0)                          # mean of 1.0 and 3.0

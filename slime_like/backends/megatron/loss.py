@@ -96,7 +96,8 @@ def policy_terms(args, output: torch.Tensor, mb: MicroBatch):
         l_t = w_t * pg_t + kl_loss_coef * kl_t - entropy_coef * H_t
     pg_t: PPO / GSPO clipped surrogate (algorithms.policy_loss, kind from --advantage-estimator);
     w_t: truncated importance-sampling weights (--use-tis); kl_t: algorithms.kl_penalty with
-    --kl-loss-type against the reference log-probs (--use-kl-loss). When the batch has no old-policy
+    --kl-loss-type against the reference log-probs (--use-kl-loss), times pi/pi_old with --use-unbiased-kl.
+    When the batch has no old-policy
     `log_probs` (on-policy, one step per rollout) the current log-probs, detached, are the old ones.
     """
     mask = mb.loss_mask
@@ -120,6 +121,10 @@ def policy_terms(args, output: torch.Tensor, mb: MicroBatch):
     loss = pg
     if args.use_kl_loss:
         kl = alg.kl_penalty(logp, mb.fields["ref_log_probs"], args.kl_loss_type)
+        if getattr(args, "use_unbiased_kl", False):
+            # The tokens were sampled by the old policy, so a KL estimate under the current one needs the
+            # importance ratio pi/pi_old; like slime it is not detached (its gradient is part of the estimator).
+            kl = torch.exp(logp - old) * kl
         sums["kl_loss"] = (kl * mask).sum().detach()
         loss = loss + args.kl_loss_coef * kl
     if args.entropy_coef:

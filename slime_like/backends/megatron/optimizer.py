@@ -154,3 +154,29 @@ def build_scheduler(args, optimizer):
 def current_lr(optimizer) -> float:
     groups = optimizer.param_groups
     return float(groups[0]["lr"]) if groups else 0.0
+
+
+def reset_optimizer_states(optimizer) -> int:
+    """--reset-optimizer-states: forget the optimizer's history before a rollout's steps.
+
+    slime's help says the history is cleared; its code zeroes only the step counters, which leaves Adam's
+    moments in place and restarts only the bias correction. Here the whole state goes (moments zeroed,
+    step 0): the next step is exactly the first step of a fresh Adam at the same weights and LR schedule.
+    Returns the number of parameter states reset (0 before the first step: nothing to forget).
+    """
+    count = 0
+    for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
+        torch_opt = getattr(inner, "optimizer", None)
+        if torch_opt is None:
+            continue
+        for group in torch_opt.param_groups:
+            if "step" in group:
+                group["step"] = 0
+        for state in torch_opt.state.values():
+            for key, value in state.items():
+                if torch.is_tensor(value):
+                    value.zero_()
+                elif key == "step":
+                    state[key] = 0
+            count += 1
+    return count

@@ -105,8 +105,7 @@ class MegatronTrainer(TrainerDistMixin):
         if role == "actor" and loss_type not in ("policy_loss", "sft_loss"):
             raise NotImplementedError(f"--loss-type {loss_type} is not supported by the Megatron trainer; "
                                       "use policy_loss or sft_loss")
-        unsupported = {"use_unbiased_kl": "--use-unbiased-kl", "custom_tis_function_path": "--custom-tis-function-path",
-                       "reset_optimizer_states": "--reset-optimizer-states"}
+        unsupported = {"custom_tis_function_path": "--custom-tis-function-path"}
         for dest, flag in unsupported.items():
             if _get(args, dest):
                 raise NotImplementedError(f"{flag} is not implemented by the Megatron trainer yet; remove it")
@@ -303,6 +302,8 @@ class MegatronTrainer(TrainerDistMixin):
         steps = D.split_steps(D.num_samples(batch), int(_get(args, "num_steps_per_rollout", 1)),
                               _get(args, "global_batch_size"), dp)
         per_token = bool(_get(args, "calculate_per_token_loss", False))
+        if _get(args, "reset_optimizer_states", False):  # slime resets at the start of each rollout's training
+            O.reset_optimizer_states(self.optimizer)
         history = []
         for indices in steps:
             mbs = self._micro_batches(batch, indices, field_keys=fields)

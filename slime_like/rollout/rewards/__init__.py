@@ -29,8 +29,8 @@ import random
 
 from ..hooks import call_maybe_async, load_function
 from .boxed import last_boxed_content
-from .dapo import dapo_reward
-from .deepscaler import deepscaler_reward
+from .dapo import dapo_reward, dapo_score_prediction
+from .deepscaler import deepscaler_reward, grade_answer
 from .f1 import f1_reward
 from .gpqa import gpqa_reward
 from .math import math_reward
@@ -61,8 +61,7 @@ def rule_reward(rm_type: str, response: str, label, metadata: dict | None = None
         raise ValueError("no reward type: pass --rm-type (e.g. math) or --custom-rm-path module.func")
     _check_type(rm_type)
     if rm_type.startswith("boxed_"):
-        response = last_boxed_content(response or "") or ""
-        rm_type = rm_type[len("boxed_"):]
+        return boxed_reward(rm_type[len("boxed_"):], response, label, metadata)
     if rm_type == "math":
         return math_reward(response, label)
     if rm_type == "deepscaler":
@@ -76,6 +75,30 @@ def rule_reward(rm_type: str, response: str, label, metadata: dict | None = None
     if rm_type == "random":
         return float(random.randint(0, 1))
     raise ValueError(f"--rm-type {rm_type}: needs a sample and args; use async_rm for it")
+
+
+def boxed_reward(base: str, response: str, label, metadata: dict | None = None):
+    """``boxed_<base>``: the answer is the content of the response's last ``\\boxed{}``, graded by <base>'s own
+    answer comparison. slime strips the box and hands the bare content to the whole-response grader, which
+    then cannot find an answer in it (``2+3i``, ``\\infty``, ``\\text{(B)}`` all score 0 there); here each
+    grader is given the extracted answer in the form its comparison reads. No box -> the grader's failure value.
+    """
+    answer = last_boxed_content(response or "")
+    if base == "random":
+        return float(random.randint(0, 1))
+    if base == "dapo":
+        return dapo_score_prediction(answer if answer is not None else "[INVALID]", label)
+    if answer is None:
+        return 0.0
+    if base == "math":          # math-verify finds a box first: re-box the answer it must read
+        return math_reward("\\boxed{" + answer + "}", label)
+    if base == "deepscaler":    # DeepScaleR's own step after it located the box (no thinking marker needed)
+        return float(grade_answer(answer, label))
+    if base == "f1":
+        return f1_reward(answer, label)
+    if base == "gpqa":
+        return gpqa_reward(answer, label, metadata=metadata)
+    raise ValueError(f"--rm-type boxed_{base}: not a rule-based grader (boxed_ applies to {', '.join(RULE_TYPES)})")
 
 
 def compute_score(rm_type: str, response: str, label, metadata: dict | None = None) -> float:

@@ -46,7 +46,12 @@ def normalize_final_answer(answer: str) -> str:
 def dapo_reward(response: str, label) -> dict:
     tail = (response or "")[-300:]
     matches = _ANSWER.findall(tail)
-    pred = normalize_final_answer(matches[-1] if matches else "[INVALID]")
+    return dapo_score_prediction(matches[-1] if matches else "[INVALID]", label)
+
+
+def dapo_score_prediction(prediction: str, label) -> dict:
+    """Score an extracted prediction against the integer label (``boxed_dapo`` passes the box content)."""
+    pred = normalize_final_answer(prediction)
     try:
         truth = str(int(float(normalize_final_answer(label))))
     except (TypeError, ValueError) as exc:

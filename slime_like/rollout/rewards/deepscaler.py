@@ -31,7 +31,14 @@ def deepscaler_reward(response: str, label) -> int:
     if solution is None:
         return 0
     answer = last_boxed_content(solution)
-    if answer is None or label == "":
+    if answer is None:
+        return 0
+    return grade_answer(answer, label)
+
+
+def grade_answer(answer: str, label) -> int:
+    """Steps 3-4: compare an extracted answer with the label (1 / 0)."""
+    if label == "":
         return 0
     if not isinstance(label, (str, int, float)):
         raise TypeError(f"deepscaler reward: the label must be a string or a number, got {type(label).__name__} "
