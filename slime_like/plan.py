@@ -10,7 +10,8 @@ Layout rules
 * disaggregated: one cursor walks the slots in order. The actor comes first, then the critic on its own
   GPUs (slime's placement; we never let a disaggregated critic share the actor's GPUs), then the engines.
   A group that needs whole nodes (multi-node) starts on a fresh node; a single-node group starts on a fresh
-  node when the rest of the current one is too small; an engine never spans nodes.
+  node when the rest of the current one is too small; an engine spans nodes only as whole nodes (slime's
+  multi-node SGLang engines, GPUs per engine a multiple of GPUs per node; refused at launch here).
 * --debug-rollout-only: engines only; --debug-train-only / external engines: trainers only.
 """
 from __future__ import annotations
@@ -85,10 +86,13 @@ class _Cursor:
         return slots
 
 
-def _engines_on(slots: list, per_engine: int) -> list:
+def _engines_on(slots: list, per_engine: int, per_node: int) -> list:
+    """Engines on consecutive slots: each within one node, or (a multiple of the node size) on whole nodes."""
     engines = [slots[i:i + per_engine] for i in range(0, len(slots), per_engine)]
     for e in engines:
-        if len({s.node for s in e}) != 1 or len(e) != per_engine:
+        nodes = len({s.node for s in e})
+        whole = per_engine % per_node == 0 and nodes == per_engine // per_node
+        if len(e) != per_engine or not (nodes == 1 or whole):
             raise ConfigError(f"rollout engine on slots {[s.bundle for s in e]} would span nodes; make "
                               "--rollout-num-gpus-per-engine divide the GPUs per node")
     return engines
@@ -109,10 +113,10 @@ def build_plan(args) -> Plan:
                 critic = cur.take(n, whole_nodes=args.critic_num_nodes > 1)
     if args.rollout_num_gpus:
         if args.colocate:
-            engines = _engines_on(actor, gpe)
+            engines = _engines_on(actor, gpe, per_node)
         else:
             for _ in range(args.rollout_num_gpus // gpe):
-                engines.append(cur.take(gpe, whole_nodes=False))
+                engines.append(cur.take(gpe, whole_nodes=gpe > per_node))  # a multi-node engine: whole nodes
     used = actor + critic + [s for e in engines for s in e]
     num_nodes = max((s.node for s in used), default=0) + 1
     return Plan(num_nodes=num_nodes, gpus_per_node=per_node, colocate=bool(args.colocate),

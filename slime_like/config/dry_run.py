@@ -7,7 +7,7 @@ from slime_like.config.parser import build_parser, defaults_of, group_of
 from slime_like.config.role_overrides import apply_role
 
 # Bookkeeping attributes that are not flags (still shown when relevant, in their own section).
-_INTERNAL = {"config_warnings", "megatron_role_overrides", "sglang_server_args", "sglang_passthrough_mode",
+_INTERNAL = {"config_warnings", "launch_refusals", "megatron_role_overrides", "sglang_server_args", "sglang_passthrough_mode",
              "rollout_engine_requested", "role", "model_args_from_hf", "rollout_external",
              "disable_grpo_std_normalization", "disable_bias_linear"}
 
@@ -45,6 +45,11 @@ def report(args, plan) -> str:
     lines = ["== slime_like dry run: configuration valid =="]
     for w in getattr(args, "config_warnings", []):
         lines.append(f"WARNING: {w}")
+    refusals = getattr(args, "launch_refusals", [])
+    if refusals:
+        lines.append(f"\n-- refused at launch: the plan below is valid, but slime_like will not start this run "
+                     f"({len(refusals)}) --")
+        lines.extend(f"REFUSED AT LAUNCH: {r}" for r in refusals)
     roles = ["actor"] + (["critic"] if args.use_critic else [])
     views = {r: apply_role(args, r) for r in roles}
     per_role = {r: config_diff(v, defaults) for r, v in views.items()}

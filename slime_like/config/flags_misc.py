@@ -1,5 +1,5 @@
 """Logging (console / metrics.jsonl / wandb / tensorboard), debug flags, the SGLang flags slime owns, and the
-slime flags we recognise but do not implement (a clear error instead of "unknown flag").
+slime flags we recognise but do not implement (refused at launch, not "unknown flag").
 
 The other `--sglang-*` flags are passed through to the engine: see sglang_passthrough.py.
 """
@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import argparse
 
-from slime_like.config.errors import ConfigError
-
-# slime features slime_like does not implement: recognised so the error says so (never silently ignored).
+# slime features slime_like does not implement: recognised, so --dry-run plans the run and the launch refuses it
+# naming the feature (never silently ignored).
 UNSUPPORTED = {
     "--use-opd": "on-policy distillation", "--opd-type": "on-policy distillation",
     "--opd-kl-coef": "on-policy distillation", "--opd-teacher-load": "on-policy distillation",
@@ -27,9 +26,11 @@ UNSUPPORTED = {
 
 
 class _Unsupported(argparse.Action):
+    """Keeps the value: a recipe that passes one of these still parses (and --dry-run prints its plan); the run is
+    refused at launch with the feature's name (config/support.py, launch_refusals)."""
+
     def __call__(self, parser, namespace, values, option_string=None):
-        raise ConfigError(f"{option_string} is a slime flag for {UNSUPPORTED[option_string]}, which slime_like does "
-                          "not implement; remove it (docs/configuration.md lists these flags)")
+        setattr(namespace, self.dest, values if values else True)
 
 
 def add_unsupported_group(parser):

@@ -63,6 +63,12 @@ def add_model_group(parser):
     a("--qk-head-dim", type=int, default=128, help="MLA q/k head dimension without RoPE.")
     a("--qk-pos-emb-head-dim", type=int, default=64, help="MLA q/k RoPE head dimension.")
     a("--v-head-dim", type=int, default=128, help="MLA value head dimension.")
+    a("--mscale", type=float, default=1.0, help="MLA YaRN attention-scale factor (HF rope_scaling mscale).")
+    a("--mscale-all-dim", type=float, default=0.0, help="MLA YaRN mscale_all_dim (HF rope_scaling mscale_all_dim).")
+    a("--attention-output-gate", action="store_true",
+      help="Sigmoid gate on the attention output (Qwen3-Next / Qwen3.5 full-attention layers).")
+    a("--use-gated-attention", action="store_true",
+      help="Gated attention, the spelling slime's Qwen3-Next / Qwen3.5 model files pass with --attention-output-gate.")
     a("--tokenizer-type", default=None, help="Megatron tokenizer type (slime reads the tokenizer from --hf-checkpoint).")
     a("--tokenizer-model", default=None, help="Tokenizer path for Megatron tokenizers.")
     a("--model-name", default=None,
@@ -78,6 +84,7 @@ def add_model_group(parser):
     a("--moe-ffn-hidden-size", type=int, default=None, help="Intermediate size of each routed expert.")
     a("--moe-shared-expert-intermediate-size", type=int, default=None, help="Total intermediate size of shared experts.")
     a("--moe-shared-expert-overlap", action="store_true", help="Overlap shared-expert compute with dispatch.")
+    a("--moe-shared-expert-gate", action="store_true", help="Sigmoid gate on the shared experts' output (Qwen-MoE).")
     a("--moe-router-topk", type=int, default=2, help="Experts per token (HF num_experts_per_tok).")
     a("--moe-router-load-balancing-type", default="aux_loss",
       choices=["aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none"], help="Router load balancing.")

@@ -47,6 +47,9 @@ def add_perf_group(parser):
     a("--bf16", action="store_true", help="bfloat16 parameters and compute.")
     a("--fp16", action="store_true", help="float16 parameters and compute (with loss scaling).")
     a("--fp8-format", default=None, choices=["e4m3", "hybrid"], help="FP8 training format (TransformerEngine, CUDA).")
+    a("--fp8-recipe", default="delayed", choices=["tensorwise", "delayed", "mxfp8", "blockwise"],
+      help="FP8 scaling recipe (TransformerEngine, CUDA).")
+    a("--fp8-param-gather", action="store_true", help="Keep parameters in FP8 for the all-gather (CUDA).")
     a("--attention-softmax-in-fp32", action="store_true", help="Attention softmax in fp32.")
     a("--accumulate-allreduce-grads-in-fp32", action="store_true", help="fp32 gradient accumulation and reduce.")
     a("--attention-backend", default="auto", choices=["flash", "fused", "unfused", "local", "auto"],
@@ -61,6 +64,13 @@ def add_perf_group(parser):
     a("--no-bias-dropout-fusion", action="store_false", dest="bias_dropout_fusion", help="Unfused bias+dropout.")
     a("--use-precision-aware-optimizer", action="store_true", help="TransformerEngine precision-aware optimizer.")
     a("--optimizer-cpu-offload", action="store_true", help="Keep optimizer state on CPU.")
+    a("--overlap-cpu-optimizer-d2h-h2d", action="store_true",
+      help="Overlap the device<->host copies of --optimizer-cpu-offload with compute.")
+    a("--deterministic-mode", action="store_true",
+      help="Deterministic algorithms only (torch.use_deterministic_algorithms; megatron-core's deterministic mode).")
+    a("--no-check-for-nan-in-loss-and-grad", action="store_false", dest="check_for_nan_in_loss_and_grad",
+      help="Do not stop on a NaN/Inf gradient (megatron-core DDP's check; on by default as in Megatron-LM).")
+    a("--enable-experimental", action="store_true", help="Allow megatron-core's experimental features.")
     a("--train-env-vars", type=json_value, default="{}", help="JSON dict of environment variables for trainer processes.")
     return parser
 

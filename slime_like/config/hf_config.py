@@ -19,6 +19,8 @@ CHECKED = {
     "rotary_base": "rope_theta", "norm_epsilon": "rms_norm_eps", "untie_embeddings_and_output_weights":
     "tie_word_embeddings (negated)", "kv_channels": "head_dim", "num_experts": "num_experts",
     "moe_router_topk": "num_experts_per_tok", "moe_ffn_hidden_size": "moe_intermediate_size",
+    "multi_latent_attention": "kv_lora_rank (present)", "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
+    "qk_head_dim": "qk_nope_head_dim", "qk_pos_emb_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim",
 }
 QKV_BIAS_TYPES = ("qwen2", "qwen2_moe")
 QK_NORM_TYPES = ("qwen3", "qwen3_moe")
@@ -122,6 +124,11 @@ def expected_from_hf(cfg: dict) -> dict:
            "norm_epsilon": float(cfg.get("rms_norm_eps", cfg.get("layer_norm_eps", 1e-5))),
            "untie_embeddings_and_output_weights": not cfg.get("tie_word_embeddings", False),
            "kv_channels": cfg.get("head_dim") or cfg["hidden_size"] // heads}
+    if "kv_lora_rank" in cfg:  # multi-latent attention: no GQA groups, per-part head dims instead of head_dim
+        del exp["num_query_groups"], exp["kv_channels"]
+        exp.update(multi_latent_attention=True, q_lora_rank=cfg.get("q_lora_rank"), kv_lora_rank=cfg["kv_lora_rank"],
+                   qk_head_dim=cfg["qk_nope_head_dim"], qk_pos_emb_head_dim=cfg["qk_rope_head_dim"],
+                   v_head_dim=cfg["v_head_dim"])
     n_exp = cfg.get("num_experts") or cfg.get("n_routed_experts")
     if n_exp:
         exp.update(num_experts=n_exp, moe_router_topk=cfg["num_experts_per_tok"],

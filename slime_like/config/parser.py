@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 
-from slime_like.config import flags_algo, flags_misc, flags_model, flags_rl, flags_train, sglang_passthrough
+from slime_like.config import (flags_algo, flags_misc, flags_model, flags_rl, flags_slime, flags_train,
+                               sglang_passthrough)
 from slime_like.config.errors import ConfigError, did_you_mean
 
 GROUP_ORDER = ["cluster", "model", "model (MoE)", "checkpoint", "rollout", "data", "eval", "perf/parallelism",
                "algorithm (GRPO/PPO)", "optimizer & LR schedule", "SGLang", "reward",
-               "logging (wandb / tensorboard)", "debug"]
+               "logging (wandb / tensorboard)", "debug", flags_slime.GROUP]
 
 
 class SlimeArgumentParser(argparse.ArgumentParser):
@@ -46,6 +47,7 @@ def build_parser(prog: str = "train.py", generated_sglang: bool = False):
     flags_algo.add_reward_group(p)
     flags_misc.add_logging_group(p)
     flags_misc.add_debug_group(p)
+    flags_slime.add_slime_group(p)
     flags_misc.add_unsupported_group(p)
     fields = set()
     if generated_sglang:

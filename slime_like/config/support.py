@@ -5,9 +5,10 @@ accept but do not act on must never be dropped silently. Every parser dest is th
 what train.py / train_async.py run outside `slime_like/config/` (tests/config/test_flag_audit.py finds the
 reads with `ast`) or listed in exactly one table here:
 
-- `UNSUPPORTED`: a non-default value is a start-up error (before Ray or torch) naming the flag, the value
-  and what to do instead. The slime-only flags of flags_misc.UNSUPPORTED (no behaviour at all, rejected
-  while parsing) are added under their dests, so a YAML role overlay cannot set them either.
+- `UNSUPPORTED`: a non-default value is refused AT LAUNCH (train.py / train_async.py without --dry-run, before
+  Ray or torch start) naming the flag, the value and what to do instead. A configuration valid on GPUs is never
+  rejected while parsing: `--dry-run` prints its plan with a "refused at launch" section. The slime-only flags
+  of flags_misc.UNSUPPORTED (features with no behaviour here) are refused the same way, under their dests.
 - `NO_EFFECT_HERE`: harmless performance / kernel / memory hints; a non-default value prints one
   `WARNING:` line saying why it changes nothing here.
 - `INFORMATIONAL`: consumed by the configuration layer itself (derived defaults, role views, files it reads).
@@ -31,6 +32,11 @@ from slime_like.config.flags_misc import UNSUPPORTED as SLIME_ONLY_FLAGS
 _MEGATRON = "the Megatron trainer does not implement it"
 _ARCH = "the Megatron trainer builds the model without it, so the weights would be used wrongly"
 _MOE_ROUTER = "the Megatron trainer's MoE router does not pass it to megatron-core (routing would differ)"
+_ISSUE18 = "not implemented in slime_like yet (issue 18, slime features, adds it)"
+_DISK_SYNC = ("disk-based weight sync: weights reach the engines as tensors or over torch.distributed "
+              "(--update-weight-buffer-size), never through files")
+_BUFFER = "slime's external rollout buffer (agent examples) is not implemented; use --custom-generate-function-path"
+_FP8 = "FP8 needs TransformerEngine on Hopper-class GPUs and the Megatron trainer does not implement it; use --bf16"
 
 UNSUPPORTED = {
     # model architecture: a different network than the one asked for
@@ -53,6 +59,11 @@ UNSUPPORTED = {
     "qk_head_dim": "an MLA dimension; multi-latent attention is not implemented",
     "qk_pos_emb_head_dim": "an MLA dimension; multi-latent attention is not implemented",
     "v_head_dim": "an MLA dimension; multi-latent attention is not implemented",
+    "mscale": "an MLA YaRN setting; multi-latent attention is not implemented",  # pending: models
+    "mscale_all_dim": "an MLA YaRN setting; multi-latent attention is not implemented",  # pending: models
+    "attention_output_gate": f"gated attention (Qwen3-Next / Qwen3.5): {_ARCH}",  # pending: models
+    "use_gated_attention": f"gated attention (Qwen3-Next / Qwen3.5): {_ARCH}",  # pending: models
+    "moe_shared_expert_gate": f"the shared-expert sigmoid gate: {_ARCH}",  # pending: models
     "custom_model_provider_path": f"custom model providers: {_MEGATRON}",  # pending: megatron
     "spec": f"custom layer specs: {_MEGATRON}",  # pending: megatron
     # MoE routing / MTP
@@ -78,7 +89,14 @@ UNSUPPORTED = {
     "decoder_last_pipeline_num_layers": f"uneven pipeline split: {_MEGATRON}",  # pending: megatron
     "account_for_embedding_in_pipeline_split": f"uneven pipeline split: {_MEGATRON}",  # pending: megatron
     "account_for_loss_in_pipeline_split": f"uneven pipeline split: {_MEGATRON}",  # pending: megatron
-    "fp8_format": f"FP8 training: {_MEGATRON}; use --bf16",  # pending: megatron
+    "fp8_format": _FP8,
+    "fp8_recipe": _FP8,
+    "fp8_param_gather": _FP8,
+    "megatron_deepgemm_forward_layers": f"SGLang's block-FP8 DeepGEMM forward in the trainer: {_FP8}",
+    "megatron_deepgemm_forward_modules": f"SGLang's block-FP8 DeepGEMM forward in the trainer: {_FP8}",
+    "megatron_deepgemm_moe_forward_layers": f"SGLang's block-FP8 DeepGEMM forward in the trainer: {_FP8}",
+    "megatron_deepgemm_moe_forward_modules": f"SGLang's block-FP8 DeepGEMM forward in the trainer: {_FP8}",
+    "use_stateless_adam": "stateless Adam: the Megatron trainer's Adam keeps its moments between steps",
     # precision / optimizer
     "min_loss_scale": "fp16 dynamic loss scaling keeps megatron-core's defaults; drop it",  # pending: megatron
     "loss_scale_window": "fp16 dynamic loss scaling keeps megatron-core's defaults; drop it",  # pending: megatron
@@ -116,6 +134,36 @@ UNSUPPORTED = {
     # engines
     "sglang_router_ip": "an existing sglang-router: the driver starts its own",  # pending: sglang
     "sglang_router_port": "an existing sglang-router: the driver starts its own",  # pending: sglang
+    # slime features another issue is adding (issue 18)
+    "custom_megatron_init_path": f"the custom Megatron init hook: {_ISSUE18}",  # pending: feat
+    "custom_megatron_before_log_prob_hook_path": f"the before-log-prob hook: {_ISSUE18}",  # pending: feat
+    "custom_megatron_before_train_step_hook_path": f"the before-train-step hook: {_ISSUE18}",  # pending: feat
+    "custom_pg_loss_reducer_function_path": f"custom policy-loss reducers: {_ISSUE18}",  # pending: feat
+    "rollout_sample_hook_path": f"rollout sample hooks: {_ISSUE18}",  # pending: feat
+    "loss_mask_type": f"chat-template loss-mask types: {_ISSUE18}",  # pending: feat
+    "load_forge_rollout_data": f"replaying dumped rollouts through forge_load: {_ISSUE18}",  # pending: feat
+    "opd_teacher_ckpt_step": f"on-policy distillation: {_ISSUE18}",  # pending: feat
+    "opsm_delta": "off-policy sequence masking (--use-opsm) is not implemented",
+    "ci_test": f"slime's CI assertions: {_ISSUE18}",  # pending: feat
+    "ci_disable_kl_checker": f"slime's CI assertions: {_ISSUE18}",  # pending: feat
+    "ci_save_grad_norm": f"slime's CI assertions: {_ISSUE18}",  # pending: feat
+    "ci_load_grad_norm": f"slime's CI assertions: {_ISSUE18}",  # pending: feat
+    "ci_train_rollout_logprob_abs_diff_threshold": f"slime's CI assertions: {_ISSUE18}",  # pending: feat
+    # weight sync through files, agent rollout buffers
+    "update_weight_disk_dir": _DISK_SYNC,
+    "update_weight_disk_keep_files": _DISK_SYNC,
+    "update_weight_local_checkpoint_dir": _DISK_SYNC,
+    "update_weight_delta_encoding": _DISK_SYNC,
+    "update_weight_delta_checksum": _DISK_SYNC,
+    "custom_update_weight_post_write_path": _DISK_SYNC,
+    "rollout_buffer_url": _BUFFER,
+    "fetch_trajectory_retry_times": _BUFFER,
+    "rollout_task_type": _BUFFER,
+    "min_batch_collection_ratio": _BUFFER,
+    "use_distributed_post": _BUFFER,
+    "rollout_global_dataset": "the rollout always samples prompts from --prompt-data (a custom "
+                              "--custom-generate-function-path may ignore them)",
+    "http_proxy": "the rollout's HTTP client connects to the engines and reward models directly (no proxy)",
     # logging / debugging outputs that would silently be missing
     "wandb_always_use_train_step": "the wandb x-axis is always the rollout id",  # pending: utils
     # pending: megatron
@@ -153,6 +201,17 @@ NO_EFFECT_HERE = {
     "rollout_health_check_interval": "engine health checks belong to --use-fault-tolerance, not implemented",
     "rollout_health_check_timeout": "engine health checks belong to --use-fault-tolerance, not implemented",
     "log_interval": "the driver logs one console line per rollout",  # pending: utils
+    "overlap_cpu_optimizer_d2h_h2d": "optimizer states are not offloaded to the CPU during a step (see "
+                                     "--optimizer-cpu-offload), so there are no copies to overlap",
+    "enable_experimental": "no experimental megatron-core feature is reachable through slime_like's flags",
+    "balance_by_flops": "micro-batches are packed by token count (the same loss; only the load balance differs)",
+    "data_pad_size_multiplier": "packed micro-batches are padded to their longest sample (the multiplier is a "
+                                "kernel-alignment hint)",
+    "rollout_health_check_first_wait": "engine health checks belong to --use-fault-tolerance, not implemented",
+    "qwen_gdn_backend": "a gated-delta-net kernel choice (CUDA); slime_like builds no gated-delta-net layer",
+    "memory_recorder": "CUDA memory-history snapshots are not recorded",
+    "memory_snapshot_num_steps": "CUDA memory-history snapshots are not recorded",
+    "profile_target": "no profiler is wired to the trainer",
 }
 
 INFORMATIONAL = {
@@ -257,16 +316,31 @@ def _is_set(args, dest: str, value) -> bool:
 
 
 def check_flag_support(args) -> None:
-    """Start-up check of the command line (call before validation derives anything)."""
+    """Start-up check of the command line (call before validation derives anything).
+
+    Collects the UNSUPPORTED / slime-only flags into args.launch_refusals (refused by `refuse_at_launch`, listed
+    by --dry-run) and warns about the NO_EFFECT_HERE ones."""
+    refusals = args.launch_refusals = getattr(args, "launch_refusals", [])
     for dest, why in UNSUPPORTED.items():
         value = getattr(args, dest, _ABSENT)  # a hand-built namespace may lack a dest: nothing was set
         if value is not _ABSENT and _is_set(args, dest, value):
-            raise ConfigError(f"{_describe(dest, value)} is accepted for slime/Megatron compatibility but not "
-                              f"honoured by slime_like: {why}. Remove it from the command line")
+            refusals.append(f"{_describe(dest, value)} is accepted for slime/Megatron compatibility but not "
+                            f"honoured by slime_like: {why}. Remove it from the command line")
+    for dest, feature in SLIME_ONLY.items():
+        if hasattr(args, dest):  # default=SUPPRESS: present only when given
+            refusals.append(f"--{dest.replace('_', '-')} is a slime flag for {feature}, which slime_like does not "
+                            "implement; remove it (docs/configuration.md lists these flags)")
     for dest, why in NO_EFFECT_HERE.items():
         value = getattr(args, dest, _ABSENT)
         if value is not _ABSENT and _is_set(args, dest, value):
             warn(args, f"{_describe(dest, value)} is accepted but not honoured here (no effect): {why}")
+
+
+def refuse_at_launch(args) -> None:
+    """The launch (not --dry-run) stops here, before Ray or torch, when the run needs what slime_like lacks."""
+    refusals = getattr(args, "launch_refusals", [])
+    if refusals:
+        raise ConfigError("this run cannot start: " + "; ".join(refusals))
 
 
 def check_role_overrides_support(args) -> None:
@@ -285,8 +359,8 @@ def check_role_overrides_support(args) -> None:
                                   f"trainers, so a per-role value would be ignored or disagree with the rollout "
                                   f"side. Set {_flag_info()[key][0]} on the command line instead")
             if key in UNSUPPORTED and _is_set(view, key, value):
-                raise ConfigError(f"{where}: {value!r} is not honoured by slime_like: {UNSUPPORTED[key]}. "
-                                  "Remove the key")
+                args.launch_refusals.append(f"{where}: {value!r} is not honoured by slime_like: {UNSUPPORTED[key]}. "
+                                            "Remove the key")
             if key in NO_EFFECT_HERE and _is_set(view, key, value):
                 warn(args, f"{where}: {value!r} is accepted but not honoured here (no effect): {NO_EFFECT_HERE[key]}")
 

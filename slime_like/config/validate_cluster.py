@@ -100,9 +100,10 @@ def _parallel_layout(args):
     if args.expert_tensor_parallel_size is None:
         args.expert_tensor_parallel_size = tp  # Megatron's default
     etp = args.expert_tensor_parallel_size
-    if args.sequence_parallel and tp == 1:
-        raise ConfigError("--sequence-parallel needs --tensor-model-parallel-size > 1 (it splits activations over "
-                          "the TP group); drop the flag or raise TP")
+    if args.sequence_parallel and tp == 1:  # Megatron-LM turns it off the same way (it splits over the TP group)
+        args.sequence_parallel = False
+        warn(args, "--sequence-parallel with --tensor-model-parallel-size 1: turned off, as Megatron-LM does "
+                   "(sequence parallelism splits activations over the tensor-parallel group)")
     per_node = args.num_gpus_per_node
     roles = [("actor", args.actor_num_nodes, args.actor_num_gpus_per_node)]
     if args.use_critic:
@@ -142,16 +143,21 @@ def _parallel_layout(args):
     if args.num_experts and args.num_experts % ep:
         raise ConfigError(f"--num-experts {args.num_experts} not divisible by EP {ep}")
     gpe = args.rollout_num_gpus_per_engine
-    if gpe > per_node:
-        raise ConfigError(f"--rollout-num-gpus-per-engine {gpe} exceeds --num-gpus-per-node {per_node}: an engine "
-                          "never spans nodes here (multi-node engines are not supported)")
+    if gpe > per_node and gpe % per_node:
+        raise ConfigError(f"--rollout-num-gpus-per-engine {gpe} exceeds --num-gpus-per-node {per_node} and is not a "
+                          "multiple of it: a multi-node engine takes whole nodes")
+    if gpe > per_node:  # valid for SGLang (--nnodes); our launcher starts each engine on one node
+        args.launch_refusals.append(f"--rollout-num-gpus-per-engine {gpe} > --num-gpus-per-node {per_node}: "
+                                    "multi-node rollout engines are not implemented (the engine launcher starts one "
+                                    "SGLang server per node-local GPU group); use at most one node's GPUs per engine")
     if args.rollout_num_gpus % gpe:
         raise ConfigError(f"--rollout-num-gpus {args.rollout_num_gpus} is not a multiple of "
                           f"--rollout-num-gpus-per-engine {gpe}")
-    if args.colocate and args.actor_num_gpus_per_node % gpe:
+    actor_per_node = args.actor_num_gpus_per_node
+    if args.colocate and (actor_per_node % gpe if gpe <= actor_per_node else gpe % actor_per_node):
         raise ConfigError(f"--colocate: engines sit on the actor's GPUs node by node, so "
-                          f"--actor-num-gpus-per-node {args.actor_num_gpus_per_node} must be a multiple of "
-                          f"--rollout-num-gpus-per-engine {gpe}")
+                          f"--actor-num-gpus-per-node {actor_per_node} must be a multiple of "
+                          f"--rollout-num-gpus-per-engine {gpe} (or, for a multi-node engine, divide it)")
 
 
 def _hardware_notes(args):

@@ -20,6 +20,14 @@ def launch(loop, argv=None, *, allow_colocate: bool = True, prog: str | None = N
     if args.dry_run:
         print_dry_run(args)
         return 0
+    from slime_like.config.errors import ConfigError
+    from slime_like.config.support import refuse_at_launch
+
+    try:
+        refuse_at_launch(args)  # what slime_like cannot run: after --dry-run's plan, before Ray or torch start
+    except ConfigError as e:
+        print(f"{prog or 'train'}: error: {e}", file=sys.stderr)
+        return 2
     from slime_like.ray.run import Run
     from slime_like.ray.signals import exit_cleanly_on_sigterm
     from slime_like.utils.metrics import MetricsLogger

@@ -1,4 +1,6 @@
 """--sglang-* passthrough (generic mode: sglang is not installed here) and --sglang-config."""
+import sys
+
 import pytest
 
 from slime_like.config.errors import ConfigError
@@ -69,6 +71,9 @@ def stub_sglang(tmp_path, monkeypatch):
     (pkg / "server_args.py").write_text(STUB)
     monkeypatch.syspath_prepend(str(tmp_path / "stub"))
     monkeypatch.delenv("SLIME_LIKE_SGLANG_PASSTHROUGH", raising=False)
+    yield
+    for name in [m for m in sys.modules if m.split(".")[0] == "sglang"]:  # later tests must not see the stub
+        del sys.modules[name]
 
 
 def test_generated_from_server_args(base, stub_sglang):

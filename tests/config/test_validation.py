@@ -28,8 +28,8 @@ RULES = [
     (["--over-sampling-batch-size", "2"], r"--over-sampling-batch-size 2 must be >= --rollout-batch-size 4"),
     (["--rollout-num-gpus", "1"], r"--colocate .* --rollout-num-gpus 1 must equal .* = 2"),
     (["--tensor-model-parallel-size", "3"], r"actor GPUs = .* = 2, not divisible by TP 3"),
-    (["--sequence-parallel"], r"--sequence-parallel needs --tensor-model-parallel-size > 1"),
-    (["--rollout-num-gpus-per-engine", "4"], r"--rollout-num-gpus-per-engine 4 exceeds --num-gpus-per-node 2"),
+    (["--rollout-num-gpus-per-engine", "3"], r"--rollout-num-gpus-per-engine 3 exceeds --num-gpus-per-node 2 and is "
+                                             "not a multiple of it"),
     (["--advantage-estimator", "reinforce_plus_plus"], r"reinforce_plus_plus needs --normalize-advantages"),
     (["--use-dynamic-batch-size"], r"--use-dynamic-batch-size needs --max-tokens-per-gpu"),
     (["--eps-clip-c", "0.5"], r"--eps-clip-c 0.5: dual-clip PPO needs c > 1"),
@@ -53,6 +53,26 @@ RULES = [
 def test_rule_fires_with_its_message(base, extra, message):
     with pytest.raises(ConfigError, match=message):
         parse(base + extra)
+
+
+def test_sequence_parallel_at_tp1_is_turned_off_as_megatron_does(base):
+    args = parse(base + ["--sequence-parallel"])
+    assert args.sequence_parallel is False
+    assert any(w.startswith("--sequence-parallel with --tensor-model-parallel-size 1: turned off")
+               for w in args.config_warnings)
+    assert parse(base + ["--sequence-parallel", "--tensor-model-parallel-size", "2"]).sequence_parallel is True
+
+
+def test_multi_node_engine_is_planned_then_refused_at_launch(base):
+    from slime_like.config.support import refuse_at_launch
+    from slime_like.plan import build_plan
+
+    argv = base + ["--num-gpus-per-node", "1", "--actor-num-nodes", "2", "--actor-num-gpus-per-node", "1",
+                   "--rollout-num-gpus-per-engine", "2"]
+    args = parse(argv)
+    assert [[(s.node, s.local_gpu) for s in e] for e in build_plan(args).engines] == [[(0, 0), (1, 0)]]
+    with pytest.raises(ConfigError, match="multi-node rollout engines are not implemented"):
+        refuse_at_launch(args)
 
 
 def test_data_files_must_exist(base):

@@ -157,6 +157,7 @@ def transformer_config_from_args(args):
         recompute_granularity=_get(args, "recompute_granularity"), recompute_method=_get(args, "recompute_method"),
         recompute_num_layers=_get(args, "recompute_num_layers"),
         calculate_per_token_loss=_get(args, "calculate_per_token_loss", False),
+        deterministic_mode=bool(_get(args, "deterministic_mode", False)),
     )
     # mcore rejects Megatron's default "allgather" dispatcher with variable_seq_lengths, even for dense
     # models (where it is unused); MoE + PP needs alltoall (or flex).
@@ -266,6 +267,8 @@ def build_model(args, role: str = "actor"):
     if _get(args, "virtual_pipeline_model_parallel_size"):
         raise NotImplementedError("--virtual-pipeline-model-parallel-size (interleaved PP) is not supported yet")
     config = transformer_config_from_args(args)
+    if config.deterministic_mode:  # Megatron-LM's --deterministic-mode: deterministic kernels or an error
+        torch.use_deterministic_algorithms(True)
     critic = role == "critic"
     tie = not _get(args, "untie_embeddings_and_output_weights", False) and not critic
     post = ps.is_pipeline_last_stage()
