@@ -28,6 +28,7 @@ import functools
 
 from slime_like.config.errors import ConfigError, warn
 from slime_like.config.flags_misc import UNSUPPORTED as SLIME_ONLY_FLAGS
+from slime_like.config.slime_paths import foreign
 
 _MEGATRON = "the Megatron trainer does not implement it"
 _ARCH = "the Megatron trainer builds the model without it, so the weights would be used wrongly"
@@ -330,10 +331,18 @@ def check_flag_support(args) -> None:
         if hasattr(args, dest):  # default=SUPPRESS: present only when given
             refusals.append(f"--{dest.replace('_', '-')} is a slime flag for {feature}, which slime_like does not "
                             "implement; remove it (docs/configuration.md lists these flags)")
+    for dest, value in vars(args).items():
+        if dest.endswith("_path") and dest not in UNSUPPORTED and any(map(foreign, _as_list(value))):
+            refusals.append(f"{_describe(dest, value)} names slime's own code, which is not part of slime_like "
+                            "(only config/slime_paths.ALIASES are); point it at a function of yours or of slime_like")
     for dest, why in NO_EFFECT_HERE.items():
         value = getattr(args, dest, _ABSENT)
         if value is not _ABSENT and _is_set(args, dest, value):
             warn(args, f"{_describe(dest, value)} is accepted but not honoured here (no effect): {why}")
+
+
+def _as_list(value) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def refuse_at_launch(args) -> None:

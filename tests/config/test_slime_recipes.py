@@ -13,8 +13,10 @@ import pathlib
 import pytest
 
 from cfg_helpers import parse
+from slime_like.config.errors import ConfigError
 
 DATA = pathlib.Path(__file__).parent / "slime_recipes" / "recipes.json"
+DOC = (pathlib.Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
 RECIPES = json.loads(DATA.read_text())["recipes"]
 RUNS = sorted(k for k in RECIPES if not k.startswith("models/"))
 # Recipes megatron-core itself refuses as written (not a slime_like limit): the reason, and our error's words.
@@ -91,7 +93,6 @@ def test_every_slime_run_script_is_recorded():
 
 @pytest.mark.parametrize("name", RUNS)
 def test_slime_recipe_dry_run_prints_the_plan(name, tmp_path, capsys):
-    from slime_like.config.errors import ConfigError
     from slime_like.plan import print_dry_run
 
     if name in INVALID_ON_GPUS:
@@ -104,6 +105,24 @@ def test_slime_recipe_dry_run_prints_the_plan(name, tmp_path, capsys):
     assert "== slime_like dry run: configuration valid ==" in out and "placement" in out.lower()
     # the launch refusals the dry run lists are exactly what the launch would stop on
     assert out.count("REFUSED AT LAUNCH: ") == len(args.launch_refusals)
+    # docs/configuration.md's table of slime's recipes names every flag the launch refuses
+    row = next(line for line in DOC.splitlines() if line.startswith(f"| `{name}` |"))
+    assert [r.split(" ")[0] for r in args.launch_refusals if f"`{r.split(' ')[0]}`" not in row] == []
+    assert ("runs as written" in row) == (not args.launch_refusals)
+
+
+def test_slime_builtin_function_paths_resolve_to_ours(base):
+    from slime_like.config.support import refuse_at_launch
+    from slime_like.rollout.filters import check_reward_nonzero_std
+    from slime_like.rollout.hooks import load_function
+
+    slime_filter = "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std"
+    assert load_function(slime_filter) is check_reward_nonzero_std
+    refuse_at_launch(parse(base + ["--dynamic-sampling-filter-path", slime_filter]))
+    args = parse(base + ["--rollout-function-path", "slime.rollout.sft_rollout.generate_rollout"])
+    with pytest.raises(ConfigError, match="--rollout-function-path slime.rollout.sft_rollout.generate_rollout names "
+                                          "slime's own code"):
+        refuse_at_launch(args)
 
 
 MODEL_SCRIPTS = sorted(k for k in RECIPES if k.startswith("models/"))

@@ -1,0 +1,21 @@
+"""slime's own functions that recipes name by module path (`--dynamic-sampling-filter-path
+slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std`), and where slime_like keeps the same
+behaviour. rollout/hooks.py resolves these names; any other `slime.` / `slime_plugins.` path names code that is
+not part of slime_like, so the launch refuses it (config/support.py) instead of failing inside a Ray actor.
+"""
+from __future__ import annotations
+
+ALIASES = {
+    "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std":
+        "slime_like.rollout.filters.check_reward_nonzero_std",
+}
+
+
+def resolve(path):
+    """slime_like's function for one of slime's built-in paths; any other value unchanged."""
+    return ALIASES.get(path, path) if isinstance(path, str) else path
+
+
+def foreign(path) -> bool:
+    """A path into slime's own package (or its plugins) that slime_like does not provide."""
+    return isinstance(path, str) and path.split(".")[0] in ("slime", "slime_plugins") and path not in ALIASES
