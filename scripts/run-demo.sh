@@ -15,7 +15,7 @@ RUN_DIR=${1:-runs/demo}
 shift || true   # the rest goes to train.py (e.g. --lr 1e-4 --num-rollout 80)
 PY=python3
 [ -x .venv/bin/python ] && PY=.venv/bin/python
-export RAY_AUTH_MODE=disabled HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 TASK=$RUN_DIR/task
 NUM_ROLLOUT=${NUM_ROLLOUT:-160}
 LR=${LR:-2e-4}

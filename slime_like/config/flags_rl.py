@@ -34,6 +34,10 @@ def add_cluster_group(parser):
       help="Move the trainer's weights/optimizer off the GPU while generating (default on with --colocate).")
     a("--offload-rollout", action=argparse.BooleanOptionalAction, default=None,
       help="Release the engines' GPU memory while training (default on with --colocate).")
+    a("--ray-address", default=None,
+      help="(slime_like) Join this Ray cluster (auto = the one Ray finds, or HOST:PORT) instead of starting a "
+           "private one; RAY_ADDRESS (set by `ray job submit`) does the same. A plan spanning several nodes "
+           "always joins the running cluster.")
     a("--train-backend", default="megatron", choices=["megatron"], help="Trainer backend (slime; megatron only).")
     a("--rollout-engine", default="auto", choices=["auto", "sglang", "cpu"],
       help="(slime_like) Engine behind the HTTP API: sglang (GPU), the embedded cpu engine, or auto "

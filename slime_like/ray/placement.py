@@ -10,7 +10,6 @@ code runs in tests and in the demo.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import ray
@@ -98,34 +97,3 @@ def _ip_key(ip: str):
     """Sort IPv4 addresses numerically (10.0.0.9 before 10.0.0.10); anything else as text."""
     parts = ip.split(".")
     return tuple(int(p) for p in parts) if len(parts) == 4 and all(p.isdigit() for p in parts) else (ip,)
-
-
-def init_ray(args) -> None:
-    """Connect to a running cluster (RAY_ADDRESS, e.g. from a Slurm job) or start a local one.
-
-    A local cluster on a machine without GPUs declares `--num-gpus-per-node` GPU slots, so the same
-    placement code runs everywhere.
-    """
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # Ray 2.60 token auth breaks local drivers otherwise
-    if ray.is_initialized():
-        return
-    # Actors import user code by dotted path (--custom-rm-path my_rm.score): give them the driver's working
-    # directory and PYTHONPATH, as `python train.py` itself sees them.
-    pythonpath = os.pathsep.join(p for p in [os.getcwd(), os.environ.get("PYTHONPATH", "")] if p)
-    env = {"env_vars": {"RAY_AUTH_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": pythonpath,
-                        **QUIET_OPENMP,
-                        "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
-                        "TRANSFORMERS_OFFLINE": os.environ.get("TRANSFORMERS_OFFLINE", "1")}}
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=env, log_to_driver=True)
-        return
-    kwargs = dict(include_dashboard=False, runtime_env=env, log_to_driver=True,
-                  object_store_memory=512 * 1024 ** 2, num_cpus=max(os.cpu_count() or 2, 2))
-    if not _has_cuda_devices():
-        kwargs["num_gpus"] = args.num_gpus_per_node
-    ray.init(**kwargs)
-
-
-def _has_cuda_devices() -> bool:
-    # Not CUDA_VISIBLE_DEVICES: Slurm sets it on CPU test nodes too. Not torch: the driver stays light.
-    return os.path.exists("/dev/nvidia0")

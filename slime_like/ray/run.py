@@ -13,7 +13,8 @@ import time
 import ray
 
 from slime_like.args import role_args
-from slime_like.ray.placement import create_placement, init_ray
+from slime_like.ray.cluster import init_ray, say
+from slime_like.ray.placement import create_placement
 from slime_like.ray.rollout_manager import EngineGroup, RolloutManager
 from slime_like.ray.trainer_group import TrainerGroup
 
@@ -36,7 +37,7 @@ class Run:
 
     @classmethod
     def start(cls, args, plan):
-        init_ray(args)
+        say(init_ray(args, plan))
         placement = create_placement(plan.num_slots)
         started = []  # what to tear down if a later step fails: no leaked GPU slots or engine processes
         try:
