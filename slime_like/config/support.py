@@ -167,9 +167,6 @@ UNSUPPORTED = {
     "http_proxy": "the rollout's HTTP client connects to the engines and reward models directly (no proxy)",
     # logging / debugging outputs that would silently be missing
     "wandb_always_use_train_step": "the wandb x-axis is always the rollout id",  # pending: utils
-    # pending: megatron
-    "save_debug_train_data": "training batches are not dumped; --save-debug-rollout-data dumps rollouts",
-    "dump_details": "train-data dumps are not implemented; use --save-debug-rollout-data PATH",  # pending: megatron
     "check_weight_update_equal": "engine weights are not compared after a sync",  # pending: sglang
     "record_memory_history": "CUDA memory-history snapshots are not recorded",  # pending: megatron
     "memory_snapshot_dir": "CUDA memory-history snapshots are not recorded",  # pending: megatron
@@ -225,6 +222,7 @@ INFORMATIONAL = {
     "offload": "validate_cluster.py: sets offload_train and offload_rollout",
     "num_epoch": "validate.py: derives num_rollout from the prompt count",
     "debug_train_only": "validate_cluster.py / plan.py: no local engines",
+    "dump_details": "validate.py: sets --save-debug-rollout-data and --save-debug-train-data to files under it",
     "train_backend": "choices=['megatron']: the only trainer",
 }
 

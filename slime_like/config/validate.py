@@ -221,8 +221,9 @@ def _debug(args):
     if args.debug_rollout_only and args.debug_train_only:
         raise ConfigError("--debug-rollout-only and --debug-train-only (or --load-debug-rollout-data) exclude each other")
     if args.dump_details is not None:
-        args.save_debug_rollout_data = f"{args.dump_details}/rollout_data/{{rollout_id}}.pt"
-        args.save_debug_train_data = f"{args.dump_details}/train_data/{{rollout_id}}.pt"
+        # slime's layout; JSON files (debug dumps are never pickles here), hence the .json names
+        args.save_debug_rollout_data = f"{args.dump_details}/rollout_data/{{rollout_id}}.json"
+        args.save_debug_train_data = f"{args.dump_details}/train_data/{{rollout_id}}.json"
     if args.bf16 and args.fp16:
         raise ConfigError("--bf16 and --fp16 exclude each other; choose one")
 

@@ -17,6 +17,7 @@ from slime_like.ray.cluster import init_ray, say
 from slime_like.ray.placement import create_placement
 from slime_like.ray.rollout_manager import EngineGroup, RolloutManager
 from slime_like.ray.trainer_group import TrainerGroup
+from slime_like.utils.json_dump import write_json
 
 # Fractions of one GPU slot when trainer and engine share it (colocated): together < 1.
 TRAINER_SHARE_COLOCATED, ENGINE_SHARE_COLOCATED = 0.4, 0.2
@@ -108,7 +109,16 @@ class Run:
             if not tokens and "actor/train_rollout_logprob_abs_diff" in metrics:  # on-policy: no separate pass
                 metrics["rollout/logprob_abs_diff"] = metrics["actor/train_rollout_logprob_abs_diff"]
         metrics["time/train"] = time.perf_counter() - t
+        if self.args.save_debug_train_data:
+            self._save_train_data(rollout_id)
         return metrics
+
+    def _save_train_data(self, rollout_id: int):
+        """slime's --save-debug-train-data: one file per rollout with every DP shard's batch (the fields
+        the loss read: tokens, masks, rewards, log-probs, advantages, ...); `{rank}` is the writer, 0."""
+        shards = self.actor.per_dp(self.actor.call("debug_batch"))
+        path = self.args.save_debug_train_data.format(rollout_id=rollout_id, rank=0)
+        write_json(path, {"rollout_id": rollout_id, "dp_shards": shards})
 
     def update_weights(self) -> dict:
         if self.actor is None or not self.engines.urls:  # a debug mode runs only one side

@@ -82,6 +82,11 @@ class TrainerActor:
     def train_step(self, rollout_id: int):
         return self.trainer.train_step(rollout_id, self.batch)
 
+    def debug_batch(self):
+        """--save-debug-train-data: this rank's training batch as it was trained on (tensors as lists)."""
+        return {k: [v.tolist() if hasattr(v, "tolist") else v for v in vals] if isinstance(vals, list) else vals
+                for k, vals in self.batch.items()}
+
     def save(self, rollout_id: int):
         self.trainer.save(rollout_id)
 

@@ -6,9 +6,9 @@
     state = ctl.state_dict(); ctl.load_state_dict(state)   # the data source position + partial buffer
 
 Each call runs its own asyncio loop (``asyncio.run``), so it must not be called from inside a
-running event loop. ``--save-debug-rollout-data PATH`` writes each rollout's samples (``{rollout_id}``
-in PATH is substituted); ``--load-debug-rollout-data PATH`` replays them instead of generating (no
-engines or prompt data needed). A tqdm bar counts finished samples when stderr is a terminal
+running event loop. ``--save-debug-rollout-data PATH`` writes each rollout's samples as JSON (``{rollout_id}``
+in PATH is substituted; debug_data.py); ``--load-debug-rollout-data PATH`` replays them instead of generating
+(no engines or prompt data needed). A tqdm bar counts finished samples when stderr is a terminal
 (``--disable-tqdm`` / env ``SLIME_LIKE_NO_TQDM=1`` turns it off).
 """
 from __future__ import annotations
@@ -16,20 +16,19 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import math
 import os
 import sys
 import time
 
 from ..sample import Status
 from .data_source import RolloutDataSource
+from .debug_data import load_rollout, save_rollout
 from .engines import EnginePool, set_current_state
 from .eval import eval_datasets, eval_metrics, ks_for, pass_at_k
 from .generate import GenerateState, RolloutOutput
 from .hooks import load_function
 from .log_extras import correct_sample_metrics, multi_turn_metrics
 from .rewards import scalar_reward
-from .serialize import sample_from_dict, sample_to_dict
 
 logger = logging.getLogger(__name__)
 DEFAULT_ROLLOUT_FUNCTION = "slime_like.rollout.generate.generate_rollout"
@@ -134,7 +133,8 @@ class RolloutController:
     def generate(self, rollout_id: int):
         """(samples of the kept groups, flattened, metrics dict)."""
         if self.debug_load:
-            samples = self._load_debug(rollout_id)
+            samples = load_rollout(self.debug_load, rollout_id,
+                                   getattr(self.args, "load_debug_rollout_data_subsample", None))
             return samples, rollout_metrics(self.args, samples, 0.0, 0)
         if self.data_source is None:
             raise ValueError("--prompt-data is required to generate rollouts")
@@ -158,7 +158,7 @@ class RolloutController:
         if getattr(self.args, "log_correct_samples", False):
             metrics.update(correct_sample_metrics(self.args, samples))
         if getattr(self.args, "save_debug_rollout_data", None):
-            self._save_debug(rollout_id, samples)
+            save_rollout(self.args.save_debug_rollout_data, rollout_id, samples)
         return samples, self._custom_log("custom_rollout_log_function_path", metrics,
                                          rollout_id, self.args, samples, metrics, elapsed)
 
@@ -188,28 +188,3 @@ class RolloutController:
     def load_state_dict(self, state: dict) -> None:
         if state.get("data_source") is not None and self.data_source is not None:
             self.data_source.load_state_dict(state["data_source"])
-
-    # ------------------------------------------------------------------ debug dumps (slime's flags)
-    def _save_debug(self, rollout_id: int, samples) -> None:
-        import torch
-
-        path = self.args.save_debug_rollout_data.format(rollout_id=rollout_id)
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        torch.save({"rollout_id": rollout_id, "samples": [sample_to_dict(s) for s in samples]}, path)
-        logger.info("saved rollout %d (%d samples) to %s", rollout_id, len(samples), path)
-
-    def _load_debug(self, rollout_id: int):
-        import torch
-
-        path = self.debug_load.format(rollout_id=rollout_id)
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"--load-debug-rollout-data: {path} does not exist (rollout {rollout_id}); "
-                                    f"was it written by --save-debug-rollout-data with the same pattern?")
-        data = torch.load(path, weights_only=False)
-        samples = [sample_from_dict(d) for d in data["samples"]]
-        fraction = getattr(self.args, "load_debug_rollout_data_subsample", None)
-        if fraction:   # keep whole groups: the first ceil(fraction * groups) of them
-            groups = list({s.group_index: None for s in samples})
-            keep = set(groups[:max(1, math.ceil(fraction * len(groups)))])
-            samples = [s for s in samples if s.group_index in keep]
-        return samples

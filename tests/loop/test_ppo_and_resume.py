@@ -44,11 +44,11 @@ def _running(p) -> bool:
 
 
 def _prompts_by_rollout(debug_dir):
-    import torch
+    from slime_like.utils.json_dump import read_json
 
     out = {}
-    for name in sorted(os.listdir(debug_dir)):
-        d = torch.load(os.path.join(debug_dir, name), weights_only=False)
+    for name in sorted(n for n in os.listdir(debug_dir) if n.endswith(".pt")):  # not a write cut by SIGTERM
+        d = read_json(os.path.join(debug_dir, name))
         out[d["rollout_id"]] = [s["prompt"] for s in d["samples"]]
     return out
 

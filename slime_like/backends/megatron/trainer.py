@@ -26,6 +26,7 @@ import os
 import torch
 
 from slime_like import algorithms as alg
+from slime_like.backends.megatron import ci_checks
 from slime_like.backends.megatron import data as D
 from slime_like.backends.megatron import loss as L
 from slime_like.backends.megatron import optimizer as O
@@ -323,6 +324,8 @@ class MegatronTrainer(TrainerDistMixin):
             step = self._reduce_step_metrics(outs, global_tokens)
             step.update(lr=lr, grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
                         skipped=0.0 if ok else 1.0)
+            ci_checks.check_step(args, self.role, rollout_id, len(history), len(steps), step,
+                                 writer=torch.distributed.get_rank() == 0)
             history.append(step)
         interval = _get(args, "ref_update_interval")
         if self.ref_model is not None and interval and (rollout_id + 1) % interval == 0:
