@@ -98,12 +98,6 @@ def add_debug_group(parser):
     a("--save-debug-train-data", default=None, help="Save each training batch to this path.")
     a("--dump-details", default=None, help="Save rollout and train data under this directory.")
     a("--check-weight-update-equal", action="store_true", help="Verify engine weights equal the trainer's after sync.")
-    a("--ci-test", action="store_true", help="slime's CI checks after every optimizer step (log-prob gap, KL checker).")
-    a("--ci-disable-kl-checker", action="store_true", help="With --ci-test: skip the zero-KL checks.")
-    a("--ci-train-rollout-logprob-abs-diff-threshold", type=float, default=0.1,
-      help="With --ci-test: largest allowed trainer-vs-engine mean |log-prob| gap.")
-    a("--ci-save-grad-norm", default=None, help="Write each step's grad norm ('{role}', '{rollout_id}', '{step_id}').")
-    a("--ci-load-grad-norm", default=None, help="Compare each step's grad norm with these files (1%% tolerance).")
     a("--record-memory-history", action="store_true", help="Record CUDA memory history.")
     a("--memory-snapshot-dir", default=".", help="Where memory snapshots go.")
     return parser

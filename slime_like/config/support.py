@@ -145,11 +145,6 @@ UNSUPPORTED = {
     "load_forge_rollout_data": f"replaying dumped rollouts through forge_load: {_ISSUE18}",  # pending: feat
     "opd_teacher_ckpt_step": f"on-policy distillation: {_ISSUE18}",  # pending: feat
     "opsm_delta": "off-policy sequence masking (--use-opsm) is not implemented",
-    "ci_test": f"slime's CI assertions: {_ISSUE18}",  # pending: feat
-    "ci_disable_kl_checker": f"slime's CI assertions: {_ISSUE18}",  # pending: feat
-    "ci_save_grad_norm": f"slime's CI assertions: {_ISSUE18}",  # pending: feat
-    "ci_load_grad_norm": f"slime's CI assertions: {_ISSUE18}",  # pending: feat
-    "ci_train_rollout_logprob_abs_diff_threshold": f"slime's CI assertions: {_ISSUE18}",  # pending: feat
     # weight sync through files, agent rollout buffers
     "update_weight_disk_dir": _DISK_SYNC,
     "update_weight_disk_keep_files": _DISK_SYNC,
