@@ -14,6 +14,7 @@ import sys
 
 from slime_like.config.errors import ConfigError
 from slime_like.config.parser import parse_namespace
+from slime_like.config.preflight import run_preflight
 from slime_like.config.role_overrides import ROLES, apply_role, load_role_overrides
 from slime_like.config.validate import validate_args
 from slime_like.plan import build_plan
@@ -21,17 +22,21 @@ from slime_like.plan import build_plan
 __all__ = ["ConfigError", "ROLES", "parse_args", "role_args"]
 
 
-def parse_args(argv=None, *, exit_on_error: bool = True, prog: str | None = None):
+def parse_args(argv=None, *, exit_on_error: bool = True, prog: str | None = None, preflight: bool = False):
     """Parse and validate `argv` (default sys.argv[1:]).
 
-    exit_on_error=False raises ConfigError instead of exiting (library use, tests).
+    exit_on_error=False raises ConfigError instead of exiting (library use, tests). preflight=True (what
+    train.py's start and --dry-run use) also checks the files, schedules and custom functions the run will
+    use (slime_like/config/preflight.py) and reports every problem found in one message.
     """
     argv = [str(a) for a in (sys.argv[1:] if argv is None else argv)]
     prog = prog or os.path.basename(sys.argv[0] or "train.py") or "train.py"
     try:
         args, parser = parse_namespace(argv, prog=prog)
         load_role_overrides(args, parser)
-        validate_args(args)
+        validate_args(args, raise_path_problems=not preflight)
+        if preflight:
+            args.preflight_notes = run_preflight(args)
         build_plan(args)  # the layout must be placeable; raises ConfigError otherwise
     except ConfigError as e:
         if not exit_on_error:

@@ -7,7 +7,8 @@ from slime_like.config.parser import build_parser, defaults_of, group_of
 from slime_like.config.role_overrides import apply_role
 
 # Bookkeeping attributes that are not flags (still shown when relevant, in their own section).
-_INTERNAL = {"config_warnings", "launch_refusals", "megatron_role_overrides", "sglang_server_args", "sglang_passthrough_mode",
+_INTERNAL = {"config_warnings", "config_path_problems", "megatron_role_entries", "preflight_notes", "cli_dests",
+             "launch_refusals", "megatron_role_overrides", "sglang_server_args", "sglang_passthrough_mode",
              "rollout_engine_requested", "role", "model_args_from_hf", "rollout_external",
              "disable_grpo_std_normalization", "disable_bias_linear"}
 
@@ -43,8 +44,11 @@ def report(args, plan) -> str:
     parser, _ = build_parser()
     defaults, groups = defaults_of(parser), group_of(parser)
     lines = ["== slime_like dry run: configuration valid =="]
-    for w in getattr(args, "config_warnings", []):
-        lines.append(f"WARNING: {w}")
+    warnings = getattr(args, "config_warnings", [])
+    if warnings:  # each was printed once on stderr when it was found
+        lines.append(f"({len(warnings)} WARNING line(s) printed above)")
+    for note in getattr(args, "preflight_notes", []):
+        lines.append(f"NOTE: {note}")
     refusals = getattr(args, "launch_refusals", [])
     if refusals:
         lines.append(f"\n-- refused at launch: the plan below is valid, but slime_like will not start this run "

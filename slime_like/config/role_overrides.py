@@ -35,6 +35,7 @@ TOPOLOGY_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "
 def load_role_overrides(args, parser) -> None:
     """Read and check the YAML once at start-up; store {role: {dest: value}} as args.megatron_role_overrides."""
     args.megatron_role_overrides = {}
+    args.megatron_role_entries = {}  # role -> index of its entry in the YAML list (named in messages)
     path = args.megatron_config_path
     if not path:
         return
@@ -98,6 +99,7 @@ def load_role_overrides(args, parser) -> None:
                                   "names (tensor_model_parallel_size, not --tensor-model-parallel-size)")
             converted[key] = _convert(actions[key], value, f"{where} (role {role}) key '{key}'")
         args.megatron_role_overrides[role] = converted
+        args.megatron_role_entries[role] = i
     _check_topology(args, path)
     if not (args.use_critic or args.advantage_estimator == "ppo"):
         warn(args, f"--megatron-config-path {path} is used without a critic (no --use-critic, estimator "

@@ -219,6 +219,9 @@ INFORMATIONAL = {
     "debug_train_only": "validate_cluster.py / plan.py: no local engines",
     "dump_details": "validate.py: sets --save-debug-rollout-data and --save-debug-train-data to files under it",
     "train_backend": "choices=['megatron']: the only trainer",
+    # the LR schedule's arithmetic lives in config/schedule.py: the trainer's scheduler and the preflight use it
+    "lr_warmup_iters": "schedule.py: warm-up steps", "lr_warmup_fraction": "schedule.py: warm-up as a fraction",
+    "lr_decay_iters": "schedule.py: the decay horizon", "train_iters": "schedule.py: the decay horizon's fallback",
 }
 
 # Switches whose behaviour is always on in slime_like, so setting them asks for what happens anyway (no message).

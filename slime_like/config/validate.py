@@ -13,8 +13,12 @@ from slime_like.config.support import check_engine_passthrough, check_flag_suppo
 from slime_like.config.validate_cluster import validate_cluster
 
 
-def validate_args(args) -> None:
+def validate_args(args, raise_path_problems: bool = True) -> None:
+    """Validate and fill derived defaults. Missing input paths are independent of every other rule: they are
+    collected and raised together at the end, or (raise_path_problems=False) left to the preflight, which
+    checks the same paths more deeply and reports them with its own findings in one message."""
     args.config_warnings = getattr(args, "config_warnings", [])
+    args.config_path_problems = []
     check_flag_support(args)  # accepted-but-not-honoured flags: error or warning (support.py), on raw values
     check_role_overrides_support(args)
     _require(args)
@@ -29,6 +33,14 @@ def validate_args(args) -> None:
     check_engine_passthrough(args)  # needs the resolved --rollout-engine
     check_model_against_hf(args)
     _misc_defaults(args)
+    problems = args.config_path_problems
+    if problems and raise_path_problems:
+        raise ConfigError(problems[0] if len(problems) == 1 else
+                          f"{len(problems)} problems:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+def _path_problem(args, message: str) -> None:
+    args.config_path_problems.append(message)
 
 
 def _require(args):
@@ -102,7 +114,7 @@ def _algorithm(args):
             which = "--use-kl-loss" if args.use_kl_loss else f"--kl-coef {args.kl_coef}"
             raise ConfigError(f"{which} needs a reference model: set --ref-load to its checkpoint")
         if not os.path.exists(args.ref_load):
-            raise ConfigError(f"--ref-load {args.ref_load}: no such file or directory (the KL reference model)")
+            _path_problem(args, f"--ref-load {args.ref_load}: no such file or directory (the KL reference model)")
     if est in ("reinforce_plus_plus", "reinforce_plus_plus_baseline") and not args.normalize_advantages:
         raise ConfigError(f"--advantage-estimator {est} needs --normalize-advantages (REINFORCE++ whitens "
                           "advantages over the batch); add the flag")
@@ -151,10 +163,10 @@ def _rollout_and_eval(args):
             raise ConfigError(f"--eval-prompt-data: dataset names must be unique, got {names}")
     if not args.debug_train_only:
         if args.prompt_data and not os.path.exists(args.prompt_data):
-            raise ConfigError(f"--prompt-data {args.prompt_data}: no such file")
+            _path_problem(args, f"--prompt-data {args.prompt_data}: no such file")
         for name, path in zip((data or [])[0::2], (data or [])[1::2]):
             if not os.path.exists(path):
-                raise ConfigError(f"--eval-prompt-data {name} {path}: no such file")
+                _path_problem(args, f"--eval-prompt-data {name} {path}: no such file")
     if args.eval_interval is not None:
         if args.eval_interval < 1:
             raise ConfigError(f"--eval-interval {args.eval_interval}: must be >= 1")
@@ -194,6 +206,8 @@ def _num_rollout_from_epochs(args):
     if not args.prompt_data or not args.prompt_data.endswith(".jsonl"):
         raise ConfigError(f"--num-epoch needs a JSONL --prompt-data to count prompts (got {args.prompt_data!r}); "
                           "set --num-rollout instead")
+    if not os.path.isfile(args.prompt_data):
+        return  # reported as a missing path
     with open(args.prompt_data, "rb") as f:
         n = sum(1 for line in f if line.strip())
     args.num_rollout = max(1, args.num_epoch * n // args.rollout_batch_size)
@@ -209,8 +223,9 @@ def _checkpoints(args):
         if args.save_interval < 1:
             raise ConfigError(f"--save-interval {args.save_interval}: must be >= 1")
     if args.hf_checkpoint and not args.debug_train_only and not os.path.isdir(args.hf_checkpoint):
-        raise ConfigError(f"--hf-checkpoint {args.hf_checkpoint}: no such directory (it provides the tokenizer, "
-                          "config.json and the engines' initial weights)")
+        what = "is a file, not a directory" if os.path.isfile(args.hf_checkpoint) else "no such directory"
+        _path_problem(args, f"--hf-checkpoint {args.hf_checkpoint}: {what} (it provides the tokenizer, "
+                            "config.json and the engines' initial weights)")
     if not args.hf_checkpoint:
         raise ConfigError("--hf-checkpoint DIR is required (tokenizer, config.json, engine weights)")
 

@@ -10,7 +10,7 @@ from slime_like.args import parse_args
 
 def launch(loop, argv=None, *, allow_colocate: bool = True, prog: str | None = None) -> int:
     """Run `loop(args, run, logger)` for the command line `argv`; returns the process exit code."""
-    args = parse_args(argv, prog=prog)
+    args = parse_args(argv, prog=prog, preflight=True)
     if args.colocate and not allow_colocate:
         print(f"{prog or 'train'}: --colocate is not supported: generation of the next rollout runs while the "
               "trainer trains, so they need separate GPUs. Drop --colocate or use train.py.", file=sys.stderr)
@@ -20,6 +20,8 @@ def launch(loop, argv=None, *, allow_colocate: bool = True, prog: str | None = N
     if args.dry_run:
         print_dry_run(args)
         return 0
+    for note in getattr(args, "preflight_notes", []):
+        print(f"NOTE: {note}", file=sys.stderr)
     from slime_like.config.errors import ConfigError
     from slime_like.config.support import refuse_at_launch
 

@@ -10,9 +10,13 @@ TINY_QWEN2 = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "hid
 
 
 def write_hf_dir(path, cfg=None) -> str:
+    """A placeholder HF model directory: config.json, plus the tokenizer and weight file names the preflight
+    looks for (empty: configuration tests never load them)."""
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(cfg or TINY_QWEN2, f)
+    for name in ("tokenizer.json", "model.safetensors"):
+        open(os.path.join(path, name), "a").close()
     return str(path)
 
 

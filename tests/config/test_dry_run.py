@@ -18,7 +18,10 @@ def placeholders(tmp_path):
     hf = tmp_path / "Qwen2.5-7B"
     hf.mkdir()
     (hf / "config.json").write_text(json.dumps(PUBLISHED["qwen2.5-7B"]))
-    (tmp_path / "ref").mkdir()
+    (hf / "tokenizer.json").write_text("{}")  # names the preflight looks for; never loaded by a dry run
+    (hf / "model.safetensors").write_text("")
+    (tmp_path / "ref" / "iter_0000001").mkdir(parents=True)  # a torch_dist checkpoint's layout
+    (tmp_path / "ref" / "latest_checkpointed_iteration.txt").write_text("1")
     (tmp_path / "train.jsonl").write_text('{"prompt": "1+1=", "label": "2"}\n')
     (tmp_path / "aime.jsonl").write_text('{"prompt": "2+2=", "label": "4"}\n')
     env = dict(os.environ, PYTHON=sys.executable, HF_CKPT=str(hf), REF_LOAD=str(tmp_path / "ref"),

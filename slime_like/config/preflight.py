@@ -1,0 +1,179 @@
+"""Everything a run can check before Ray starts, checked before Ray starts -- by `--dry-run` and every start.
+
+    run_preflight(args)   # raises ConfigError listing every independent problem at once; returns notes
+
+- data: every --prompt-data / --eval-prompt-data file parses, with the keys the flags name (file:line of the
+  first bad line, the count of bad lines; non-UTF-8 bytes named; a UTF-8 BOM accepted; big files in part);
+- --hf-checkpoint holds config.json, tokenizer files and weights; --load / --critic-load are checkpoints of
+  the expected format or empty (a fresh start); --ref-load exists in a loadable format;
+- each role's learning-rate schedule (warm-up shorter than the decay horizon), naming the YAML file, entry
+  and key when the value came from --megatron-config-path;
+- every custom `--*-path` function imports and accepts the arguments it will be called with.
+Prompt tokenization (over-long / empty prompts) is the data source's job at load time, not repeated here.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+
+from slime_like.config.errors import ConfigError
+from slime_like.config.preflight_files import (check_data_file, check_hf_checkpoint, check_megatron_load,
+                                               check_ref_load)
+from slime_like.config.role_overrides import ROLES, apply_role
+from slime_like.config.schedule import schedule_steps
+from slime_like.config.slime_paths import resolve
+
+# flag dest -> (positional arguments it is called with, keyword arguments); None: import check only.
+CALL_SHAPES = {
+    "custom_rm_path": (("args", "sample"), {}),
+    "rollout_function_path": (("args", "rollout_id", "data_source"), {"evaluation": False}),
+    "eval_function_path": (("args", "rollout_id", "data_source"), {"evaluation": True}),
+    "custom_generate_function_path": (("args", "sample", "sampling_params"), {}),
+    "dynamic_sampling_filter_path": (("args", "group"), {}),
+    "rollout_sample_filter_path": (("args", "groups"), {}),
+    "rollout_all_samples_process_path": (("args", "groups", "data_source"), {}),
+    "custom_reward_post_process_path": (("args", "samples"), {}),
+    "data_source_path": (("args", "tokenizer"), {}),
+    "custom_rollout_log_function_path": None, "custom_eval_rollout_log_function_path": None,
+    "buffer_filter_path": None, "rollout_data_postprocess_path": None, "custom_loss_function_path": None,
+    "custom_advantage_function_path": None, "custom_tis_function_path": None,
+    "custom_convert_samples_to_train_data_path": None, "custom_megatron_init_path": None,
+    "custom_megatron_before_log_prob_hook_path": None, "custom_megatron_before_train_step_hook_path": None,
+    "custom_pg_loss_reducer_function_path": None, "custom_update_weight_post_write_path": None,
+    "custom_model_provider_path": None, "rollout_sample_hook_path": None,
+}
+SCHEDULE_KEYS = ("lr_warmup_iters", "lr_warmup_fraction", "lr_decay_iters", "lr_decay_style", "train_iters")
+
+
+def run_preflight(args) -> list:
+    """Raise one ConfigError naming every problem found; return notes (e.g. a partial check of a big file)."""
+    errors, notes = [], []
+    _data(args, errors, notes)
+    _checkpoints(args, errors)
+    errors += _schedules(args)
+    errors += _functions(args)
+    if len(errors) == 1:
+        raise ConfigError(errors[0])
+    if errors:
+        raise ConfigError(f"{len(errors)} problems, all found before starting:\n" +
+                          "\n".join(f"  - {e}" for e in errors))
+    return notes
+
+
+def _data(args, errors: list, notes: list) -> None:
+    if getattr(args, "debug_train_only", False):
+        return  # trains on saved rollouts: no prompt is read
+    if args.prompt_data and getattr(args, "data_source_path", None) is None:
+        keys = {"--input-key": args.input_key}
+        if args.label_key:
+            keys["--label-key"] = args.label_key
+        e, n = check_data_file(args.prompt_data, "--prompt-data", keys)
+        errors += e
+        notes += n
+    data = args.eval_prompt_data or []
+    keys = {"--eval-input-key": getattr(args, "eval_input_key", None) or args.input_key}
+    label = getattr(args, "eval_label_key", None) or args.label_key
+    if label:
+        keys["--eval-label-key"] = label
+    for name, path in zip(data[0::2], data[1::2]):
+        e, n = check_data_file(path, f"--eval-prompt-data {name}", keys)
+        errors += e
+        notes += n
+
+
+def _checkpoints(args, errors: list) -> None:
+    if args.hf_checkpoint and not getattr(args, "debug_train_only", False):
+        errors += check_hf_checkpoint(args.hf_checkpoint)
+    if args.load:
+        errors += check_megatron_load(args.load, "--load", fresh_ok=True)  # slime: --load = --save on a fresh run
+    if getattr(args, "critic_load", None) and args.use_critic:
+        errors += check_megatron_load(args.critic_load, "--critic-load", fresh_ok=True)
+    if args.ref_load and (args.use_kl_loss or args.kl_coef):
+        errors += check_ref_load(args.ref_load)
+
+
+def _schedules(args) -> list:
+    """Each role's warm-up vs decay horizon, with the source of the offending values named."""
+    errors, seen = [], set()
+    roles = [r for r in ROLES if r == "actor" or args.use_critic]
+    for role in roles:
+        view = apply_role(args, role)
+        try:
+            schedule_steps(view)
+        except ValueError as e:
+            msg = str(e)
+            if msg in seen:
+                continue  # the same shared value: one message
+            seen.add(msg)
+            source = _schedule_source(args, role)
+            errors.append(f"role {role}: {msg.split('; lower')[0] + source if source else msg}")
+    return errors
+
+
+def _schedule_source(args, role: str) -> str:
+    overrides = getattr(args, "megatron_role_overrides", {}).get(role, {})
+    entries = getattr(args, "megatron_role_entries", {})
+    from_yaml = [k for k in SCHEDULE_KEYS if k in overrides]
+    if from_yaml:
+        keys = ", ".join(f"{k}: {overrides[k]}" for k in from_yaml)
+        return (f"; {args.megatron_config_path} entry megatron[{entries.get(role, '?')}] (role {role}) sets {keys}: "
+                "lower it there (or raise lr_decay_iters / --num-rollout)")
+    if role == "critic" and getattr(args, "critic_lr_warmup_iters", 0):
+        return (f"; set by --critic-lr-warmup-iters {args.critic_lr_warmup_iters}: lower it (or raise "
+                "--lr-decay-iters / --num-rollout)")
+    return ""
+
+
+def _functions(args) -> list:
+    """Import every custom function the run names, and bind the arguments it will be called with."""
+    errors = []
+    # as the actors see them: the driver's working directory is on their PYTHONPATH (ray/cluster.py)
+    added = os.getcwd() not in sys.path
+    if added:
+        sys.path.insert(0, os.getcwd())
+    try:
+        for dest, shape in CALL_SHAPES.items():
+            values = getattr(args, dest, None)
+            for value in values if isinstance(values, list) else [values]:
+                if value:
+                    err = _check_function(value, "--" + dest.replace("_", "-"), shape)
+                    if err:
+                        errors.append(err)
+    finally:
+        if added:
+            sys.path.remove(os.getcwd())
+    return errors
+
+
+def _check_function(path: str, flag: str, shape) -> str | None:
+    path = resolve(path)
+    if not isinstance(path, str) or "." not in path:
+        return f"{flag} {path!r}: expected 'module.function' (e.g. my_pkg.rewards.score)"
+    module_name, attr = path.rsplit(".", 1)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # ImportError or an error raised while the module runs: both stop the run
+        return f"{flag} {path}: cannot import module {module_name!r} ({type(e).__name__}: {e}); is it on PYTHONPATH?"
+    fn = getattr(module, attr, None)
+    if fn is None:
+        import difflib
+
+        close = difflib.get_close_matches(attr, [n for n in dir(module) if not n.startswith("_")], n=1)
+        return f"{flag} {path}: module {module_name!r} has no {attr!r}" + \
+            (f" (did you mean {module_name}.{close[0]}?)" if close else "")
+    if not callable(fn):
+        return f"{flag} {path}: {attr!r} is a {type(fn).__name__}, not a function"
+    if shape is None:
+        return None
+    positional, keywords = shape
+    try:
+        inspect.signature(fn).bind(*positional, **keywords)
+    except TypeError as e:
+        call = ", ".join([*positional, *(f"{k}={v}" for k, v in keywords.items())])
+        return f"{flag} {path}: it will be called as {attr}({call}) but its signature is {attr}" \
+               f"{inspect.signature(fn)} ({e})"
+    except ValueError:  # builtins without a signature: nothing to check
+        return None
+    return None

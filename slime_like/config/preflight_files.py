@@ -1,0 +1,137 @@
+"""File checks of the preflight: prompt data, the HF checkpoint, Megatron checkpoints.
+
+Each `check_*` returns (errors, notes): lists of one-line strings. Nothing here imports torch or ray.
+Data files are streamed line by line; past `MAX_DATA_BYTES` a file is checked only in part and a note says so.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+MAX_DATA_BYTES = 64 * 1024 ** 2  # ~0.5 s of JSON parsing on one core; bigger files are checked in part
+TRACKER = "latest_checkpointed_iteration.txt"  # Megatron-LM's marker of a torch_dist checkpoint directory
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "tiktoken.model")
+
+
+def check_data_file(path: str, flag: str, keys: dict) -> tuple[list, list]:
+    """Every non-blank line of a JSONL file is a JSON object holding `keys` ({flag: key}); UTF-8 (a BOM is fine).
+
+    Reports the first bad line as file:line and how many lines are bad in all."""
+    if not os.path.exists(path):
+        return [f"{flag} {path}: no such file"], []
+    if os.path.isdir(path):
+        return [f"{flag} {path}: is a directory, expected a .jsonl or .parquet file"], []
+    if path.endswith(".parquet"):
+        return _check_parquet(path, flag, keys), []
+    first, bad, nonempty, partial = None, 0, 0, False
+    with open(path, "rb") as f:
+        read = 0
+        for line_no, raw in enumerate(f, start=1):
+            read += len(raw)
+            if read > MAX_DATA_BYTES:
+                partial = True
+                break
+            if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]  # a UTF-8 byte-order mark (Windows editors write one): accepted
+            problem = _line_problem(raw, keys)
+            if problem is None:
+                nonempty += raw.strip() != b""
+                continue
+            bad += 1
+            first = first or f"{path}:{line_no}: {problem}"
+    errors = []
+    if bad:
+        errors.append(f"{flag}: {first}" + (f" ({bad} bad lines in all)" if bad > 1 else " (the only bad line)"))
+    elif not nonempty and not partial:
+        errors.append(f"{flag} {path}: the file holds no records")
+    notes = [f"{flag} {path}: checked the first {MAX_DATA_BYTES >> 20} MiB only (partial check)"] if partial else []
+    return errors, notes
+
+
+def _line_problem(raw: bytes, keys: dict) -> str | None:
+    if not raw.strip():
+        return None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return f"not UTF-8: byte 0x{raw[e.start]:02x} at column {e.start + 1}; re-save the file as UTF-8"
+    try:
+        row = json.loads(text)
+    except json.JSONDecodeError as e:
+        return f"malformed JSON ({e.msg} at column {e.colno}): {text.strip()[:60]!r}"
+    if not isinstance(row, dict):
+        return f"expected a JSON object, got {type(row).__name__}"
+    missing = [f"{k!r} ({flag})" for flag, k in keys.items() if k not in row]
+    if missing:
+        return f"no key {', '.join(missing)}; keys present: {sorted(row)[:8]}"
+    return None
+
+
+def _check_parquet(path: str, flag: str, keys: dict) -> list:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        return [f"{flag} {path}: reading Parquet needs pyarrow (pip install pyarrow), or convert it to JSONL"]
+    try:
+        names = set(pq.read_schema(path).names)
+    except Exception as e:  # corrupt file: pyarrow's own reason
+        return [f"{flag} {path}: not a readable Parquet file ({e})"]
+    missing = [f"{k!r} ({f})" for f, k in keys.items() if k not in names]
+    return [f"{flag} {path}: no column {', '.join(missing)}; columns: {sorted(names)[:8]}"] if missing else []
+
+
+def check_hf_checkpoint(path: str, flag: str = "--hf-checkpoint") -> list:
+    """An HF model directory: config.json, tokenizer files, weights. All missing parts in one message."""
+    if not os.path.exists(path):
+        return [f"{flag} {path}: no such directory (it provides config.json, the tokenizer and the initial weights)"]
+    if not os.path.isdir(path):
+        return [f"{flag} {path}: is a file, not a directory; pass the model directory that holds config.json, "
+                "the tokenizer files and the weights"]
+    files = os.listdir(path)
+    missing = []
+    if "config.json" not in files:
+        missing.append("config.json")
+    if not any(f in files for f in TOKENIZER_FILES):
+        missing.append(f"tokenizer files (one of {', '.join(TOKENIZER_FILES)})")
+    if not any(f.endswith(WEIGHT_SUFFIXES) for f in files):
+        missing.append("weights (*.safetensors)")
+    if not missing:
+        return []
+    what = "is empty" if not files else f"has no {'; no '.join(missing)}"
+    return [f"{flag} {path}: {what}; expected a Hugging Face model directory (config.json, tokenizer, "
+            "*.safetensors), e.g. one written by save_pretrained"]
+
+
+def check_megatron_load(path: str, flag: str, fresh_ok: bool) -> list:
+    """--load / --critic-load: a torch_dist checkpoint root, an HF directory, or (fresh_ok) missing / empty."""
+    if not os.path.exists(path) or (os.path.isdir(path) and not os.listdir(path)):
+        return [] if fresh_ok else [f"{flag} {path}: no such checkpoint"]
+    if not os.path.isdir(path):
+        return [f"{flag} {path}: is a file, not a checkpoint directory"]
+    files = os.listdir(path)
+    if TRACKER in files:
+        text = open(os.path.join(path, TRACKER)).read().strip()
+        if not text.isdigit():
+            return [f"{flag} {path}/{TRACKER}: expected an iteration number, found {text[:40]!r}"]
+        if not os.path.isdir(os.path.join(path, f"iter_{int(text):07d}")):
+            return [f"{flag} {path}: {TRACKER} names iteration {text} but iter_{int(text):07d}/ is missing"]
+        return []
+    if "config.json" in files and any(f.endswith(".safetensors") for f in files):
+        return []  # an HF directory: the trainer starts from its weights
+    iters = sorted(f for f in files if f.startswith("iter_"))
+    if iters:
+        return [f"{flag} {path}: has {iters[-1]} but no {TRACKER} (the marker a completed save writes last); the "
+                "save was interrupted, or point the flag at the directory --save wrote"]
+    return [f"{flag} {path}: neither a Megatron checkpoint ({TRACKER} + iter_*/) nor an HF model directory "
+            f"(config.json + *.safetensors); found {sorted(files)[:6]}"]
+
+
+def check_ref_load(path: str) -> list:
+    """--ref-load: a torch_dist checkpoint or an HF directory; it must exist (the KL reference)."""
+    if not os.path.exists(path):
+        return [f"--ref-load {path}: no such file or directory (the KL reference model)"]
+    if os.path.isdir(path) and not os.listdir(path):
+        return [f"--ref-load {path}: empty directory (the KL reference model: a torch_dist checkpoint or an HF "
+                "model directory)"]
+    return check_megatron_load(path, "--ref-load", fresh_ok=False)

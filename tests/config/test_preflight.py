@@ -1,0 +1,111 @@
+"""The preflight (slime_like/config/preflight.py) on real bad files, a real YAML and real user modules, through
+train.py's own entry (`main(argv)`): every problem of one start in one message, exit 2, before Ray."""
+import os
+import sys
+
+import pytest
+
+import train
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+GOOD = b'{"prompt": "1+1=", "label": "2"}\n'
+
+
+def main(argv) -> int:
+    """train.py's exit status for `argv` (a configuration error exits 2 from parse_args)."""
+    try:
+        return train.main(argv)
+    except SystemExit as e:
+        return e.code
+
+
+def _write(path, data: bytes) -> str:
+    path.write_bytes(data)
+    return str(path)
+
+
+@pytest.fixture
+def data(tmp_path):
+    lines = [GOOD] * 100
+    lines[49] = b'{"prompt": "49+1=", "label": \n'           # line 50: cut short
+    lines[60] = b'{"prompt": "caf\xe9", "label": "1"}\n'      # line 61: Latin-1, not UTF-8
+    lines[70] = b'{"question": "x", "label": "1"}\n'          # line 71: the --input-key is missing
+    return {"bad": _write(tmp_path / "bad.jsonl", b"".join(lines)),
+            "bom": _write(tmp_path / "bom.jsonl", b"\xef\xbb\xbf" + GOOD * 3),
+            "latin1": _write(tmp_path / "latin1.jsonl", GOOD + b'{"prompt": "\xff", "label": "1"}\n')}
+
+
+def _ppo(base, prompt_data, *extra):
+    ppo_yaml = os.path.join(REPO, "scripts", "configs", "ppo.yaml")  # the shipped overlay: critic warm-up 10
+    return [*base, "--prompt-data", prompt_data, "--input-key", "prompt", "--label-key", "label",
+            "--advantage-estimator", "ppo", "--megatron-config-path", ppo_yaml, *extra]
+
+
+def test_every_independent_problem_in_one_message(base, data, tmp_path, capsys):
+    empty = tmp_path / "empty_hf"
+    empty.mkdir()
+    (tmp_path / "my_rm.py").write_text("def score(args):\n    return 1.0\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        argv = _ppo(base, data["bad"], "--use-kl-loss", "--ref-load", str(tmp_path / "no_ref"),
+                    "--custom-rm-path", "my_rm.score", "--eval-prompt-data", "held", data["latin1"])
+        argv[argv.index("--hf-checkpoint") + 1] = str(empty)
+        for extra in ([], ["--dry-run"]):
+            assert main(argv + extra) == 2
+            err = capsys.readouterr().err
+            assert "error: 6 problems, all found before starting:" in err, err
+            assert f"--prompt-data: {data['bad']}:50: malformed JSON" in err and "(3 bad lines in all)" in err
+            assert f"--eval-prompt-data held: {data['latin1']}:2: not UTF-8: byte 0xff at column 13" in err
+            assert f"--hf-checkpoint {empty}: is empty; expected a Hugging Face model directory" in err
+            assert f"--ref-load {tmp_path / 'no_ref'}: no such file or directory" in err
+            assert ("role critic: LR warm-up (10 steps) must be shorter than the decay horizon (2 steps); "
+                    f"{os.path.join(REPO, 'scripts', 'configs', 'ppo.yaml')} entry megatron[1] (role critic) sets "
+                    "lr_warmup_iters: 10: lower it there") in err
+            assert ("--custom-rm-path my_rm.score: it will be called as score(args, sample) but its signature is "
+                    "score(args)") in err
+            assert "Traceback" not in err
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+def test_bad_lines_of_each_kind_and_a_bom(base, data, tmp_path, capsys):
+    grpo = [*base, "--input-key", "prompt", "--label-key", "label", "--dry-run"]
+    assert main(grpo + ["--prompt-data", data["bom"]]) == 0  # a UTF-8 BOM is accepted
+    missing_key = _write(tmp_path / "keys.jsonl", GOOD + b'{"question": "x", "label": "1"}\n')
+    assert main(grpo + ["--prompt-data", missing_key]) == 2
+    err = capsys.readouterr().err
+    assert f"{missing_key}:2: no key 'prompt' (--input-key); keys present: ['label', 'question']" in err
+    assert "(the only bad line)" in err
+    not_object = _write(tmp_path / "list.jsonl", b"[1, 2]\n")
+    assert main(grpo + ["--prompt-data", not_object]) == 2
+    assert f"{not_object}:1: expected a JSON object, got list" in capsys.readouterr().err
+
+
+def test_hf_checkpoint_file_and_missing_parts(base, tmp_path, capsys):
+    hf = base[base.index("--hf-checkpoint") + 1]
+    argv = list(base) + ["--dry-run"]
+    argv[argv.index("--hf-checkpoint") + 1] = os.path.join(hf, "config.json")
+    assert main(argv) == 2
+    assert "config.json: is a file, not a directory; pass the model directory" in capsys.readouterr().err
+    os.remove(os.path.join(hf, "model.safetensors"))
+    assert main(list(base) + ["--dry-run"]) == 2
+    assert f"--hf-checkpoint {hf}: has no weights (*.safetensors)" in capsys.readouterr().err
+
+
+def test_custom_function_import_errors_name_the_flag(base, tmp_path, capsys):
+    argv = [*base, "--dry-run", "--custom-rm-path", "no_such_module_xyz.score",
+            "--dynamic-sampling-filter-path", "slime_like.rollout.filters.decid"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--custom-rm-path no_such_module_xyz.score: cannot import module 'no_such_module_xyz'" in err
+    assert ("--dynamic-sampling-filter-path slime_like.rollout.filters.decid: module 'slime_like.rollout.filters' "
+            "has no 'decid' (did you mean slime_like.rollout.filters.decide?)") in err
+
+
+def test_load_dirs(base, tmp_path, capsys):
+    save = tmp_path / "save"
+    assert main([*base, "--dry-run", "--load", str(save)]) == 0  # a fresh run whose --load is its --save
+    (save / "iter_0000003").mkdir(parents=True)
+    assert main([*base, "--dry-run", "--load", str(save)]) == 2
+    assert "has iter_0000003 but no latest_checkpointed_iteration.txt" in capsys.readouterr().err
