@@ -8,7 +8,7 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["slime_like", "slime_like.*"]),
     # The light core: what `train.py --dry-run` needs. Heavy parts are extras (pinned in requirements.txt).
-    install_requires=["pyyaml>=6"],
+    install_requires=["pyyaml>=6", "omegaconf>=2.4,<2.5"],  # omegaconf: --config RLinf / ROLL files
     extras_require={
         "megatron": ["torch==2.13.0", "megatron-core>=0.16,<0.20", "transformers>=5,<6", "tokenizers", "safetensors"],
         "ray": ["ray[default]==2.60.0"],

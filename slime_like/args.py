@@ -1,6 +1,6 @@
 """`parse_args()` -> one Namespace for the whole run; `role_args(args, role)` -> a per-role copy.
 
-    args = parse_args()                     # CLI (+ --sglang-config, + --megatron-config-path), validated
+    args = parse_args()                     # CLI (+ --config, --sglang-config, --megatron-config-path), validated
     critic = role_args(args, "critic")      # a deep copy with the critic's overrides; `args` is untouched
 
 Layers, lowest first: Megatron/slime defaults -> the CLI -> derived defaults (validation) -> per-role YAML
@@ -13,6 +13,8 @@ import os
 import sys
 
 from slime_like.config.errors import ConfigError
+from slime_like.config.frontends import expand as expand_config
+from slime_like.config.frontends.apply import apply_translation
 from slime_like.config.parser import parse_namespace
 from slime_like.config.preflight import run_preflight
 from slime_like.config.role_overrides import ROLES, apply_role, load_role_overrides
@@ -32,8 +34,10 @@ def parse_args(argv=None, *, exit_on_error: bool = True, prog: str | None = None
     argv = [str(a) for a in (sys.argv[1:] if argv is None else argv)]
     prog = prog or os.path.basename(sys.argv[0] or "train.py") or "train.py"
     try:
+        argv, translation = expand_config(argv)  # --config RLinf/ROLL YAML -> our flags, spliced in place
         args, parser = parse_namespace(argv, prog=prog)
         load_role_overrides(args, parser)
+        apply_translation(args, parser, translation)
         validate_args(args, raise_path_problems=not preflight)
         if preflight:
             args.preflight_notes = run_preflight(args)

@@ -13,6 +13,8 @@ Layout rules
   node when the rest of the current one is too small; an engine spans nodes only as whole nodes (slime's
   multi-node SGLang engines, GPUs per engine a multiple of GPUs per node; refused at launch here).
 * --debug-rollout-only: engines only; --debug-train-only / external engines: trainers only.
+* explicit (--placement, or the placement of an RLinf / ROLL --config): each component on exactly its GPU ids
+  (validated in config/placement_spec.py); colocated when the engines sit on the actor's exact set.
 """
 from __future__ import annotations
 
@@ -98,7 +100,29 @@ def _engines_on(slots: list, per_engine: int, per_node: int) -> list:
     return engines
 
 
+def _slots(ids: list, per_node: int) -> list:
+    return [Slot(i // per_node, i % per_node, i) for i in ids]
+
+
+def _explicit_plan(args, placement: dict) -> Plan:
+    """--placement (or an RLinf / ROLL file's placement): every component on exactly the GPU ids given."""
+    per_node = args.num_gpus_per_node
+    train = not args.debug_rollout_only
+    actor = _slots(placement.get("actor", []), per_node) if train else []
+    critic = _slots(placement.get("critic", []), per_node) if train and args.use_critic else []
+    engines = []
+    if args.rollout_num_gpus:
+        engines = _engines_on(_slots(placement.get("rollout", []), per_node), args.rollout_num_gpus_per_engine)
+    used = actor + critic + [s for e in engines for s in e]
+    num_nodes = max(args.num_nodes or 0, max((s.node for s in used), default=0) + 1)
+    return Plan(num_nodes=num_nodes, gpus_per_node=per_node, colocate=bool(args.colocate),
+                engine_kind=args.rollout_engine, actor=actor, critic=critic, engines=engines)
+
+
 def build_plan(args) -> Plan:
+    placement = getattr(args, "placement_map", None)
+    if placement:
+        return _explicit_plan(args, placement)
     per_node, gpe = args.num_gpus_per_node, args.rollout_num_gpus_per_engine
     cur = _Cursor(per_node)
     actor, critic, engines = [], [], []

@@ -16,7 +16,8 @@ from .estimators import (
 )
 from .kl import kl_k1, kl_k2, kl_k3, kl_low_var, kl_penalty
 from .logprobs import entropy_from_logits, logprobs_from_logits
-from .losses import AGGREGATION_MODES, aggregate_loss, policy_loss, sft_loss, tis_weights, value_loss
+from .losses import (AGGREGATION_MODES, aggregate_loss, importance_ratio_exceeds, policy_loss, sft_loss,
+                     step_token_weights, tis_weights, value_loss)
 from .masked import masked_mean, masked_moments, masked_sum, masked_whiten, pad_ragged, whiten_from_moments
 from .registry import (
     ADVANTAGE_ESTIMATORS,
@@ -43,6 +44,7 @@ __all__ = [
     "kl_penalty", "kl_k1", "kl_k2", "kl_k3", "kl_low_var",
     # losses
     "policy_loss", "tis_weights", "value_loss", "sft_loss", "aggregate_loss", "AGGREGATION_MODES",
+    "step_token_weights", "importance_ratio_exceeds",
     # log-probs
     "logprobs_from_logits", "entropy_from_logits",
     # registries

@@ -10,7 +10,8 @@ import torch
 
 from .masked import masked_mean, masked_sum
 
-__all__ = ["policy_loss", "tis_weights", "value_loss", "aggregate_loss", "sft_loss", "AGGREGATION_MODES"]
+__all__ = ["policy_loss", "tis_weights", "value_loss", "aggregate_loss", "sft_loss", "AGGREGATION_MODES",
+           "step_token_weights", "importance_ratio_exceeds"]
 
 AGGREGATION_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "sum")
 
@@ -174,3 +175,37 @@ def aggregate_loss(per_token_loss: torch.Tensor, mask: torch.Tensor, mode: str =
         return masked_mean(per_seq, valid.any(dim=-1))
     from .registry import unknown_choice_error
     raise unknown_choice_error("aggregation mode", mode, AGGREGATION_MODES)
+
+
+def step_token_weights(mask: torch.Tensor, mode: str, step_tokens: float, step_seqs: float) -> torch.Tensor:
+    """Per-token weights `[n, R]` so that sum(w * l) over every micro-batch of a step is the step's aggregate.
+
+        token-mean           w = 1 / step_tokens                 (every valid token of the step weighs the same)
+        seq-mean-token-mean  w = 1 / (step_seqs * n_i)           (n_i = valid tokens of response i)
+        seq-mean-token-sum   w = 1 / step_seqs
+    `step_tokens` / `step_seqs` count the valid tokens / the responses with a valid token over the whole step
+    (every micro-batch and data-parallel rank). Called with one micro-batch's counts instead, the same weights
+    aggregate that micro-batch alone (RLinf's use_valid_token_scale: false). Masked positions weigh 0.
+    """
+    valid = mask.bool() if mask.dtype != torch.bool else mask
+    w = valid.to(torch.float32)
+    if mode == "token-mean":
+        return w / max(float(step_tokens), 1.0)
+    if mode == "seq-mean-token-mean":
+        per_seq = valid.sum(dim=-1, keepdim=True).clamp(min=1).to(torch.float32)
+        return w / per_seq / max(float(step_seqs), 1.0)
+    if mode == "seq-mean-token-sum":
+        return w / max(float(step_seqs), 1.0)
+    from .registry import unknown_choice_error
+    raise unknown_choice_error("loss aggregation mode", mode, ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"))
+
+
+def importance_ratio_exceeds(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor,
+                             threshold: float | None) -> bool:
+    """RLinf's early stop: True when the mean of exp(logp - old_logp) over the valid tokens exceeds `threshold`
+    (the caller then drops this micro-batch's policy update). None or no valid token never stops."""
+    valid = mask.bool() if mask.dtype != torch.bool else mask
+    if threshold is None or not bool(valid.any()):
+        return False
+    ratio = torch.exp(_zero_masked((logp - old_logp).detach(), valid))
+    return bool(masked_mean(ratio, valid) > threshold)

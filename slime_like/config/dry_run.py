@@ -9,6 +9,7 @@ from slime_like.config.role_overrides import apply_role
 # Bookkeeping attributes that are not flags (still shown when relevant, in their own section).
 _INTERNAL = {"config_warnings", "config_path_problems", "megatron_role_entries", "preflight_notes", "cli_dests",
              "launch_refusals", "megatron_role_overrides", "sglang_server_args", "sglang_passthrough_mode",
+             "config_translation", "placement_map",
              "rollout_engine_requested", "role", "model_args_from_hf", "rollout_external",
              "disable_grpo_std_normalization", "disable_bias_linear"}
 
@@ -68,6 +69,9 @@ def report(args, plan) -> str:
     if args.sglang_server_args:
         lines.append(f"\n-- SGLang passthrough ({args.sglang_passthrough_mode}) --")
         lines += [f"    --{k.replace('_', '-')} {_fmt(v)}" for k, v in sorted(args.sglang_server_args.items())]
+    t = getattr(args, "config_translation", None)
+    if t is not None:
+        lines += translation_lines(t)
     lines += ["\n-- batch arithmetic --"] + batch_lines(args)
     lines += ["\n-- placement plan --"] + plan_lines(plan, args)
     return "\n".join(lines)
@@ -107,9 +111,34 @@ def plan_lines(plan, args) -> list:
            f"{plan.num_slots} bundles reserved",
            f"  actor: {len(plan.actor)} rank(s)" + (f", critic: {len(plan.critic)} rank(s)" if plan.critic else "")
            + f", engines: {len(plan.engines)} x {args.rollout_num_gpus_per_engine} GPU(s)"]
+    placement = getattr(args, "placement_map", None)
+    if placement:
+        from slime_like.config.placement_spec import placement_text
+
+        out.append(f"  explicit placement: --placement {' '.join(placement_text(placement))}")
+        if placement.get("reference"):
+            out.append("  reference: on the actor's GPUs, its log-probs computed inside the actor ranks")
     for node, gpus in plan.by_node().items():
         out.append(f"  node {node}:")
         for g, labels in gpus.items():
             bundle = node * plan.gpus_per_node + g
             out.append(f"    gpu {g} (bundle {bundle:>3}): {' + '.join(labels) if labels else '-'}")
+    return out
+
+
+def translation_lines(t) -> list:
+    """The --config file as the slime_like command line it stands for, plus its per-role overlay."""
+    from slime_like.config.frontends import command_line
+
+    out = [f"\n-- equivalent command line ({t.fmt} file {t.path}"
+           + (f" with {' '.join(t.overrides)}" if getattr(t, "overrides", None) else "") + ") --",
+           "  python train.py \\"]
+    body = command_line(t)
+    out += [f"    {line}" + (" \\" if i + 1 < len(body) else "") for i, line in enumerate(body)]
+    if t.roles:
+        out.append("  --megatron-config-path ROLES.yaml, where ROLES.yaml is:")
+        out.append("    megatron:")
+        for role, values in t.roles.items():
+            out.append(f"      - role: {role}")
+            out.append("        overrides: {" + ", ".join(f"{k}: {_fmt(v)}" for k, v in values.items()) + "}")
     return out

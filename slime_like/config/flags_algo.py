@@ -32,6 +32,18 @@ def add_algorithm_group(parser):
       help="GRPO without dividing by the group std (Dr. GRPO).")
     a("--disable-rewards-normalization", action="store_false", dest="rewards_normalization",
       help="No group normalisation of rewards.")
+    a("--loss-agg-mode", default="token-mean",
+      choices=["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"],
+      help="(slime_like) How per-token losses of an optimizer step become one number: token-mean (every token of the "
+           "step weighs the same), seq-mean-token-mean (every response weighs the same), seq-mean-token-sum (every "
+           "response's token sum, averaged over responses). RLinf loss_agg_func / ROLL loss_agg_mode.")
+    a("--loss-micro-batch-mean", action="store_true",
+      help="(slime_like) Aggregate within each micro-batch and weigh micro-batches equally, as RLinf does with "
+           "use_valid_token_scale: false (default: aggregate over the whole step).")
+    a("--early-stop-imp-ratio", type=float, default=None,
+      help="(slime_like) Skip a micro-batch's policy update when its mean importance ratio exp(logp - old_logp) "
+           "over valid tokens (all data-parallel ranks) exceeds this (RLinf early_stop_imp_ratio); "
+           "metric actor/early_stopped_frac.")
     a("--calculate-per-token-loss", action="store_true", help="Average the loss over tokens instead of samples.")
     a("--use-tis", action="store_true", help="Truncated importance sampling against the rollout log-probs.")
     a("--tis-clip", type=float, default=2.0, help="Upper clip of the TIS ratio.")
@@ -54,6 +66,9 @@ def add_reward_group(parser):
       help="Built-in reward: math, deepscaler, dapo, f1, gpqa, boxed_<type>, remote_rm.")
     a("--custom-rm-path", default=None, help="'module.function' reward (args, sample) -> float; overrides --rm-type.")
     a("--rm-url", default=None, help="Reward service URL for --rm-type remote_rm.")
+    a("--reward-scale", type=float, default=None,
+      help="(slime_like) RLinf reward_scale S: a reward r in [0, 1] becomes S * (2r - 1), so correct = +S and "
+           "wrong = -S for a 0/1 reward.")
     a("--reward-key", default=None, help="Key selecting the reward from dict-valued rewards.")
     a("--eval-reward-key", default=None, help="--reward-key for eval; default = --reward-key.")
     a("--group-rm", action="store_true", help="The reward function scores a whole group at once.")

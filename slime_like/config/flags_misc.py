@@ -87,6 +87,11 @@ def add_logging_group(parser):
 def add_debug_group(parser):
     g = parser.add_argument_group("debug", "Dry run and debugging")
     a = g.add_argument
+    a("--config", default=None, metavar="FILE.yaml",
+      help="(slime_like) An RLinf or ROLL YAML config, translated into these flags where it stands (flags after it "
+           "win); dotted overrides like algorithm.group_size=8 may follow. See docs/from-rlinf.md, docs/from-roll.md.")
+    a("--config-format", default="auto", choices=["auto", "rlinf", "roll"],
+      help="(slime_like) Format of --config; auto recognises it from its top-level keys.")
     a("--dry-run", action="store_true",
       help="(slime_like) Validate, print the resolved config, batch arithmetic and placement plan, then exit.")
     a("--debug-rollout-only", action="store_true", help="Only generate (no trainer).")

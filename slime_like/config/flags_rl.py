@@ -38,6 +38,12 @@ def add_cluster_group(parser):
       help="(slime_like) Join this Ray cluster (auto = the one Ray finds, or HOST:PORT) instead of starting a "
            "private one; RAY_ADDRESS (set by `ray job submit`) does the same. A plan spanning several nodes "
            "always joins the running cluster.")
+    a("--placement", nargs="+", default=None, metavar="COMPONENTS:GPUS",
+      help="(slime_like) Explicit GPU ids per component, RLinf style: 'actor,rollout:0-3' (colocated) or "
+           "'actor:0-3' 'critic:4-5' 'rollout:6-7' (disaggregated); components actor, critic, reference, rollout; "
+           "ids are global (node * --num-gpus-per-node + GPU). Replaces --actor-num-*, --rollout-num-gpus, --colocate.")
+    a("--num-nodes", type=int, default=None,
+      help="(slime_like) Nodes of the cluster for --placement ('all', range checks); default: the nodes the ids reach.")
     a("--train-backend", default="megatron", choices=["megatron"], help="Trainer backend (slime; megatron only).")
     a("--rollout-engine", default="auto", choices=["auto", "sglang", "cpu"],
       help="(slime_like) Engine behind the HTTP API: sglang (GPU), the embedded cpu engine, or auto "
@@ -58,6 +64,14 @@ def add_rollout_group(parser):
     a("--rollout-max-context-len", type=int, default=None, help="Maximum prompt + response length.")
     a("--rollout-max-prompt-len", type=int, default=None, help="Drop prompts longer than this (tokens).")
     a("--rollout-max-response-len", type=int, default=None, help="Maximum new tokens per response (SGLang max_new_tokens).")
+    a("--rollout-greedy", action="store_true",
+      help="(slime_like) Greedy decoding for the rollout (temperature 0 at the engine; RLinf use_greedy). The trainer "
+           "still scores with --rollout-temperature.")
+    a("--rollout-repetition-penalty", type=float, default=1.0,
+      help="(slime_like) SGLang repetition_penalty (> 0; 1.0 = off): logits of tokens already in the prompt or "
+           "response are divided by it when positive, multiplied when negative.")
+    a("--rollout-min-new-tokens", type=int, default=None,
+      help="(slime_like) SGLang min_new_tokens: stop tokens are impossible before this many new tokens.")
     a("--rollout-skip-special-tokens", action="store_true", help="Strip special tokens from the response text.")
     a("--rollout-stop", nargs="+", default=None, help="Stop strings.")
     a("--rollout-stop-token-ids", type=int, nargs="+", default=None, help="Stop token ids.")
@@ -96,7 +110,10 @@ def add_rollout_group(parser):
 def add_data_group(parser):
     g = parser.add_argument_group("data", "Prompt data and batch sizes")
     a = g.add_argument
-    a("--prompt-data", default=None, help="JSONL (or Parquet) prompt file.")
+    a("--prompt-data", default=None, help="JSONL, JSON-array (.json) or Parquet prompt file.")
+    a("--prompt-template", default=None,
+      help="(slime_like) How a text prompt becomes tokens: 'plain' (as written), 'native' (the tokenizer's chat "
+           "template around it as one user message), 'chatml' / 'qwen2_5' (ChatML user turn; ROLL's template names).")
     a("--input-key", default="input", help="Record key of the prompt.")
     a("--label-key", default=None, help="Record key of the label for the reward.")
     a("--metadata-key", default="metadata", help="Record key of per-sample metadata.")
@@ -124,6 +141,9 @@ def add_eval_group(parser):
     a("--eval-function-path", default=None, help="'module.function' for eval generation; default = rollout's.")
     a("--eval-interval", type=int, default=None, help="Evaluate every N rollouts (needs --eval-prompt-data).")
     a("--eval-prompt-data", nargs="+", default=None, metavar="NAME PATH", help="Eval datasets as NAME PATH pairs.")
+    a("--eval-shuffle", action="store_true",
+      help="(slime_like) Shuffle the order of the eval prompts each evaluation (RLinf validation_shuffle; seeded by "
+           "--rollout-seed and the rollout id). Metrics cover every prompt either way.")
     a("--skip-eval-before-train", action="store_true", help="No evaluation before the first rollout.")
     a("--eval-input-key", default=None, help="Prompt key of eval data; default = --input-key.")
     a("--eval-label-key", default=None, help="Label key of eval data; default = --label-key.")

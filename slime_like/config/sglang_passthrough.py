@@ -157,9 +157,13 @@ def _load_sglang_config(path: str, generated_fields) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"--sglang-config {path}: expected a mapping of SGLang ServerArgs fields to values, "
                           f"got {type(data).__name__}")
+    _refuse_framework_config(path, data)
     out = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
+        if isinstance(value, dict):  # no ServerArgs field is a mapping; a section means another kind of file
+            raise ConfigError(f"--sglang-config {path}: '{key}' is a section (a mapping), but the file must map "
+                              "SGLang ServerArgs fields to plain values (mem_fraction_static: 0.7)")
         if name in LAUNCHER_OWNED:
             raise ConfigError(f"--sglang-config {path}: '{key}' is set by the engine launcher; remove it")
         if generated_fields and name not in generated_fields:
@@ -167,3 +171,14 @@ def _load_sglang_config(path: str, generated_fields) -> dict:
                               f"{did_you_mean(name, generated_fields)}")
         out[name] = value
     return out
+
+
+def _refuse_framework_config(path: str, data: dict) -> None:
+    """An RLinf / ROLL training config passed here would become meaningless --sglang-cluster, ... settings."""
+    from slime_like.config.frontends import rlinf, roll
+
+    for fmt, keys in (("RLinf", rlinf.TOP_KEYS), ("ROLL", roll.TOP_KEYS)):
+        hits = [k for k in data if k in keys]
+        if len(hits) >= 2:
+            raise ConfigError(f"--sglang-config {path}: this is an {fmt} training config (top-level "
+                              f"{', '.join(hits[:4])}), not SGLang engine settings; pass it as --config {path}")

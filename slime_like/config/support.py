@@ -222,6 +222,10 @@ INFORMATIONAL = {
     # the LR schedule's arithmetic lives in config/schedule.py: the trainer's scheduler and the preflight use it
     "lr_warmup_iters": "schedule.py: warm-up steps", "lr_warmup_fraction": "schedule.py: warm-up as a fraction",
     "lr_decay_iters": "schedule.py: the decay horizon", "train_iters": "schedule.py: the decay horizon's fallback",
+    "config": "frontends/ translates the RLinf / ROLL file into flags spliced into the command line",
+    "config_format": "frontends/ picks the translator (or detects it from the file's top-level keys)",
+    "placement": "validate_cluster.py parses it (placement_spec.py) into args.placement_map, read by plan.py",
+    "prompt_template": "validate_extras.py turns it into apply_chat_template (+ a ChatML chat_template)",
 }
 
 # Switches whose behaviour is always on in slime_like, so setting them asks for what happens anyway (no message).

@@ -11,6 +11,7 @@ from slime_like.config.errors import ConfigError, warn
 from slime_like.config.hf_config import check_model_against_hf, fill_model_from_hf
 from slime_like.config.support import check_engine_passthrough, check_flag_support, check_role_overrides_support
 from slime_like.config.validate_cluster import validate_cluster
+from slime_like.config.validate_extras import validate_extras
 
 
 def validate_args(args, raise_path_problems: bool = True) -> None:
@@ -24,6 +25,7 @@ def validate_args(args, raise_path_problems: bool = True) -> None:
     _require(args)
     _batch_identity(args)
     _algorithm(args)
+    validate_extras(args)
     _rollout_and_eval(args)
     _checkpoints(args)
     _debug(args)

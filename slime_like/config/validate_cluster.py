@@ -11,6 +11,7 @@ import os
 import shutil
 
 from slime_like.config.errors import ConfigError, warn
+from slime_like.config.placement_spec import parse_placement, per_node_counts
 
 # Flags honoured on CUDA only: accepted everywhere, but said out loud on a CPU machine. Flags that are not
 # honoured on any hardware are in support.py.
@@ -25,6 +26,7 @@ def cuda_visible() -> bool:
 
 def validate_cluster(args) -> None:
     _engine(args)
+    _explicit_placement(args)
     _placement_defaults(args)
     _parallel_layout(args)
     _hardware_notes(args)
@@ -46,6 +48,43 @@ def _engine(args):
         if not has_sglang:
             raise ConfigError("--rollout-engine sglang: the sglang package is not installed; "
                               "pip install 'slime_like[sglang]' or use --rollout-engine cpu")
+
+
+def _explicit_placement(args):
+    """--placement: derive the counts the rest of validation (and the dry run) read from the explicit GPU sets."""
+    args.placement_map = None
+    if not args.placement:
+        if args.num_nodes is not None:
+            warn(args, f"--num-nodes {args.num_nodes} only bounds --placement; without it the plan places in order")
+        return
+    if args.num_nodes is not None and args.num_nodes < 1:
+        raise ConfigError(f"--num-nodes {args.num_nodes}: must be >= 1")
+    per_node = args.num_gpus_per_node
+    placement = parse_placement(args.placement, per_node, args.num_nodes)
+    given = [f for f, d in (("--colocate", args.colocate), ("--rollout-num-gpus", args.rollout_num_gpus),
+                            ("--critic-num-nodes", args.critic_num_nodes),
+                            ("--critic-num-gpus-per-node", args.critic_num_gpus_per_node)) if d]
+    if given:
+        raise ConfigError(f"--placement sets the GPUs of every component; drop {', '.join(given)}")
+    if "actor" in placement:
+        args.actor_num_nodes, args.actor_num_gpus_per_node = per_node_counts(placement["actor"], per_node)
+    elif not args.debug_rollout_only:
+        raise ConfigError("--placement: place the actor (e.g. actor,rollout:0-7), or add --debug-rollout-only")
+    if "critic" in placement:
+        args.critic_num_nodes, args.critic_num_gpus_per_node = per_node_counts(placement["critic"], per_node)
+        args.use_critic = True
+    elif args.use_critic:
+        placement["critic"] = list(placement["actor"])  # slime's colocated critic: the actor's GPUs
+        args.critic_num_nodes, args.critic_num_gpus_per_node = args.actor_num_nodes, args.actor_num_gpus_per_node
+    rollout = placement.get("rollout", [])
+    args.rollout_num_gpus = len(rollout)
+    args.colocate = bool(rollout) and rollout == placement.get("actor")
+    ref = placement.get("reference")
+    if ref is not None and ref != placement.get("actor"):
+        raise ConfigError("--placement: the reference on GPUs of its own (reference:" + ",".join(map(str, ref)) +
+                          ") is not built yet; place it with the actor (its log-probs are then computed inside the "
+                          "actor ranks) or drop it")
+    args.placement_map = placement
 
 
 def _placement_defaults(args):
@@ -119,14 +158,14 @@ def _parallel_layout(args):
         if world % (etp * ep * pp):
             raise ConfigError(f"{role} GPUs = {world}, not divisible by expert TP {etp} x EP {ep} x PP {pp} = "
                               f"{etp * ep * pp}")
-        if nodes > 1 and gpus != per_node:
+        if nodes > 1 and gpus != per_node and not args.placement_map:
             raise ConfigError(f"--{role}-num-nodes {nodes} with --{role}-num-gpus-per-node {gpus}: a multi-node "
                               f"{role} must fill whole nodes (--num-gpus-per-node {per_node})")
         dp = world // (tp * pp * cp)
         if args.global_batch_size % dp:
             raise ConfigError(f"--global-batch-size {args.global_batch_size} is not divisible by the {role}'s "
                               f"data-parallel size {dp} ({world} GPUs / (TP {tp} x PP {pp} x CP {cp}))")
-    if args.colocate and args.use_critic and (args.critic_num_nodes, args.critic_num_gpus_per_node) != \
+    if args.colocate and args.use_critic and not args.placement_map and (args.critic_num_nodes, args.critic_num_gpus_per_node) != \
             (args.actor_num_nodes, args.actor_num_gpus_per_node):
         raise ConfigError(f"--colocate: the critic shares the actor's GPUs, so --critic-num-nodes "
                           f"{args.critic_num_nodes} / --critic-num-gpus-per-node {args.critic_num_gpus_per_node} must "

@@ -55,9 +55,12 @@ def _rewards(args, groups) -> tuple[list[float], list[float]]:
                              f"rewards for {len(flat)} samples")
         return [float(r) for r in raw], [float(r) for r in shaped]
     raw, shaped = [], []
+    scale = getattr(args, "reward_scale", None)
     for group in groups:
         r = [scalar_reward(args, s.reward) for s in group]
         raw += r
+        if scale is not None:  # RLinf reward_scale: correct +S, wrong -S (a 0/1 reward); raw stays for the logs
+            r = [scale * (2.0 * x - 1.0) for x in r]
         shaped += group_step(args, r, len(group))
     return raw, shaped
 

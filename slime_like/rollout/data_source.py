@@ -40,6 +40,12 @@ def _read_rows(path: str, flag: str):
         for i, row in enumerate(pq.read_table(path).to_pylist(), start=1):
             yield i, row
         return
+    if path.endswith(".json"):  # ROLL's data files: one JSON array of records (JSONL in a .json file also works)
+        with open(path, encoding="utf-8") as f:
+            head = f.read(4096).lstrip()[:1]
+        if head == "[":
+            yield from _json_array_rows(path, flag)
+            return
     with open(path, encoding="utf-8") as f:
         for line_no, line in enumerate(f, start=1):
             if not line.strip():
@@ -53,6 +59,20 @@ def _read_rows(path: str, flag: str):
                 raise PromptDataError(f"{flag}: {path}:{line_no}: expected a JSON object, got "
                                       f"{type(row).__name__}")
             yield line_no, row
+
+
+def _json_array_rows(path: str, flag: str):
+    """Rows of a JSON-array file, numbered from 1 by their position in the array."""
+    with open(path, encoding="utf-8") as f:
+        try:
+            data = json.load(f)
+        except json.JSONDecodeError as exc:
+            raise PromptDataError(f"{flag}: {path}:{exc.lineno}: malformed JSON ({exc.msg} at column "
+                                  f"{exc.colno})") from exc
+    for i, row in enumerate(data, start=1):
+        if not isinstance(row, dict):
+            raise PromptDataError(f"{flag}: {path}: array entry {i}: expected a JSON object, got {type(row).__name__}")
+        yield i, row
 
 
 def _missing_key(path, line_no, key, flag, row) -> PromptDataError:

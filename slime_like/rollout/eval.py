@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import random
 
 from ..sample import Status
 from .data_source import load_prompts, make_group
@@ -76,6 +77,8 @@ async def eval_rollout(args, rollout_id: int) -> dict:
                                getattr(args, "eval_max_prompt_len", None), flag=f"--eval-prompt-data {name}",
                                tool_key=getattr(args, "eval_tool_key", None) or getattr(args, "tool_key", None),
                                template_kwargs=getattr(args, "apply_chat_template_kwargs", None))
+        if getattr(args, "eval_shuffle", False):  # RLinf validation_shuffle: the order only; every prompt is scored
+            random.Random(f"{args.rollout_seed}:{rollout_id}:{name}").shuffle(records)
         groups = [make_group(rec, i, n) for i, rec in enumerate(records)]
         out[name] = await asyncio.gather(*(generate_group(eargs, g, params) for g in groups))
     return out

@@ -35,9 +35,14 @@ def sampling_params_from_args(args, evaluation: bool = False) -> dict:
     p = {"temperature": args.rollout_temperature, "top_p": args.rollout_top_p, "top_k": args.rollout_top_k,
          "max_new_tokens": args.rollout_max_response_len, "stop": args.rollout_stop,
          "stop_token_ids": args.rollout_stop_token_ids,
+         "min_new_tokens": getattr(args, "rollout_min_new_tokens", None),
          "skip_special_tokens": bool(getattr(args, "rollout_skip_special_tokens", False)),
          # Keep a matched stop string in the text so text and tokens agree (RL trains on the tokens).
          "no_stop_trim": True}
+    if getattr(args, "rollout_greedy", False):  # RLinf use_greedy: argmax at the engine (SGLang: temperature 0)
+        p["temperature"] = 0.0
+    if getattr(args, "rollout_repetition_penalty", 1.0) != 1.0:  # sent only when set: 1.0 is every engine's default
+        p["repetition_penalty"] = args.rollout_repetition_penalty
     if evaluation:
         for key, flag in (("temperature", "eval_temperature"), ("top_p", "eval_top_p"), ("top_k", "eval_top_k"),
                           ("max_new_tokens", "eval_max_response_len"), ("min_new_tokens", "eval_min_new_tokens")):

@@ -101,7 +101,7 @@ def test_no_table_entry_refuses_a_flag_the_product_now_honours():
 
 def test_informational_dests_are_consumed_by_the_config_layer():
     config = ROOT / "slime_like" / "config"
-    text = "\n".join(f.read_text() for f in config.glob("*.py") if f.name != "support.py")
+    text = "\n".join(f.read_text() for f in config.rglob("*.py") if f.name != "support.py")
     actions = {a.dest: a for a in _actions()}
     for dest in support.INFORMATIONAL:
         single_choice = actions[dest].choices is not None and len(actions[dest].choices) == 1

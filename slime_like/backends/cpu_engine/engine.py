@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 
 from slime_like.backends.cpu_engine import kv_batch, weights
-from slime_like.backends.cpu_engine.sampling import BadRequest, SamplingParams, sample_next
+from slime_like.backends.cpu_engine.sampling import BadRequest, SamplingParams, apply_repetition_penalty, sample_next
 
 logger = logging.getLogger("slime_like.cpu_engine")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -222,6 +222,8 @@ class CPUEngine:
         rows: list[Request] = batch.rows
         logits = logits.float()
         for i, r in enumerate(rows):  # min_new_tokens: stop tokens are impossible until the minimum is reached
+            if r.params.repetition_penalty != 1.0:
+                apply_repetition_penalty(logits[i], r.input_ids + r.output_ids, r.params.repetition_penalty)
             if len(r.output_ids) < r.params.min_new_tokens:
                 stops = list(r.params.stop_token_ids) + ([] if r.params.ignore_eos else list(self.eos_ids))
                 stops = [t for t in stops if t < logits.shape[-1]]

@@ -19,8 +19,8 @@ import torch
 # a request that sets them to a non-default value gets a clear error instead of being silently ignored.
 _SUPPORTED = {"max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "stop",
               "stop_token_ids", "ignore_eos", "skip_special_tokens", "no_stop_trim", "n",
-              "spaces_between_special_tokens"}
-_UNSUPPORTED = {"frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
+              "spaces_between_special_tokens", "repetition_penalty"}
+_UNSUPPORTED = {"frequency_penalty": 0.0, "presence_penalty": 0.0,
                 "json_schema": None, "regex": None, "ebnf": None, "structural_tag": None,
                 "custom_params": None, "stream_interval": None, "logit_bias": None, "sampling_seed": None,
                 "stop_regex": None}
@@ -45,6 +45,7 @@ class SamplingParams:
     skip_special_tokens: bool = True
     no_stop_trim: bool = False
     spaces_between_special_tokens: bool = True
+    repetition_penalty: float = 1.0
 
     @property
     def greedy(self) -> bool:
@@ -78,6 +79,9 @@ class SamplingParams:
         if p.temperature < 0 or not 0 < p.top_p <= 1 or not 0 <= p.min_p <= 1:
             raise BadRequest(f"need temperature >= 0, 0 < top_p <= 1, 0 <= min_p <= 1; got temperature={p.temperature}, "
                              f"top_p={p.top_p}, min_p={p.min_p}")
+        p.repetition_penalty = float(p.repetition_penalty)
+        if not p.repetition_penalty > 0:
+            raise BadRequest(f"repetition_penalty must be > 0 (1.0 = off), got {p.repetition_penalty}")
         if p.top_k == 0 or p.top_k < -1:
             raise BadRequest(f"top_k must be -1 (off) or >= 1, got {p.top_k}")
         return p
@@ -129,3 +133,12 @@ def _categorical(probs: torch.Tensor, generator: torch.Generator | None) -> torc
     cdf = probs.cumsum(dim=-1)
     u = (1.0 - torch.rand(probs.shape[0], 1, generator=generator)) * cdf[:, -1:]  # in (0, total]
     return torch.searchsorted(cdf, u).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
+
+
+def apply_repetition_penalty(logits: torch.Tensor, seen: list, penalty: float) -> None:
+    """In place, one row: SGLang's / transformers' repetition penalty over the tokens already in the prompt or
+    the output: a positive logit is divided by `penalty`, a negative one multiplied (so > 1 discourages repeats)."""
+    ids = torch.tensor(sorted({t for t in seen if t < logits.shape[-1]}), dtype=torch.long)
+    if ids.numel():
+        picked = logits[ids]
+        logits[ids] = torch.where(picked > 0, picked / penalty, picked * penalty)

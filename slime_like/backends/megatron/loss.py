@@ -130,6 +130,11 @@ def policy_terms(args, output: torch.Tensor, mb: MicroBatch):
     if args.entropy_coef:
         loss = loss - args.entropy_coef * entropy
     ntok = mask.sum()
+    if alg.importance_ratio_exceeds(logp, old, mask, getattr(args, "early_stop_imp_ratio", None)):
+        loss = loss * 0.0  # RLinf early_stop_imp_ratio: abandon this micro-batch's update, keep the graph
+        sums["early_stopped_frac"] = ntok.detach().float()
+    else:
+        sums["early_stopped_frac"] = torch.zeros((), dtype=torch.float32)
     for key, value in pg_metrics.items():
         value = torch.as_tensor(value, dtype=torch.float32).detach()
         sums[key] = value if key.endswith("_max") else value * ntok  # scalar means -> token-weighted sums
@@ -163,8 +168,11 @@ def sft_terms(args, output: torch.Tensor, mb: MicroBatch):
 TERMS = {"policy": policy_terms, "value": value_terms, "sft": sft_terms}
 
 
-def make_loss_func(kind: str, args, mb: MicroBatch, scale: float, per_token: bool):
-    """The `loss_func(output_tensor)` that mcore's forward_step calls on the last pipeline stage."""
+def make_loss_func(kind: str, args, mb: MicroBatch, scale: float, per_token: bool, weights=None):
+    """The `loss_func(output_tensor)` that mcore's forward_step calls on the last pipeline stage.
+
+    `weights` ([n, R], from algorithms.step_token_weights, already times the schedule's factor) replace the
+    token-mean `scale` for --loss-agg-mode seq-mean-* and --loss-micro-batch-mean."""
 
     def loss_func(output):
         per_token_loss, sums = TERMS[kind](args, output, mb)
@@ -174,6 +182,8 @@ def make_loss_func(kind: str, args, mb: MicroBatch, scale: float, per_token: boo
         sums["tokens"] = ntok.detach()
         if per_token:
             return total, ntok.to(torch.int), sums
+        if weights is not None:
+            return (per_token_loss * weights.to(per_token_loss.dtype)).sum(), sums
         return total * scale, sums
 
     return loss_func

@@ -311,12 +311,13 @@ class MegatronTrainer(TrainerDistMixin):
             local_tokens = torch.tensor(float(sum(mb.loss_mask.sum().item() for mb in mbs)), dtype=torch.float64)
             global_tokens = max(self._all_reduce(local_tokens, self.ps.get_data_parallel_group()).item(), 1.0)
             scale = len(mbs) * dp / global_tokens
+            weights = self._aggregation_weights(args, mbs, dp, global_tokens)
             for chunk in self.model:
                 chunk.train()
                 chunk.zero_grad_buffer()
             self.optimizer.zero_grad()
-            outs = self._run(self.model, mbs, lambda mb: L.make_loss_func(kind, args, mb, scale, per_token),
-                             forward_only=False)
+            outs = self._run(self.model, mbs, lambda mb: L.make_loss_func(kind, args, mb, scale, per_token,
+                                                                          weights.get(id(mb))), forward_only=False)
             lr = O.current_lr(self.optimizer)
             ok, grad_norm, _ = self.optimizer.step()
             if ok:
@@ -331,6 +332,21 @@ class MegatronTrainer(TrainerDistMixin):
         if self.ref_model is not None and interval and (rollout_id + 1) % interval == 0:
             self._update_reference()
         return self._average_steps(history)
+
+    def _aggregation_weights(self, args, mbs, dp: int, global_tokens: float) -> dict:
+        """id(micro-batch) -> per-token weights for --loss-agg-mode seq-mean-* / --loss-micro-batch-mean; {} for
+        the default step token-mean (the `scale` path). mcore divides each micro-batch loss by their count and DDP
+        averages over DP, so step weights are multiplied by count x DP; micro-batch means weigh each one equally."""
+        mode = _get(args, "loss_agg_mode", "token-mean") or "token-mean"
+        if _get(args, "loss_micro_batch_mean", False):
+            return {id(mb): alg.step_token_weights(mb.loss_mask, mode, mb.loss_mask.sum().item(),
+                                                   mb.loss_mask.bool().any(-1).sum().item()) for mb in mbs}
+        if mode == "token-mean":
+            return {}
+        local = torch.tensor(float(sum(mb.loss_mask.bool().any(-1).sum().item() for mb in mbs)), dtype=torch.float64)
+        seqs = max(self._all_reduce(local, self.ps.get_data_parallel_group()).item(), 1.0)
+        return {id(mb): alg.step_token_weights(mb.loss_mask, mode, global_tokens, seqs) * (len(mbs) * dp)
+                for mb in mbs}
 
     def _update_reference(self):
         """--ref-update-interval: the reference model becomes a copy of the current actor weights."""

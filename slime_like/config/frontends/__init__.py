@@ -1,0 +1,123 @@
+"""`--config FILE.yaml` (RLinf or ROLL): the file becomes flag tokens spliced where `--config FILE` stands.
+
+    expand(argv) -> (argv with the file's flags spliced in, Translation or None)
+
+Flags before `--config` lose to the file, flags after it win (argparse keeps the last value). Dotted overrides
+(`algorithm.group_size=8`) anywhere on the command line are applied to the file before it is translated.
+"""
+from __future__ import annotations
+
+import functools
+
+from slime_like.config.errors import ConfigError
+from slime_like.config.frontends.common import Translation, load, split_overrides
+
+FORMATS = ("rlinf", "roll")
+
+
+def _option(argv: list, name: str):
+    """(index, value) of `--name VALUE` / `--name=VALUE`; (None, None) when absent; the last one wins."""
+    found = (None, None)
+    for i, tok in enumerate(argv):
+        if tok == name:
+            if i + 1 >= len(argv):
+                raise ConfigError(f"{name} needs a value")
+            found = (i, argv[i + 1])
+        elif tok.startswith(name + "="):
+            found = (i, tok.split("=", 1)[1])
+    return found
+
+
+def detect_format(cfg: dict, path: str) -> str:
+    from slime_like.config.frontends import rlinf, roll
+
+    keys = set(cfg)
+    shared = {"critic"}  # a section of both formats
+    rlinf_hits, roll_hits = keys & (set(rlinf.TOP_KEYS) - shared), keys & (set(roll.TOP_KEYS) - shared)
+    if rlinf_hits and not roll_hits:
+        return "rlinf"
+    if roll_hits and not rlinf_hits:
+        return "roll"
+    raise ConfigError(f"--config {path}: cannot tell RLinf from ROLL by its top-level keys {sorted(keys)}; RLinf "
+                      f"files have {', '.join(rlinf.TOP_KEYS)}; ROLL files have {', '.join(roll.TOP_KEYS)}. "
+                      "Add --config-format rlinf|roll")
+
+
+def expand(argv: list):
+    index, path = _option(argv, "--config")
+    _, fmt = _option(argv, "--config-format")
+    rest, overrides = split_overrides(argv, _takes_value)
+    if path is None:
+        if overrides:
+            raise ConfigError(f"{overrides[0]!r}: dotted overrides need --config FILE.yaml (an RLinf or ROLL file)")
+        return argv, None
+    if fmt not in (None, "auto", *FORMATS):
+        raise ConfigError(f"--config-format {fmt}: use auto, rlinf or roll")
+    cfg = load(path, overrides)
+    fmt = detect_format(cfg, path) if fmt in (None, "auto") else fmt
+    t = Translation(path, fmt)
+    t.overrides = overrides
+    if fmt == "rlinf":
+        from slime_like.config.frontends import megatron_keys, rlinf
+
+        rlinf.translate(cfg, t)
+        megatron_keys.finish(t)
+    else:
+        from slime_like.config.frontends import roll
+
+        roll.translate(cfg, t)
+    # splice at the position of --config in the override-free argv
+    index, _ = _option(rest, "--config")
+    width = 1 if "=" in rest[index] else 2
+    _drop_unbuilt(t, rest[index + width:])
+    spliced = rest[:index] + t.tokens + rest[index:index + width] + rest[index + width:]
+    return spliced, t
+
+
+def command_line(t) -> list:
+    """The equivalent slime-style command line, one flag with its values per line (--dry-run, config_to_flags)."""
+    import shlex
+
+    lines, line = [], []
+    for tok in t.tokens:
+        if tok.startswith("--") and line:
+            lines.append(" ".join(shlex.quote(x) for x in line))
+            line = []
+        line.append(tok)
+    if line:
+        lines.append(" ".join(shlex.quote(x) for x in line))
+    return lines
+
+
+# Backends other engineers are building: the file may name them before they exist here.
+_UNBUILT_KEYS = {"--rollout-engine": "the engine (RLinf rollout.rollout_backend / ROLL actor_infer strategy_name)",
+                 "--train-backend": "the trainer (RLinf actor.training_backend / ROLL actor_train strategy_name)"}
+
+
+def _drop_unbuilt(t, after: list) -> None:
+    """A backend value our parser does not offer yet is a clear "not built yet" error, unless the user's own
+    flag after the file replaces it (then the file's value is dropped: the user's flag wins anyway)."""
+    actions = _parser_options()
+    for flag, what in _UNBUILT_KEYS.items():
+        for i in [i for i, tok in enumerate(t.tokens) if tok == flag]:
+            value = t.tokens[i + 1]
+            if value in actions[flag].choices:
+                continue
+            if any(tok == flag or tok.startswith(flag + "=") for tok in after):
+                del t.tokens[i:i + 2]
+                continue
+            raise ConfigError(f"{t.path}: {what} is {value!r}, i.e. {flag} {value}, which is not built yet in "
+                              f"slime_like (available: {', '.join(actions[flag].choices)}); choose one of those "
+                              f"after the file, e.g. {flag} {actions[flag].choices[-1]}")
+
+
+@functools.lru_cache(maxsize=1)
+def _parser_options() -> dict:
+    from slime_like.config.parser import build_parser
+
+    return build_parser()[0]._option_string_actions
+
+
+def _takes_value(flag: str) -> bool:
+    action = _parser_options().get(flag)
+    return action is None or action.nargs != 0
