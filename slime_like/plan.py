@@ -112,7 +112,8 @@ def _explicit_plan(args, placement: dict) -> Plan:
     critic = _slots(placement.get("critic", []), per_node) if train and args.use_critic else []
     engines = []
     if args.rollout_num_gpus:
-        engines = _engines_on(_slots(placement.get("rollout", []), per_node), args.rollout_num_gpus_per_engine)
+        engines = _engines_on(_slots(placement.get("rollout", []), per_node), args.rollout_num_gpus_per_engine,
+                             per_node)
     used = actor + critic + [s for e in engines for s in e]
     num_nodes = max(args.num_nodes or 0, max((s.node for s in used), default=0) + 1)
     return Plan(num_nodes=num_nodes, gpus_per_node=per_node, colocate=bool(args.colocate),
