@@ -71,8 +71,8 @@ def bench_hf(path, ps, new_tokens, dtype, lengths=None, threads=1) -> float:
 def bench_engine(path, ps, new_tokens, dtype, lengths=None, threads=1) -> tuple[float, dict]:
     import aiohttp
 
-    from slime_like.backends.sglang.client import EngineClient
-    from slime_like.backends.sglang.launcher import start_engine
+    from slime_like.backends.engine_api.client import EngineClient
+    from slime_like.backends.engine_api.launcher import start_engine
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

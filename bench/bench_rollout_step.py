@@ -36,7 +36,7 @@ def worker(a) -> dict:
     import torch
 
     from slime_like.args import parse_args
-    from slime_like.backends.sglang.launcher import start_engine
+    from slime_like.backends.engine_api.launcher import start_engine
     from slime_like.rollout.batch import split_for_dp, to_train_batch
     from slime_like.rollout.controller import RolloutController
     from slime_like.utils.net import free_port
@@ -80,8 +80,8 @@ def throughput(a) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from slime_like.backends.sglang.client import EngineClient
-    from slime_like.backends.sglang.launcher import start_engine
+    from slime_like.backends.engine_api.client import EngineClient
+    from slime_like.backends.engine_api.launcher import start_engine
     from slime_like.utils.net import free_port
 
     torch.set_num_threads(a.threads)

@@ -71,8 +71,8 @@ def engine_first_token(model_dir: str) -> dict:
     from types import SimpleNamespace
 
     from bench_weight_sync import free_port
-    from slime_like.backends.sglang.launcher import start_engine
-    from slime_like.backends.sglang.weight_sync import post
+    from slime_like.backends.engine_api.launcher import start_engine
+    from slime_like.backends.engine_api.client import post
 
     args = SimpleNamespace(hf_checkpoint=model_dir, sglang_server_args={}, seed=0, save=tempfile.mkdtemp())
     t0 = time.perf_counter()

@@ -72,7 +72,7 @@ def free_port() -> int:
 
 def fingerprint(url: str):
     """Greedy log-probs of 3 tokens after a fixed prompt: they change iff the engine's weights changed."""
-    from slime_like.backends.sglang.weight_sync import post
+    from slime_like.backends.engine_api.client import post
 
     out = post(url, "/generate", {"input_ids": [3, 4, 12, 5, 6, 13], "return_logprob": True,
                                   "sampling_params": {"max_new_tokens": 3, "temperature": 0.0, "ignore_eos": True}})
@@ -91,8 +91,8 @@ def build_trainer(model_dir: str):
 
 
 def bench_one(model_dir: str, repeat: int, bucket_bytes: int, in_loop: bool = False) -> dict:
-    from slime_like.backends.sglang.launcher import start_engine
-    from slime_like.backends.sglang.weight_sync import DistributedWeightSender, TensorWeightSender, paused
+    from slime_like.backends.engine_api.launcher import start_engine
+    from slime_like.backends.engine_api.weight_sync import DistributedWeightSender, TensorWeightSender, paused
 
     sd = load_state(model_dir)
     nbytes = sum(t.numel() * t.element_size() for t in sd.values())

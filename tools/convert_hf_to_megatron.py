@@ -16,7 +16,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def parse(argv):
-    from slime_like.backends.megatron.model import fill_args_from_hf, padded_vocab_size
+    from slime_like.backends.megatron.model import padded_vocab_size
+    from slime_like.config.hf_config import fill_args_from_hf
     from slime_like.config.parser import parse_namespace
 
     args, _ = parse_namespace(list(argv), prog="convert_hf_to_megatron.py")

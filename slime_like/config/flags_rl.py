@@ -10,6 +10,10 @@ import argparse
 from slime_like.config.types import json_value
 
 DEFAULT_ROLLOUT_FUNCTION = "slime_like.rollout.generate.generate_rollout"
+# Light copies of the registries in backends/trainer_api.py and backends/engine_api/engine.py (config imports
+# nothing else of ours and stays torch-free); tests/arch/test_interfaces.py checks that they agree.
+TRAIN_BACKENDS = ["megatron"]
+ROLLOUT_ENGINES = ["sglang", "cpu"]
 
 
 def add_cluster_group(parser):
@@ -44,8 +48,9 @@ def add_cluster_group(parser):
            "ids are global (node * --num-gpus-per-node + GPU). Replaces --actor-num-*, --rollout-num-gpus, --colocate.")
     a("--num-nodes", type=int, default=None,
       help="(slime_like) Nodes of the cluster for --placement ('all', range checks); default: the nodes the ids reach.")
-    a("--train-backend", default="megatron", choices=["megatron"], help="Trainer backend (slime; megatron only).")
-    a("--rollout-engine", default="auto", choices=["auto", "sglang", "cpu"],
+    a("--train-backend", default="megatron", choices=TRAIN_BACKENDS,
+      help="Trainer backend (backends/trainer_api.py registers each; tests/arch checks the two lists agree).")
+    a("--rollout-engine", default="auto", choices=["auto", *ROLLOUT_ENGINES],
       help="(slime_like) Engine behind the HTTP API: sglang (GPU), the embedded cpu engine, or auto "
            "(sglang when an NVIDIA GPU is visible, else cpu).")
     return parser

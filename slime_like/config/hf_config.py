@@ -1,14 +1,18 @@
-"""Hugging Face config.json <-> Megatron model flags.
+"""Hugging Face config.json <-> Megatron model flags: the one owner of that translation.
 
-`model_flags_from_hf(cfg)` writes the MODEL_ARGS a scripts/models/*.sh file would hold (the tool
+`read_hf_config(path)` reads config.json; `MODEL_FAMILIES` is the one table of model types and what each needs
+beyond config.json's sizes. `model_flags_from_hf(cfg)` writes the MODEL_ARGS a scripts/models/*.sh file would hold (the tool
 `python -m slime_like.tools.model_args PATH` prints it); `check_model_against_hf(args)` compares the parsed
 model flags with --hf-checkpoint's config.json and names every mismatch. When no model flag is given at all,
 the flags are filled from config.json instead (our choice; slime requires MODEL_ARGS).
 """
 from __future__ import annotations
 
+import argparse
+import copy
 import json
 import os
+from dataclasses import dataclass
 
 from slime_like.config.errors import ConfigError
 
@@ -22,19 +26,55 @@ CHECKED = {
     "multi_latent_attention": "kv_lora_rank (present)", "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
     "qk_head_dim": "qk_nope_head_dim", "qk_pos_emb_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim",
 }
-QKV_BIAS_TYPES = ("qwen2", "qwen2_moe")
-QK_NORM_TYPES = ("qwen3", "qwen3_moe")
 
 
-def read_hf_config(path: str) -> dict:
-    """config.json of a checkpoint dir (or the file itself) as a dict; text configs nested under text_config win."""
+@dataclass(frozen=True)
+class ModelFamily:
+    """What an HF model_type needs beyond the sizes config.json states."""
+    qkv_bias: bool = False         # bias on the q/k/v projections (Qwen2) even without attention_bias
+    qk_norm: bool = False          # RMSNorm on queries and keys per head (Qwen3)
+    glm_sandwich: bool = False     # GLM-4: norms after attention and MLP, RoPE on interleaved pairs
+    trainable: bool = False        # the Megatron trainer builds it and maps its HF weights (hf_weights.py)
+
+
+# model_type -> family. Add a family here (and its weight names in backends/megatron/hf_weights.py to train it).
+MODEL_FAMILIES = {
+    "llama": ModelFamily(trainable=True),
+    "qwen2": ModelFamily(qkv_bias=True, trainable=True),
+    "qwen2_moe": ModelFamily(qkv_bias=True),
+    "qwen3": ModelFamily(qk_norm=True, trainable=True),
+    "qwen3_moe": ModelFamily(qk_norm=True, trainable=True),
+    "glm4": ModelFamily(glm_sandwich=True),
+    "glm4_moe": ModelFamily(glm_sandwich=True),
+}
+_GENERIC = ModelFamily()  # an unknown model_type: MODEL_ARGS from the sizes alone (tools/model_args)
+
+
+def family_of(cfg: dict) -> ModelFamily:
+    return MODEL_FAMILIES.get(cfg.get("model_type", ""), _GENERIC)
+
+
+def trainable_model_types() -> list[str]:
+    return sorted(t for t, f in MODEL_FAMILIES.items() if f.trainable)
+
+
+def read_hf_config(path: str, *, for_training: bool = False) -> dict:
+    """config.json of a checkpoint dir (or the file itself) as a dict; text configs nested under text_config win.
+
+    `for_training`: refuse a model_type the Megatron trainer cannot build."""
     file = os.path.join(path, "config.json") if os.path.isdir(path) else path
+    if not os.path.isfile(file):
+        raise FileNotFoundError(f"{file} not found: --hf-checkpoint must be a Hugging Face model directory")
     with open(file) as f:
         try:
             cfg = json.load(f)
         except json.JSONDecodeError as e:
             raise ConfigError(f"{file}: not valid JSON ({e.msg}, line {e.lineno})") from None
-    return cfg.get("text_config", cfg) if isinstance(cfg.get("text_config"), dict) else cfg
+    cfg = cfg.get("text_config", cfg) if isinstance(cfg.get("text_config"), dict) else cfg
+    if for_training and not family_of(cfg).trainable:
+        raise ConfigError(f"{file}: model_type {cfg.get('model_type')!r} is not supported by the trainer; "
+                          f"supported: {', '.join(trainable_model_types())}")
+    return cfg
 
 
 def _rope(cfg: dict):
@@ -47,7 +87,7 @@ def _rope(cfg: dict):
 
 def model_flags_from_hf(cfg: dict) -> list:
     """MODEL_ARGS for config.json `cfg`, as a flat list of CLI tokens (values as strings)."""
-    mt = cfg.get("model_type", "")
+    family = family_of(cfg)
     heads, hidden = cfg["num_attention_heads"], cfg["hidden_size"]
     kv = cfg.get("num_key_value_heads") or heads
     out = []
@@ -58,14 +98,14 @@ def model_flags_from_hf(cfg: dict) -> list:
     if kv != heads:
         out += ["--group-query-attention", "--num-query-groups", kv]
     head_dim = cfg.get("head_dim")
-    if head_dim and (head_dim != hidden // heads or mt in QK_NORM_TYPES):
+    if head_dim and (head_dim != hidden // heads or family.qk_norm):
         out += ["--kv-channels", head_dim]
     out += ["--use-rotary-position-embeddings"]
     if not cfg.get("mlp_bias", False):
         out.append("--disable-bias-linear")
-    if mt in QKV_BIAS_TYPES or cfg.get("attention_bias", False):
+    if family.qkv_bias or cfg.get("attention_bias", False):
         out.append("--add-qkv-bias")
-    if mt in QK_NORM_TYPES:
+    if family.qk_norm:
         out.append("--qk-layernorm")
     if "rms_norm_eps" in cfg:
         out += ["--normalization", "RMSNorm", "--norm-epsilon", _num(cfg["rms_norm_eps"])]
@@ -77,7 +117,7 @@ def model_flags_from_hf(cfg: dict) -> list:
         out += ["--rotary-percent", _num(cfg["partial_rotary_factor"])]
     if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3":
         out += ["--use-rope-scaling", "--rope-scaling-factor", _num(scaling.get("factor", 8.0))]
-    if mt.startswith("glm4"):
+    if family.glm_sandwich:
         # GLM-4: extra norms after attention and MLP ("sandwich"), RoPE applied to interleaved pairs (HF Glm4),
         # which Megatron's fused RoPE kernel does not do.
         out += ["--post-self-attn-layernorm", "--post-mlp-layernorm", "--rotary-interleaved", "--no-rope-fusion"]
@@ -182,3 +222,64 @@ def fill_model_from_hf(args) -> None:
     if args.hidden_dropout == parser.get_default("hidden_dropout"):
         args.hidden_dropout = 0.0
     args.model_args_from_hf = True
+
+
+# dest -> how to read it from config.json, for flags a Namespace still lacks after fill_model_from_hf
+# (the conversion tools and tests start from an empty Namespace)
+_HF_FIELDS = {
+    "num_layers": lambda c: c["num_hidden_layers"],
+    "hidden_size": lambda c: c["hidden_size"],
+    "ffn_hidden_size": lambda c: c["intermediate_size"],
+    "num_attention_heads": lambda c: c["num_attention_heads"],
+    "num_query_groups": lambda c: c.get("num_key_value_heads") or c["num_attention_heads"],
+    "group_query_attention": lambda c: (c.get("num_key_value_heads") or c["num_attention_heads"])
+    != c["num_attention_heads"],
+    "kv_channels": lambda c: c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
+    "norm_epsilon": lambda c: c.get("rms_norm_eps", 1e-6),
+    "rotary_base": lambda c: _rope(c)[0],
+    "vocab_size": lambda c: c["vocab_size"],
+    "max_position_embeddings": lambda c: c.get("max_position_embeddings", 4096),
+    "untie_embeddings_and_output_weights": lambda c: not c.get("tie_word_embeddings", False),
+    "add_qkv_bias": lambda c: family_of(c).qkv_bias or bool(c.get("attention_bias")),
+    "qk_layernorm": lambda c: family_of(c).qk_norm,
+    "swiglu": lambda c: c.get("hidden_act", "silu") == "silu",
+    "normalization": lambda c: "RMSNorm",
+    "disable_bias_linear": lambda c: not c.get("mlp_bias", False),
+    "num_experts": lambda c: c.get("num_experts") or c.get("num_local_experts"),
+    "moe_router_topk": lambda c: c.get("num_experts_per_tok", 2),
+    "moe_ffn_hidden_size": lambda c: c.get("moe_intermediate_size"),
+    "moe_shared_expert_intermediate_size": lambda c: c.get("shared_expert_intermediate_size") or None,
+    "attention_dropout": lambda c: c.get("attention_dropout", 0.0),
+    "hidden_dropout": lambda c: 0.0,  # HF decoder LMs of these families train without hidden dropout
+}
+
+
+def fill_args_from_hf(args, hf_dir: str):
+    """Return a copy of `args` (or a new Namespace for None) whose unset model flags come from hf_dir/config.json.
+
+    What the trainer and the conversion tools call. A parsed Namespace with no model flag at all gets the full
+    HF -> MODEL_ARGS translation first (fill_model_from_hf; its Megatron defaults, e.g. LayerNorm, are not
+    None); then any flag still missing or None is read from config.json, and Megatron's derived defaults apply.
+    """
+    cfg = read_hf_config(hf_dir, for_training=True)
+    out = copy.copy(args) if args is not None else argparse.Namespace()
+    if args is not None and getattr(out, "num_layers", None) is None and hasattr(out, "add_bias_linear"):
+        out.hf_checkpoint = hf_dir
+        fill_model_from_hf(out)
+        if cfg.get("num_experts") or cfg.get("num_local_experts"):
+            # Megatron's default "allgather" cannot run under PP with variable lengths; slime's MoE recipes
+            # use alltoall, and so does a model taken whole from config.json
+            out.moe_token_dispatcher_type = "alltoall"
+    for name, read in _HF_FIELDS.items():
+        if getattr(out, name, None) is None:
+            setattr(out, name, read(cfg))
+    if getattr(out, "use_rotary_position_embeddings", False):
+        out.position_embedding_type = "rope"
+    if not getattr(out, "group_query_attention", False):
+        out.num_query_groups = out.num_attention_heads
+    if getattr(out, "seq_length", None) is None:
+        out.seq_length = out.max_position_embeddings
+    _, scaling = _rope(cfg)
+    if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3" and not getattr(out, "use_rope_scaling", False):
+        out.use_rope_scaling, out.rope_scaling_factor = True, float(scaling.get("factor", 8.0))
+    return out

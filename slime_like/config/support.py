@@ -218,7 +218,6 @@ INFORMATIONAL = {
     "num_epoch": "validate.py: derives num_rollout from the prompt count",
     "debug_train_only": "validate_cluster.py / plan.py: no local engines",
     "dump_details": "validate.py: sets --save-debug-rollout-data and --save-debug-train-data to files under it",
-    "train_backend": "choices=['megatron']: the only trainer",
     # the LR schedule's arithmetic lives in config/schedule.py: the trainer's scheduler and the preflight use it
     "lr_warmup_iters": "schedule.py: warm-up steps", "lr_warmup_fraction": "schedule.py: warm-up as a fraction",
     "lr_decay_iters": "schedule.py: the decay horizon", "train_iters": "schedule.py: the decay horizon's fallback",
@@ -226,6 +225,8 @@ INFORMATIONAL = {
     "config_format": "frontends/ picks the translator (or detects it from the file's top-level keys)",
     "placement": "validate_cluster.py parses it (placement_spec.py) into args.placement_map, read by plan.py",
     "prompt_template": "validate_extras.py turns it into apply_chat_template (+ a ChatML chat_template)",
+    "use_rotary_position_embeddings": "hf_config.fill_args_from_hf (called by the trainer): position_embedding_type "
+                                      "rope",
 }
 
 # Switches whose behaviour is always on in slime_like, so setting them asks for what happens anyway (no message).
@@ -256,7 +257,7 @@ APPLIES_WHEN = {
 _ABSENT = object()
 
 
-# SGLang ServerArgs fields the embedded CPU engine understands (backends/sglang/launcher.py
+# SGLang ServerArgs fields the embedded CPU engine understands (backends/engine_api/launcher.py
 # build_cpu_engine_command; tests/config/test_flag_audit.py checks the two agree). Other --sglang-* values
 # are GPU server settings with no meaning there.
 CPU_ENGINE_SGLANG_KEYS = ("dtype", "max_running_requests", "context_length")

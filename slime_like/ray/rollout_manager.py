@@ -22,7 +22,7 @@ class EngineActor:
         self.proc = None
 
     def start(self, kind: str) -> str:
-        from slime_like.backends.sglang.launcher import start_engine
+        from slime_like.backends.engine_api.launcher import start_engine
 
         host = ray.util.get_node_ip_address()
         self.proc = start_engine(self.args, kind=kind, engine_index=self.engine_index, gpu_ids=self.gpu_ids,
@@ -60,45 +60,54 @@ class RolloutManager:
     def load_state_dict(self, state):
         self.controller.load_state_dict(state)
 
-    def call_engines(self, endpoint: str):
-        """POST an engine-management endpoint (release/resume memory, flush cache, pause...) to every engine."""
+    # ---- colocated mode: engines give their accelerator memory back while the trainers run ----
+    def release_engine_memory(self) -> list:
+        return self._on_every_engine(lambda client: client.release_memory())
+
+    def resume_engine_memory(self) -> list:
+        return self._on_every_engine(lambda client: client.resume_memory())
+
+    def _on_every_engine(self, request) -> list:
         import asyncio
 
-        from slime_like.backends.sglang.client import EngineClient
+        from slime_like.backends.engine_api.client import EngineClient
 
         async def run():
-            return await asyncio.gather(*[getattr(EngineClient(u), endpoint)() for u in self.engine_urls])
+            return await asyncio.gather(*[request(EngineClient(u)) for u in self.engine_urls])
 
         return asyncio.run(run())
 
 
 class EngineGroup:
-    """Driver-side handle on the engine actors of the plan."""
+    """Driver-side handle on the engines of the run: their URLs, and the actors supervising the ones we started."""
 
-    def __init__(self, args, placement: Placement, engine_slots: list, gpu_share: float, kind: str):
+    def __init__(self, actors: list, urls: list):
+        self.actors, self.urls = list(actors), list(urls)
+
+    @classmethod
+    def start(cls, args, placement: Placement, engine_slots: list, gpu_share: float, kind: str) -> "EngineGroup":
+        """One engine actor per plan entry, each starting its server (`kind`: the --rollout-engine value)."""
         placement.check_same_node(engine_slots)
-        self.actors = []
+        actors = []
         for i, slots in enumerate(engine_slots):
             gpu_ids = [placement.bundles[s].gpu_id for s in slots]
             # The engine uses all its GPUs through --base-gpu-id, so Ray must not narrow CUDA_VISIBLE_DEVICES
             # down to the one bundle the actor sits on.
             env = {"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1", **QUIET_OPENMP}}
-            self.actors.append(EngineActor.options(num_gpus=gpu_share, scheduling_strategy=placement.strategy(slots[0]),
-                                                   runtime_env=env).remote(args, i, gpu_ids))
+            actors.append(EngineActor.options(num_gpus=gpu_share, scheduling_strategy=placement.strategy(slots[0]),
+                                              runtime_env=env).remote(args, i, gpu_ids))
         try:
-            self.urls = ray.get([a.start.remote(kind) for a in self.actors])
+            urls = ray.get([a.start.remote(kind) for a in actors])
         except BaseException:
-            for a in self.actors:  # the engines that did start exit with their actor (--parent-pid watchdog)
+            for a in actors:  # the engines that did start exit with their actor (--parent-pid watchdog)
                 ray.kill(a)
             raise
+        return cls(actors, urls)
 
     @classmethod
-    def external(cls, addrs: list):
-        """Engines started outside this run (--rollout-external-engine-addrs HOST:PORT ...)."""
-        group = cls.__new__(cls)
-        group.actors = []
-        group.urls = [a if a.startswith("http") else f"http://{a}" for a in addrs]
-        return group
+    def external(cls, addrs: list) -> "EngineGroup":
+        """Engines started outside this run (--rollout-external-engine-addrs HOST:PORT ...): nothing to stop."""
+        return cls([], [a if a.startswith("http") else f"http://{a}" for a in addrs])
 
     def stop(self):
         ray.get([a.stop.remote() for a in self.actors])

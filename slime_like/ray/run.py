@@ -68,7 +68,7 @@ class Run:
         if args.rollout_external_engine_addrs:  # engines someone else runs: talk to them, start none
             engines = EngineGroup.external(args.rollout_external_engine_addrs)
         else:
-            engines = EngineGroup(args, placement, plan.engine_slots, engine_share, kind=plan.engine_kind)
+            engines = EngineGroup.start(args, placement, plan.engine_slots, engine_share, kind=plan.engine_kind)
             started.append(engines.stop)
         rollout = RolloutManager.options(num_cpus=0).remote(args, engines.urls)
         started.append(lambda: ray.kill(rollout))
@@ -92,13 +92,13 @@ class Run:
         self.actor.set_batch(shards)
         if self.critic is not None:
             self.critic.set_batch(shards)
-            values = self.critic.per_dp(self.critic.call("compute_values"))
+            values = self.critic.per_dp(self.critic.compute_values())
             self.actor.update_batch_per_dp(values)
-        gaps = self.actor.per_dp(self.actor.call("compute_log_probs"))
+        gaps = self.actor.per_dp(self.actor.compute_log_probs())
         tokens = sum(c for _, c in gaps)
         if tokens:
             metrics["rollout/logprob_abs_diff"] = sum(d for d, _ in gaps) / tokens
-        advantages = self.actor.per_dp(self.actor.call("compute_advantages", self.critic is not None))
+        advantages = self.actor.per_dp(self.actor.compute_advantages(return_to_driver=self.critic is not None))
         metrics["time/log_probs"] = time.perf_counter() - t
         t = time.perf_counter()
         if self.critic is not None:
@@ -137,28 +137,28 @@ class Run:
     # ---- colocated mode: engines and trainers take turns on the same GPUs ----
     def offload_engines(self):
         if self.colocate and self.args.offload_rollout:
-            ray.get(self.rollout.call_engines.remote("release_memory"))
+            ray.get(self.rollout.release_engine_memory.remote())
 
     def onload_engines(self):
         if self.colocate and self.args.offload_rollout:
-            ray.get(self.rollout.call_engines.remote("resume_memory"))
+            ray.get(self.rollout.resume_engine_memory.remote())
 
     def offload_trainers(self):
         if self.colocate and self.args.offload_train:
             for g in self._trainers():
-                g.call("offload")
+                g.offload()
 
     def onload_trainers(self):
         if self.colocate and self.args.offload_train:
             for g in self._trainers():
-                g.call("onload")
+                g.onload()
 
     # ---- checkpoints: rollout state first, then the trainers publish their marker last ----
     def save(self, rollout_id: int):
         state = ray.get(self.rollout.state_dict.remote())
         _atomic_pickle(state, _rollout_state_path(self.args.save, rollout_id))
         for g in self._trainers():
-            g.call("save", rollout_id)
+            g.save(rollout_id)
 
     def _restore_rollout_state(self):
         if self.start_rollout_id == 0:

@@ -31,18 +31,15 @@ class TrainerActor:
         return ray.util.get_node_ip_address(), free_port()
 
     def init(self, master_addr: str, master_port: int):
-        from slime_like.backends.megatron.trainer import MegatronTrainer
+        """Build this rank's trainer backend (--train-backend); returns the rollout id it resumed from."""
+        from slime_like.backends import trainer_api
 
-        self.trainer = MegatronTrainer(self.args, role=self.role, rank=self.rank, world_size=self.world_size,
-                                       master_addr=master_addr, master_port=master_port)
+        self.trainer = trainer_api.build(self.args, role=self.role, rank=self.rank, world_size=self.world_size,
+                                         master_addr=master_addr, master_port=master_port)
         return self.trainer.loaded_rollout_id
 
     def parallel_info(self):
-        from megatron.core import parallel_state as ps
-
-        return dict(dp_rank=ps.get_data_parallel_rank(), dp_size=ps.get_data_parallel_world_size(),
-                    tp_rank=ps.get_tensor_model_parallel_rank(), pp_rank=ps.get_pipeline_model_parallel_rank(),
-                    pid=os.getpid(), node_ip=ray.util.get_node_ip_address())
+        return dict(self.trainer.parallel_info(), pid=os.getpid(), node_ip=ray.util.get_node_ip_address())
 
     # ---- data flow: each call adds keys to this rank's batch and returns them when asked ----
     def set_batch(self, batch):
@@ -72,12 +69,12 @@ class TrainerActor:
         self.batch.update(out)
         return out
 
-    def compute_advantages(self, return_them: bool):
+    def compute_advantages(self, *, return_to_driver: bool):
         """Adds advantages and returns; hands them back only when another role (the critic) needs them:
         pickling ~1000 small tensors through Ray costs more than computing them."""
         out = self.trainer.compute_advantages(self.batch)
         self.batch.update(out)
-        return out if return_them else None
+        return out if return_to_driver else None
 
     def train_step(self, rollout_id: int):
         return self.trainer.train_step(rollout_id, self.batch)
@@ -101,7 +98,7 @@ class TrainerActor:
         """Open the weight path to the engines: an in-memory tensor handoff when colocated, else a
         dedicated process group (gloo on CPU, nccl on GPU) with this rank as the broadcast source.
         With pipeline parallelism every stage sends its own layers, each through its own group."""
-        from slime_like.backends.sglang import weight_sync
+        from slime_like.backends.engine_api import weight_sync
 
         if colocate:
             # One shared-memory send buffer for the whole run: a fresh one per sync costs its page faults
@@ -151,8 +148,25 @@ class TrainerGroup:
         self.loaded_rollout_id = loaded[0]
         self.dp_size = self.info[0]["dp_size"]
 
-    def call(self, method: str, *args):
-        return ray.get([getattr(a, method).remote(*args) for a in self.actors])
+    # ---- every rank, one result per rank ----
+    def compute_values(self) -> list:
+        return ray.get([a.compute_values.remote() for a in self.actors])
+
+    def compute_log_probs(self) -> list:
+        """Per rank: (sum |trainer - engine| log-prob, token count)."""
+        return ray.get([a.compute_log_probs.remote() for a in self.actors])
+
+    def compute_advantages(self, *, return_to_driver: bool) -> list:
+        return ray.get([a.compute_advantages.remote(return_to_driver=return_to_driver) for a in self.actors])
+
+    def save(self, rollout_id: int) -> None:
+        ray.get([a.save.remote(rollout_id) for a in self.actors])
+
+    def offload(self) -> None:
+        ray.get([a.offload.remote() for a in self.actors])
+
+    def onload(self) -> None:
+        ray.get([a.onload.remote() for a in self.actors])
 
     def set_batch(self, shards: list):
         """Give every rank the shard of its data-parallel rank (ranks of one model replica share it)."""
@@ -171,7 +185,7 @@ class TrainerGroup:
         ray.get([a.update_batch.remote(per_dp[i["dp_rank"]]) for a, i in zip(self.actors, self.info)])
 
     def train_step(self, rollout_id: int) -> dict:
-        metrics = self.call("train_step", rollout_id)[0]  # already averaged over DP inside the trainer
+        metrics = ray.get([a.train_step.remote(rollout_id) for a in self.actors])[0]  # DP-averaged by the trainer
         return {f"{self.role}/{k}": v for k, v in metrics.items()}
 
     def connect_engines(self, engine_urls, colocate: bool):
@@ -181,7 +195,7 @@ class TrainerGroup:
                  for a, i in zip(self.actors, self.info) if i["dp_rank"] == 0 and i["tp_rank"] == 0])
 
     def update_weights(self) -> int:
-        return sum(self.call("update_weights"))
+        return sum(ray.get([a.update_weights.remote() for a in self.actors]))
 
     def kill(self):
         """Release the weight-send buffers, kill the ranks, then unlink what a killed rank left in /dev/shm.

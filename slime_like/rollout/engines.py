@@ -16,7 +16,7 @@ import logging
 
 import aiohttp
 
-from ..backends.sglang.client import EngineClient, EngineUnreachable
+from ..backends.engine_api.client import EngineClient, EngineUnreachable
 
 logger = logging.getLogger(__name__)
 

@@ -244,7 +244,8 @@ def test_sglang_values_the_cpu_engine_cannot_use_warn(base):
 
 def test_cpu_engine_keys_agree_with_the_launcher(base):
     """The CPU engine's command line carries exactly the --sglang-* values support.py says it understands."""
-    from slime_like.backends.sglang.launcher import CLIENT_SIDE, build_cpu_engine_command
+    from slime_like.backends.cpu_engine.launch import build_cpu_engine_command
+    from slime_like.backends.engine_api.launcher import CLIENT_SIDE
 
     assert set(support.SGLANG_CLIENT_SIDE) == set(CLIENT_SIDE)
     args = parse(base + ["--rollout-engine", "cpu", "--sglang-dtype", "bfloat16", "--sglang-max-running-requests", "3",

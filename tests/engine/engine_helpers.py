@@ -14,7 +14,7 @@ def engine_args(ckpt: str, **kw) -> argparse.Namespace:
 
 
 def start(ckpt, tmp_path_factory, index=0, **kw):
-    from slime_like.backends.sglang.launcher import start_engine
+    from slime_like.backends.engine_api.launcher import start_engine
 
     return start_engine(engine_args(ckpt, **kw), kind="cpu", engine_index=index, port=free_port(),
                         log_dir=str(tmp_path_factory.mktemp("engine_logs")), env={"OMP_NUM_THREADS": "1"})

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engine_helpers import hf_greedy, run
-from slime_like.backends.sglang.client import EngineClient, EngineError
+from slime_like.backends.engine_api.client import EngineClient, EngineError
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14, 15, 16, 17, 18, 19], [3], [20, 21, 22]]
 GREEDY = {"temperature": 0, "ignore_eos": True}

@@ -6,9 +6,10 @@ import sys
 import pytest
 
 from engine_helpers import engine_args, free_port, run, start
-from slime_like.backends.sglang.client import EngineClient, EngineUnreachable
-from slime_like.backends.sglang.launcher import (EngineDied, EngineStartError, build_cpu_engine_command, build_sglang_command,
-                                                 start_engine)
+from slime_like.backends.engine_api.client import EngineClient, EngineUnreachable
+from slime_like.backends.cpu_engine.launch import build_cpu_engine_command
+from slime_like.backends.engine_api.launcher import EngineDied, EngineStartError, start_engine
+from slime_like.backends.sglang.engine import build_sglang_command
 from slime_like.backends.sglang.router import add_worker_url, build_router_command
 
 
@@ -102,7 +103,7 @@ def test_engine_exits_when_its_launcher_is_killed(tiny_ckpt, tmp_path):
     import time
 
     port = free_port()
-    code = ("import argparse, sys, time; from slime_like.backends.sglang.launcher import start_engine; "
+    code = ("import argparse, sys, time; from slime_like.backends.engine_api.launcher import start_engine; "
             f"p = start_engine(argparse.Namespace(hf_checkpoint={tiny_ckpt!r}, seed=0, save=None, "
             f"sglang_server_args={{}}), kind='cpu', port={port}, log_dir={str(tmp_path)!r}); "
             "print(p.popen.pid, flush=True); time.sleep(600)")

@@ -8,8 +8,8 @@ import torch
 from safetensors.torch import load_file
 
 from engine_helpers import hf_greedy, run, start
-from slime_like.backends.sglang import weight_sync
-from slime_like.backends.sglang.client import EngineClient, EngineError
+from slime_like.backends.engine_api import weight_sync
+from slime_like.backends.engine_api.client import EngineClient, EngineError
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11], [30, 31, 32, 33]]
 N = 10
@@ -126,7 +126,7 @@ def test_distributed_payloads():
 
 def test_flattened_bucket_format(engine_w, tiny_ckpt, tiny_ckpt_b, refs):
     """load_format='flattened_bucket': one flat tensor + (name, shape, dtype, start_idx, end_idx) metadata."""
-    from slime_like.backends.sglang import tensor_serializer
+    from slime_like.backends.engine_api import tensor_serializer
 
     ref_a, ref_b = refs
     named = state(tiny_ckpt_b)
@@ -158,7 +158,7 @@ def test_distributed_sender_fails_fast_when_an_engine_refuses(engine_w):
 def test_tensor_payload_carries_shared_memory_handles_not_bytes():
     """The colocated path sends one handle per bucket: the JSON payload stays tiny however large the tensors are,
     the sender's own tensors are never moved into shared memory, and the buckets of a sync share one segment."""
-    from slime_like.backends.sglang import tensor_serializer
+    from slime_like.backends.engine_api import tensor_serializer
 
     big = [("w", torch.randn(1024, 1024)), ("b", torch.randn(3, dtype=torch.bfloat16)), ("v", torch.randn(7))]
     sender = weight_sync.TensorWeightSender(["http://unused"], engine_tp_size=2)

@@ -45,7 +45,7 @@ def test_saved_rollouts_replay_to_the_same_update(tiny_ckpt, toy_prompts, tmp_pa
 
 def test_external_engine(tiny_ckpt, toy_prompts, tmp_path):
     from slime_like.args import parse_args
-    from slime_like.backends.sglang.launcher import start_engine
+    from slime_like.backends.engine_api.launcher import start_engine
     from slime_like.utils.net import free_port
 
     argv = loop_argv(tiny_ckpt, toy_prompts[0], tmp_path, "--actor-num-gpus-per-node", "1", "--num-rollout", "2")

@@ -53,6 +53,7 @@ def parity_rank(rank, world, port, ckpts, tp, pp, ep, archs):
     import transformers
 
     from slime_like.backends.megatron import hf_weights, model, parallel
+    from slime_like.config.hf_config import fill_args_from_hf
 
     parallel.init_distributed(rank, world, master_port=port, tp=tp, pp=pp, ep=ep)
     ids = torch.randint(2, 100, (2, 12), generator=torch.Generator().manual_seed(0))
@@ -66,7 +67,7 @@ def parity_rank(rank, world, port, ckpts, tp, pp, ep, archs):
 
             args = parse_args(tiny_qwen2_argv(ckpts["qwen2"], tp, pp), exit_on_error=False)
         else:
-            args = model.fill_args_from_hf(None, ckpts[arch])
+            args = fill_args_from_hf(None, ckpts[arch])
             args.tensor_model_parallel_size, args.pipeline_model_parallel_size = tp, pp
             args.expert_model_parallel_size = ep
         chunks = model.build_model(args)

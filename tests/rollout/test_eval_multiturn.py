@@ -5,7 +5,7 @@ from math import comb
 
 import pytest
 
-from slime_like.backends.sglang.client import EngineClient
+from slime_like.backends.engine_api.client import EngineClient
 from slime_like.rollout.controller import RolloutController
 from slime_like.rollout.eval import pass_at_k
 from slime_like.rollout.multi_turn_example import calculator

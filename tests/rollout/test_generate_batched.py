@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from slime_like.backends.sglang.client import EngineClient
+from slime_like.backends.engine_api.client import EngineClient
 from slime_like.rollout.controller import RolloutController
 from slime_like.rollout.engines import EnginePool, set_current_state
 from slime_like.rollout.generate import GenerateState, Slots, generate_group, sampling_params_from_args

@@ -24,7 +24,8 @@ from typing import Callable
 import torch
 
 from slime_like.backends.cpu_engine import kv_batch, weights
-from slime_like.backends.cpu_engine.sampling import BadRequest, SamplingParams, apply_repetition_penalty, sample_next
+from slime_like.backends.cpu_engine.sampling import SamplingParams, apply_repetition_penalty, sample_next
+from slime_like.backends.engine_api.protocol import BadRequest
 
 logger = logging.getLogger("slime_like.cpu_engine")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

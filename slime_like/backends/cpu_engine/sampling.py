@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from slime_like.backends.engine_api.protocol import BadRequest
+
 # SGLang's SamplingParams keys. The ones in _UNSUPPORTED are accepted by SGLang but not implemented here;
 # a request that sets them to a non-default value gets a clear error instead of being silently ignored.
 _SUPPORTED = {"max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "stop",
@@ -25,10 +27,6 @@ _UNSUPPORTED = {"frequency_penalty": 0.0, "presence_penalty": 0.0,
                 "custom_params": None, "stream_interval": None, "logit_bias": None, "sampling_seed": None,
                 "stop_regex": None}
 GREEDY_EPS = 1e-6  # SGLang treats temperature below its epsilon as greedy
-
-
-class BadRequest(ValueError):
-    """A request the engine refuses before doing any work (answered with HTTP 400)."""
 
 
 @dataclass

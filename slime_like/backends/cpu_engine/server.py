@@ -14,10 +14,11 @@ from datetime import timedelta
 import torch
 from aiohttp import web
 
-from slime_like.backends.cpu_engine import protocol, weights
+from slime_like.backends.cpu_engine import weights
 from slime_like.backends.cpu_engine.engine import CPUEngine, Request
-from slime_like.backends.cpu_engine.sampling import BadRequest, SamplingParams
-from slime_like.backends.sglang import process_group, tensor_serializer
+from slime_like.backends.cpu_engine.sampling import SamplingParams
+from slime_like.backends.engine_api import process_group, protocol, tensor_serializer
+from slime_like.backends.engine_api.protocol import BadRequest
 
 logger = logging.getLogger("slime_like.cpu_engine")
 routes = web.RouteTableDef()
@@ -72,7 +73,8 @@ def _engine(request) -> CPUEngine:
 @routes.post("/generate")
 async def generate(request):
     eng = _engine(request)
-    reqs, is_batch = protocol.parse_generate(await _json(request), eng.tokenizer)
+    parsed, is_batch = protocol.parse_generate(await _json(request), eng.tokenizer)
+    reqs = _to_engine_requests(parsed)
     eng.stats["generate_calls"] += 1
     loop = asyncio.get_running_loop()
     all_done = loop.create_future()
@@ -94,6 +96,20 @@ async def generate(request):
         raise
     out = [protocol.build_response(r, eng.tokenizer, eng.weight_version) for r in reqs]
     return web.json_response(out if is_batch else out[0])
+
+
+def _to_engine_requests(parsed: list) -> list[Request]:
+    params = {}  # one sampling_params object shared by a batch is parsed once (the engine never mutates it)
+    reqs = []
+    for g in parsed:
+        key = id(g.sampling_params)
+        if key not in params:
+            params[key] = SamplingParams.from_dict(g.sampling_params)
+        r = Request(g.input_ids, params[key], g.return_logprob, g.return_text_in_logprobs)
+        if g.rid is not None:
+            r.rid = g.rid
+        reqs.append(r)
+    return reqs
 
 
 @routes.post("/abort_request")

@@ -11,7 +11,7 @@ import os
 
 import torch
 
-from slime_like.backends.cpu_engine.sampling import BadRequest
+from slime_like.backends.engine_api.protocol import BadRequest
 
 
 def eos_token_ids(model, tokenizer) -> set[int]:
@@ -68,7 +68,7 @@ def receive_distributed(model, names, dtypes, shapes, load_format, recv) -> list
       FlattenedTensorBucket: uint8, byte offsets), then views of it.
     Call it under the engine's model lock: parameters change while it runs.
     """
-    from slime_like.backends.sglang.process_group import torch_dtype
+    from slime_like.backends.engine_api.process_group import torch_dtype
 
     if not len(names) == len(dtypes) == len(shapes):
         raise BadRequest(f"names/dtypes/shapes lengths differ: {len(names)}/{len(dtypes)}/{len(shapes)}")

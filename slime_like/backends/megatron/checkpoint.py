@@ -258,7 +258,7 @@ def load_checkpoint(load_dir: str, model_chunks, optimizer=None, scheduler=None,
 def _args_from_hf(hf_dir):
     from megatron.core import parallel_state as ps
 
-    from slime_like.backends.megatron.model import fill_args_from_hf
+    from slime_like.config.hf_config import fill_args_from_hf
 
     args = fill_args_from_hf(None, hf_dir)
     args.tensor_model_parallel_size = ps.get_tensor_model_parallel_world_size()

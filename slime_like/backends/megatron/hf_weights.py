@@ -23,7 +23,8 @@ import shutil
 import torch
 import torch.distributed as dist
 
-from slime_like.backends.megatron.model import ValueHead, padded_vocab_size, read_hf_config
+from slime_like.backends.megatron.model import ValueHead, padded_vocab_size
+from slime_like.config.hf_config import read_hf_config
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
 _LOCAL_EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.linear_fc([12])\.(weight|bias)$")
@@ -191,7 +192,7 @@ class _HFReader:
 @torch.no_grad()
 def load_hf_weights(model_chunks, hf_dir: str, args):
     """Copy this rank's share of an HF checkpoint into the model chunks (every parameter must be covered)."""
-    hf_cfg = read_hf_config(hf_dir)
+    hf_cfg = read_hf_config(hf_dir, for_training=True)
     if hf_cfg["vocab_size"] > padded_vocab_size(args):
         raise ValueError(f"{hf_dir}: vocab_size {hf_cfg['vocab_size']} exceeds the model's padded vocab "
                          f"{padded_vocab_size(args)}; fix --vocab-size")
@@ -263,7 +264,7 @@ def export_hf(model_chunks, args, out_dir: str, template_hf_dir: str):
     """
     from megatron.core import parallel_state as ps
 
-    cfg = read_hf_config(template_hf_dir)
+    cfg = read_hf_config(template_hf_dir, for_training=True)
     dtype = getattr(torch, cfg.get("dtype") or cfg.get("torch_dtype") or "float32")
     # copy=True: own storage per tensor (iter_hf_weights may yield views; safetensors refuses shared storage)
     tensors = {n: t.to(device="cpu", dtype=dtype, copy=True).contiguous()

@@ -1,93 +1,14 @@
 """Build megatron-core GPTModel chunks from Megatron-style args (Qwen2/2.5, Qwen3, Llama 3, Qwen3-MoE).
 
-Args use Megatron-LM dest names (num_layers, hidden_size, ..., see `MODEL_FLAGS`). Flags left unset are
-filled from an HF config.json by `fill_args_from_hf` (the conversion tools rely on that). The layer spec
-is TransformerEngine's when TE is importable and CUDA is present, mcore's local (pure torch) spec
-otherwise. role="critic" replaces the LM head by a scalar value head.
+Args use Megatron-LM dest names (num_layers, hidden_size, ...). Flags left unset are filled from an HF
+config.json by `slime_like.config.hf_config.fill_args_from_hf` (the trainer and the conversion tools call it).
+The layer spec is TransformerEngine's when TE is importable and CUDA is present, mcore's local (pure torch)
+spec otherwise. role="critic" replaces the LM head by a scalar value head.
 """
 from __future__ import annotations
 
-import argparse
-import copy
-import json
-import os
-
 import torch
 import torch.nn.functional as F
-
-# dest name -> how to read it from an HF config dict (None: not derivable from HF)
-_HF_FIELDS = {
-    "num_layers": lambda c: c["num_hidden_layers"],
-    "hidden_size": lambda c: c["hidden_size"],
-    "ffn_hidden_size": lambda c: c["intermediate_size"],
-    "num_attention_heads": lambda c: c["num_attention_heads"],
-    "num_query_groups": lambda c: c.get("num_key_value_heads") or c["num_attention_heads"],
-    "group_query_attention": lambda c: (c.get("num_key_value_heads") or c["num_attention_heads"])
-    != c["num_attention_heads"],
-    "kv_channels": lambda c: c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
-    "norm_epsilon": lambda c: c.get("rms_norm_eps", 1e-6),
-    "rotary_base": lambda c: c.get("rope_theta") or (c.get("rope_parameters") or {}).get("rope_theta", 10000.0),
-    "vocab_size": lambda c: c["vocab_size"],
-    "max_position_embeddings": lambda c: c.get("max_position_embeddings", 4096),
-    "untie_embeddings_and_output_weights": lambda c: not c.get("tie_word_embeddings", False),
-    "add_qkv_bias": lambda c: c["model_type"] in ("qwen2", "qwen2_moe") or bool(c.get("attention_bias")),
-    "qk_layernorm": lambda c: c["model_type"] in ("qwen3", "qwen3_moe"),
-    "swiglu": lambda c: c.get("hidden_act", "silu") == "silu",
-    "normalization": lambda c: "RMSNorm",
-    "disable_bias_linear": lambda c: not c.get("mlp_bias", False),
-    "num_experts": lambda c: c.get("num_experts") or c.get("num_local_experts"),
-    "moe_router_topk": lambda c: c.get("num_experts_per_tok", 2),
-    "moe_ffn_hidden_size": lambda c: c.get("moe_intermediate_size"),
-    "moe_shared_expert_intermediate_size": lambda c: c.get("shared_expert_intermediate_size") or None,
-    "attention_dropout": lambda c: c.get("attention_dropout", 0.0),
-    "hidden_dropout": lambda c: 0.0,  # HF decoder LMs of these families train without hidden dropout
-}
-SUPPORTED_HF_TYPES = ("qwen2", "qwen3", "qwen3_moe", "llama")
-
-
-def read_hf_config(hf_dir: str) -> dict:
-    path = os.path.join(hf_dir, "config.json")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path} not found: --hf-checkpoint must be a Hugging Face model directory")
-    with open(path) as f:
-        cfg = json.load(f)
-    if cfg.get("model_type") not in SUPPORTED_HF_TYPES:
-        raise ValueError(f"{path}: model_type {cfg.get('model_type')!r} is not supported; "
-                         f"supported: {', '.join(SUPPORTED_HF_TYPES)}")
-    return cfg
-
-
-def fill_args_from_hf(args, hf_dir: str):
-    """Return a copy of `args` whose unset model flags come from hf_dir/config.json.
-
-    A parsed Namespace (slime_like.config) with no model flag at all gets the config package's full
-    HF -> MODEL_ARGS translation first (its Megatron defaults, e.g. LayerNorm, are not None); then any
-    flag still missing or None is read from config.json, and Megatron's derived defaults are applied.
-    """
-    cfg = read_hf_config(hf_dir)
-    out = copy.copy(args) if args is not None else argparse.Namespace()
-    if args is not None and getattr(out, "num_layers", None) is None and hasattr(out, "add_bias_linear"):
-        from slime_like.config.hf_config import fill_model_from_hf
-
-        out.hf_checkpoint = hf_dir
-        fill_model_from_hf(out)
-        if cfg.get("num_experts") or cfg.get("num_local_experts"):
-            # Megatron's default "allgather" cannot run under PP with variable lengths; slime's MoE recipes
-            # use alltoall, and so does a model taken whole from config.json
-            out.moe_token_dispatcher_type = "alltoall"
-    for name, read in _HF_FIELDS.items():
-        if getattr(out, name, None) is None:
-            setattr(out, name, read(cfg))
-    if getattr(out, "use_rotary_position_embeddings", False):
-        out.position_embedding_type = "rope"
-    if not getattr(out, "group_query_attention", False):
-        out.num_query_groups = out.num_attention_heads
-    if getattr(out, "seq_length", None) is None:
-        out.seq_length = out.max_position_embeddings
-    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
-    if scaling.get("rope_type", scaling.get("type")) == "llama3" and not getattr(out, "use_rope_scaling", False):
-        out.use_rope_scaling, out.rope_scaling_factor = True, float(scaling.get("factor", 8.0))
-    return out
 
 
 def padded_vocab_size(args) -> int:

@@ -31,9 +31,10 @@ from slime_like.backends.megatron import data as D
 from slime_like.backends.megatron import loss as L
 from slime_like.backends.megatron import optimizer as O
 from slime_like.backends.megatron.trainer_dist import TrainerDistMixin
+from slime_like.config.hf_config import fill_args_from_hf
+from slime_like.config.role_overrides import ROLES
 
 log = logging.getLogger(__name__)
-ROLES = ("actor", "critic")
 POLICY_FIELDS = ("log_probs", "advantages", "ref_log_probs", "rollout_log_probs")
 VALUE_FIELDS = ("values", "returns")
 
@@ -44,6 +45,10 @@ def _get(args, name, default=None):
 
 
 class MegatronTrainer(TrainerDistMixin):
+    """Implements `slime_like.backends.trainer_api.TrainerBackend` (`--train-backend megatron`)."""
+
+    checkpoint_format = "torch_dist"
+
     def __init__(self, args, role: str = "actor", rank: int = 0, world_size: int = 1,
                  master_addr: str = "127.0.0.1", master_port: int = 29500):
         if role not in ROLES:
@@ -53,7 +58,7 @@ class MegatronTrainer(TrainerDistMixin):
 
         args = copy.copy(args)  # our view; the caller's namespace is never mutated
         if _get(args, "hf_checkpoint"):
-            args = M.fill_args_from_hf(args, args.hf_checkpoint)
+            args = fill_args_from_hf(args, args.hf_checkpoint)
         self._check_supported(args, role)
         self.args, self.role = args, role
         self.ps = parallel.init_distributed(
@@ -210,6 +215,11 @@ class MegatronTrainer(TrainerDistMixin):
         return self._from_last_stage(result)
 
     # ----------------------------------------------------------------- public API
+    def parallel_info(self) -> dict:
+        ps = self.ps
+        return dict(dp_rank=ps.get_data_parallel_rank(), dp_size=ps.get_data_parallel_world_size(),
+                    tp_rank=ps.get_tensor_model_parallel_rank(), pp_rank=ps.get_pipeline_model_parallel_rank())
+
     def old_log_probs_needed(self) -> bool:
         """Whether train_step needs the old policy's log-probs from a separate forward pass.
 

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import urllib.parse
 
-from slime_like.backends.sglang.launcher import EngineProcess, EngineStartError
+from slime_like.backends.engine_api.launcher import EngineProcess, EngineStartError
 
 POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "bucket", "manual", "consistent_hashing",
             "prefix_hash")

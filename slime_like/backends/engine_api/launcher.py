@@ -1,26 +1,23 @@
-"""Start rollout engine servers as child processes: SGLang on GPUs, the embedded CPU engine otherwise.
+"""Start rollout engine servers as child processes, whatever the engine (its `Engine.launch_command`).
 
-    cmd = build_sglang_command(args, port=30000, host="10.0.0.1", base_gpu_id=4)
     proc = start_engine(args, kind="sglang", engine_index=0, gpu_ids=[4, 5], host="10.0.0.1", port=30000)
     proc.url        # http://10.0.0.1:30000, healthy (/health_generate answered) when start_engine returns
     proc.stop()     # SIGTERM to the whole process group, SIGKILL after a grace period: no orphans
 
-One SGLang server per ``--rollout-num-gpus-per-engine`` GPUs (its ``--tp-size``), started from
-``--hf-checkpoint`` with ``--base-gpu-id`` = the first GPU of its slot, plus every ``--sglang-*`` passthrough
-value the user set (``args.sglang_server_args``; attributes ``args.sglang_<name>`` are accepted too when
-that dict is absent). A failed start raises ``EngineStartError`` naming the engine (index, URL) with the tail
-of its log.
+`kind` is a registered `--rollout-engine` value (`engine_api/engine.py`). A failed start raises
+``EngineStartError`` naming the engine (index, URL) with the tail of its log.
 """
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
+
+from slime_like.backends.engine_api.engine import get_engine
 
 # slime_like's own --sglang-* flags that configure the rollout client or router, not the server.
 CLIENT_SIDE = frozenset({"server_concurrency", "router_ip", "router_port", "router_request_timeout_secs", "config",
@@ -41,62 +38,6 @@ def sglang_server_args(args) -> dict:
     if d is None:
         d = {k[len("sglang_"):]: v for k, v in vars(args).items() if k.startswith("sglang_")}
     return {k: v for k, v in d.items() if k not in CLIENT_SIDE and v is not None}
-
-
-def _flag(name: str, value) -> list[str]:
-    """One ServerArgs value as CLI tokens: True -> bare flag, False -> omitted, list -> repeated values."""
-    flag = "--" + name.replace("_", "-")
-    if value is True:
-        return [flag]
-    if value is False:
-        return []
-    if isinstance(value, (list, tuple)):
-        return [flag, *map(str, value)]
-    if isinstance(value, dict):
-        import json
-        return [flag, json.dumps(value)]
-    return [flag, str(value)]
-
-
-def build_sglang_command(args, *, port: int, host: str = "127.0.0.1", base_gpu_id: int = 0,
-                         tp_size: int | None = None, nccl_port: int | None = None, dist_init_addr: str | None = None,
-                         nnodes: int = 1, node_rank: int = 0, python: str | None = None) -> list[str]:
-    """argv for `python -m sglang.launch_server` serving args.hf_checkpoint on the given slot."""
-    if not getattr(args, "hf_checkpoint", None):
-        raise ValueError("--hf-checkpoint is required to start SGLang (it serves the HF weights and tokenizer)")
-    tp = tp_size or getattr(args, "rollout_num_gpus_per_engine", 1)
-    cmd = [python or sys.executable, "-m", "sglang.launch_server", "--model-path", args.hf_checkpoint,
-           "--trust-remote-code", "--tp-size", str(tp), "--base-gpu-id", str(base_gpu_id),
-           "--port", str(port), "--host", host]
-    if getattr(args, "seed", None) is not None:
-        cmd += ["--random-seed", str(args.seed)]
-    if getattr(args, "offload_rollout", False) or getattr(args, "colocate", False):
-        cmd += ["--enable-memory-saver"]  # /release_memory_occupation needs it
-    if nccl_port is not None:
-        cmd += ["--nccl-port", str(nccl_port)]
-    if nnodes > 1 or dist_init_addr:
-        if not dist_init_addr:
-            raise ValueError(f"an engine spanning {nnodes} nodes needs dist_init_addr (host:port of its node 0)")
-        cmd += ["--dist-init-addr", dist_init_addr, "--nnodes", str(nnodes), "--node-rank", str(node_rank)]
-    for name, value in sorted(sglang_server_args(args).items()):
-        cmd += _flag(name, value)
-    return cmd
-
-
-def build_cpu_engine_command(args, *, port: int, host: str = "127.0.0.1", python: str | None = None) -> list[str]:
-    """argv for the embedded CPU engine (a subset of SGLang's flags that it understands)."""
-    if not getattr(args, "hf_checkpoint", None):
-        raise ValueError("--hf-checkpoint is required to start the CPU engine")
-    sv = sglang_server_args(args)
-    dtype = {"auto": "float32", "half": "float16"}.get(str(sv.get("dtype", "float32")), str(sv.get("dtype", "float32")))
-    cmd = [python or sys.executable, "-m", "slime_like.backends.cpu_engine", "--model-path", args.hf_checkpoint,
-           "--host", host, "--port", str(port), "--dtype", dtype, "--parent-pid", str(os.getpid())]
-    for name in ("max_running_requests", "context_length"):
-        if sv.get(name) is not None:
-            cmd += ["--" + name.replace("_", "-"), str(sv[name])]
-    if getattr(args, "seed", None) is not None:
-        cmd += ["--random-seed", str(args.seed)]
-    return cmd
 
 
 class EngineProcess:
@@ -155,22 +96,16 @@ class EngineProcess:
 
 def start_engine(args, kind: str = "cpu", *, engine_index: int = 0, gpu_ids: list | None = None,
                  host: str = "127.0.0.1", port: int = 30000, log_dir: str | None = None,
-                 health_timeout: float | None = None, env: dict | None = None, cmd: list[str] | None = None,
-                 **sglang_kwargs) -> EngineProcess:
-    """Start one engine server and wait until it generates; returns an EngineProcess.
+                 health_timeout: float | None = None, env: dict | None = None,
+                 cmd: list[str] | None = None) -> EngineProcess:
+    """Start one engine server of the registered engine `kind` and wait until it generates.
 
-    kind 'sglang' places the server on gpu_ids (base GPU id = gpu_ids[0]); 'cpu' runs the embedded engine.
-    `cmd` overrides the command line (tests use it to start a process that fails)."""
-    if kind not in ("cpu", "sglang"):
-        raise ValueError(f"engine kind {kind!r}; choose 'cpu' or 'sglang'")
+    The server uses gpu_ids (the first is its base GPU). `cmd` overrides the command line (tests use it to start
+    a process that fails)."""
+    engine = get_engine(kind)
     name = f"rollout engine {engine_index} ({kind})"
     if cmd is None:
-        if kind == "sglang":
-            gpu_ids = list(gpu_ids or [0])
-            cmd = build_sglang_command(args, port=port, host=host, base_gpu_id=int(gpu_ids[0]),
-                                       tp_size=len(gpu_ids), **sglang_kwargs)
-        else:
-            cmd = build_cpu_engine_command(args, port=port, host=host)
+        cmd = engine.launch_command(args, host=host, port=port, gpu_ids=list(gpu_ids or [0]))
     log_dir = log_dir or os.path.join(getattr(args, "save", None) or tempfile.gettempdir(), "engine_logs")
     os.makedirs(log_dir, exist_ok=True)
     log_path = os.path.join(log_dir, f"engine_{engine_index}_{kind}_{port}.log")
@@ -182,7 +117,7 @@ def start_engine(args, kind: str = "cpu", *, engine_index: int = 0, gpu_ids: lis
         popen = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env, start_new_session=True)
     proc = EngineProcess(name, f"http://{host}:{port}", popen, log_path)
     if health_timeout is None:
-        health_timeout = 900.0 if kind == "sglang" else 180.0
+        health_timeout = engine.health_timeout_s
     try:
         proc.wait_healthy(health_timeout)
     except BaseException:

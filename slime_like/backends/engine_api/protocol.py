@@ -1,4 +1,8 @@
-"""SGLang's native /generate request and response shapes, on top of the engine's Request objects.
+"""SGLang's native /generate request and response shapes: the wire format every engine of ours speaks.
+
+Neutral on purpose (no engine imports): ``parse_generate`` turns a JSON body into ``GenerateRequest`` records
+that an engine converts into its own request objects, and ``build_response`` shapes any finished request that
+has the attributes read below (``input_ids``, ``params``, ``output_ids``, ``output_logprobs``, ...).
 
 Response per request (SGLang field names)::
 
@@ -16,8 +20,7 @@ what follows it is cut, unless ``no_stop_trim``.
 """
 from __future__ import annotations
 
-from slime_like.backends.cpu_engine.engine import Request
-from slime_like.backends.cpu_engine.sampling import BadRequest, SamplingParams
+from dataclasses import dataclass
 
 _REQ_KEYS = {"text", "input_ids", "sampling_params", "rid", "return_logprob", "logprob_start_len",
              "top_logprobs_num", "return_text_in_logprobs", "stream", "model", "lora_path", "custom_logit_processor",
@@ -29,7 +32,21 @@ _DEFAULT_ONLY = {"top_logprobs_num": (None, 0), "logprob_start_len": (None, -1),
                  "bootstrap_host": (None,), "bootstrap_room": (None,), "data_parallel_rank": (None, 0)}
 
 
-def parse_generate(body: dict, tokenizer) -> tuple[list[Request], bool]:
+class BadRequest(ValueError):
+    """A request the engine refuses before doing any work (answered with HTTP 400)."""
+
+
+@dataclass
+class GenerateRequest:
+    """One prompt of a /generate body, validated; ``sampling_params`` is the raw JSON object (or None)."""
+    input_ids: list
+    sampling_params: dict | None
+    return_logprob: bool
+    return_text_in_logprobs: bool
+    rid: str | None
+
+
+def parse_generate(body: dict, tokenizer) -> tuple[list[GenerateRequest], bool]:
     """JSON body -> (requests, is_batch). A batch is `input_ids: [[...], ...]` or `text: [..]`."""
     if not isinstance(body, dict):
         raise BadRequest("the /generate body must be a JSON object")
@@ -64,11 +81,7 @@ def parse_generate(body: dict, tokenizer) -> tuple[list[Request], bool]:
             raise BadRequest("a batch request needs 'rid' as a list, one per prompt")
         return [v] * n
 
-    sps = per_item("sampling_params", None)
-    if all(sp is sps[0] for sp in sps):   # one dict for the whole batch: parse it once (the engine never mutates it)
-        params = [SamplingParams.from_dict(sps[0])] * n
-    else:
-        params = [SamplingParams.from_dict(sp) for sp in sps]
+    params = per_item("sampling_params", None)
     rids = per_item("rid", None)
     logprob = per_item("return_logprob", False)
     with_text = bool(body.get("return_text_in_logprobs"))
@@ -76,15 +89,11 @@ def parse_generate(body: dict, tokenizer) -> tuple[list[Request], bool]:
     for p, sp, rid, lp in zip(prompts, params, rids, logprob):
         if not all(isinstance(t, int) for t in p):
             raise BadRequest("input_ids must be a list of ints (or a list of such lists)")
-        r = Request(list(p), sp, bool(lp))
-        r.return_text_in_logprobs = with_text
-        if rid is not None:
-            r.rid = str(rid)
-        reqs.append(r)
+        reqs.append(GenerateRequest(list(p), sp, bool(lp), with_text, None if rid is None else str(rid)))
     return reqs, is_batch
 
 
-def build_response(r: Request, tokenizer, weight_version: str) -> dict:
+def build_response(r, tokenizer, weight_version: str) -> dict:
     p, fr = r.params, r.finish_reason or {}
     ids = r.output_ids
     matched = fr.get("matched")

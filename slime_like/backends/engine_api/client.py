@@ -1,4 +1,5 @@
-"""Asyncio HTTP client for SGLang's native API (real SGLang, the sglang-router, or the embedded CPU engine).
+"""The one HTTP client of SGLang's native API (real SGLang, the sglang-router, the embedded CPU engine), used by
+the rollout (async, pooled) and by weight sync (`post`, a thin sync wrapper for threads without an event loop).
 
     async with EngineClient("http://127.0.0.1:30000") as c:
         out = await c.generate([1, 2, 3], {"temperature": 1.0, "max_new_tokens": 64}, return_logprob=True)
@@ -154,6 +155,16 @@ class EngineClient:
 
     async def resume_memory(self, tags: list[str] | None = None) -> dict:
         return await self.request("POST", "/resume_memory_occupation", {"tags": tags} if tags else {})
+
+
+def post(url: str, path: str, payload: dict | None = None, timeout: float = 600.0):
+    """Synchronous POST of one JSON body (weight sync runs in plain threads): the same answers and errors as
+    `EngineClient.request`, and a 200 answer with ``success: false`` raises too. Not for a running event loop."""
+    async def once():
+        async with EngineClient(url, timeout=timeout) as client:
+            return _check(client.url + path, await client.request("POST", path, payload if payload is not None else {}))
+
+    return asyncio.run(once())
 
 
 @contextlib.asynccontextmanager

@@ -20,10 +20,7 @@ All calls are synchronous (the Ray trainer actor calls them); HTTP fan-out runs 
 from __future__ import annotations
 
 import contextlib
-import json
 import socket
-import urllib.error
-import urllib.request
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import timedelta
@@ -32,39 +29,12 @@ from typing import Iterable, Iterator
 
 import torch
 
-from slime_like.backends.sglang import tensor_serializer
-from slime_like.backends.sglang.client import EngineError, EngineUnreachable
+from slime_like.backends.engine_api import tensor_serializer
+from slime_like.backends.engine_api.client import post
 from slime_like.utils.net import free_port
 
 
-# ------------------------------------------------------------------------------------------- sync HTTP helpers
-def post(url: str, path: str, payload: dict | None = None, timeout: float = 600.0):
-    """POST JSON, return parsed JSON (or text). Errors name the URL and carry the server's message."""
-    full = url.rstrip("/") + path
-    data = json.dumps(payload if payload is not None else {}).encode()
-    req = urllib.request.Request(full, data=data, headers={"Content-Type": "application/json"}, method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            text = resp.read().decode("utf-8", "replace")
-    except urllib.error.HTTPError as e:
-        body = e.read().decode("utf-8", "replace")
-        try:
-            j = json.loads(body)
-            msg = (j.get("error") or {}).get("message") or j.get("message") or body
-        except (ValueError, AttributeError):
-            msg = body
-        raise EngineError(full, e.code, str(msg)[:2000]) from None
-    except (urllib.error.URLError, OSError) as e:
-        raise EngineUnreachable(full, f"{type(e).__name__}: {e}") from None
-    try:
-        out = json.loads(text) if text else None
-    except ValueError:
-        return text
-    if isinstance(out, dict) and out.get("success") is False:
-        raise EngineError(full, 200, str(out.get("message")))
-    return out
-
-
+# ------------------------------------------------------------------------------------------- HTTP fan-out
 def post_all(urls: list[str], path: str, payload: dict | None = None, timeout: float = 600.0) -> list:
     """POST the same payload to every engine concurrently; raise the first error (naming its URL)."""
     return post_each(urls, path, [payload] * len(urls), timeout)
@@ -162,7 +132,7 @@ class DistributedWeightSender:
 
     def connect(self) -> None:
         """Join as rank 0 while every engine joins through /init_weights_update_group (concurrently)."""
-        from slime_like.backends.sglang.process_group import init_custom_process_group
+        from slime_like.backends.engine_api.process_group import init_custom_process_group
 
         if self.master_port is None:
             self.master_port = free_port(self.master_address)
@@ -240,7 +210,7 @@ class DistributedWeightSender:
         return self._flat[:total]
 
     def close(self) -> None:
-        from slime_like.backends.sglang.process_group import destroy_process_group
+        from slime_like.backends.engine_api.process_group import destroy_process_group
 
         self._flat = None
         if self.group is None:

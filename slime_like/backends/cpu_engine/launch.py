@@ -1,0 +1,32 @@
+"""The embedded CPU engine as a rollout engine: the command that starts `python -m slime_like.backends.cpu_engine`."""
+from __future__ import annotations
+
+import os
+import sys
+
+from slime_like.backends.engine_api.engine import Engine
+from slime_like.backends.engine_api.launcher import sglang_server_args
+
+
+class CPUEngineServer(Engine):
+    name = "cpu"
+    health_timeout_s = 180.0
+
+    def launch_command(self, args, *, host: str, port: int, gpu_ids: list[int]) -> list[str]:
+        return build_cpu_engine_command(args, port=port, host=host)
+
+
+def build_cpu_engine_command(args, *, port: int, host: str = "127.0.0.1", python: str | None = None) -> list[str]:
+    """argv for the embedded CPU engine (a subset of SGLang's flags that it understands)."""
+    if not getattr(args, "hf_checkpoint", None):
+        raise ValueError("--hf-checkpoint is required to start the CPU engine")
+    sv = sglang_server_args(args)
+    dtype = {"auto": "float32", "half": "float16"}.get(str(sv.get("dtype", "float32")), str(sv.get("dtype", "float32")))
+    cmd = [python or sys.executable, "-m", "slime_like.backends.cpu_engine", "--model-path", args.hf_checkpoint,
+           "--host", host, "--port", str(port), "--dtype", dtype, "--parent-pid", str(os.getpid())]
+    for name in ("max_running_requests", "context_length"):
+        if sv.get(name) is not None:
+            cmd += ["--" + name.replace("_", "-"), str(sv[name])]
+    if getattr(args, "seed", None) is not None:
+        cmd += ["--random-seed", str(args.seed)]
+    return cmd

@@ -1,0 +1,79 @@
+"""The rollout engine interface, and the registry that maps `--rollout-engine NAME` to an implementation.
+
+Every engine of ours speaks one wire format (SGLang's native HTTP API, `engine_api/protocol.py`), so an
+engine is two things:
+
+* how to start it: `launch_command(args, host=, port=, gpu_ids=)` -- the argv of a server process that the
+  launcher (`engine_api/launcher.py`) starts, health-checks and stops; and
+* how to talk to it once it runs: `client(url)` -- an `EngineClient` (`engine_api/client.py`) whose methods
+  are the runtime half of the interface: `health`, `generate`, `abort`, `flush_cache`, `release_memory`,
+  `resume_memory`, and the weight-update routes listed in `weight_update_routes`.
+
+A new engine subclasses `Engine`, lists the weight-update routes it serves, and registers itself under its
+flag value with `register_engine` (or an entry in `_BUILTIN` below, imported lazily so `--dry-run` stays free
+of torch and of every engine's package).
+"""
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+# SGLang's weight-update routes (what TrainerGroup's weight senders post to)
+FROM_TENSOR = "/update_weights_from_tensor"
+FROM_DISTRIBUTED = "/update_weights_from_distributed"
+FROM_DISK = "/update_weights_from_disk"
+
+
+class Engine(ABC):
+    """One kind of rollout engine server. Stateless: instances are cheap and carry no process."""
+
+    name: ClassVar[str]
+    # seconds a fresh server may take to answer /health_generate (loading weights, compiling kernels)
+    health_timeout_s: ClassVar[float] = 300.0
+    weight_update_routes: ClassVar[frozenset] = frozenset({FROM_TENSOR, FROM_DISTRIBUTED, FROM_DISK})
+
+    @abstractmethod
+    def launch_command(self, args, *, host: str, port: int, gpu_ids: list[int]) -> list[str]:
+        """argv of one server process serving `args.hf_checkpoint` on (host, port) and the given GPUs."""
+
+    def client(self, url: str, session=None, timeout: float | None = 3600.0):
+        """The HTTP client of a running server (pass an aiohttp session to pool its connections)."""
+        from slime_like.backends.engine_api.client import EngineClient
+
+        return EngineClient(url, session=session, timeout=timeout)
+
+    def check_weight_route(self, route: str) -> None:
+        if route not in self.weight_update_routes:
+            raise ValueError(f"--rollout-engine {self.name} does not serve {route}; it serves "
+                             f"{sorted(self.weight_update_routes)}")
+
+
+# flag value -> "module:Class"; imported only when that engine is asked for
+_BUILTIN = {
+    "sglang": "slime_like.backends.sglang.engine:SGLangEngine",
+    "cpu": "slime_like.backends.cpu_engine.launch:CPUEngineServer",
+}
+_REGISTRY: dict[str, str | type] = dict(_BUILTIN)
+
+
+def register_engine(name: str, target: str | type) -> None:
+    """Add an engine under its `--rollout-engine` value (a class or a lazy "module:Class" path)."""
+    if name in _REGISTRY and _REGISTRY[name] != target:
+        raise ValueError(f"rollout engine {name!r} is already registered ({_REGISTRY[name]})")
+    _REGISTRY[name] = target
+
+
+def engine_names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def get_engine(name: str) -> Engine:
+    """The engine registered under `name` (a resolved --rollout-engine value: not "auto")."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown rollout engine {name!r}; registered: {engine_names()}")
+    target = _REGISTRY[name]
+    if isinstance(target, str):
+        module, _, cls = target.partition(":")
+        target = getattr(importlib.import_module(module), cls)
+    return target()

@@ -1,0 +1,63 @@
+"""SGLang as a rollout engine: `python -m sglang.launch_server` with the run's `--sglang-*` values.
+
+    cmd = build_sglang_command(args, port=30000, host="10.0.0.1", base_gpu_id=4)
+
+One SGLang server per ``--rollout-num-gpus-per-engine`` GPUs (its ``--tp-size``), started from
+``--hf-checkpoint`` with ``--base-gpu-id`` = the first GPU of its slot, plus every ``--sglang-*`` passthrough
+value the user set (``args.sglang_server_args``; attributes ``args.sglang_<name>`` are accepted too when
+that dict is absent).
+"""
+from __future__ import annotations
+
+import sys
+
+from slime_like.backends.engine_api.engine import Engine
+from slime_like.backends.engine_api.launcher import sglang_server_args
+
+
+class SGLangEngine(Engine):
+    name = "sglang"
+    health_timeout_s = 900.0  # weights from disk, CUDA graphs: minutes for a large model
+
+    def launch_command(self, args, *, host: str, port: int, gpu_ids: list[int]) -> list[str]:
+        return build_sglang_command(args, port=port, host=host, base_gpu_id=int(gpu_ids[0]), tp_size=len(gpu_ids))
+
+
+def _flag(name: str, value) -> list[str]:
+    """One ServerArgs value as CLI tokens: True -> bare flag, False -> omitted, list -> repeated values."""
+    flag = "--" + name.replace("_", "-")
+    if value is True:
+        return [flag]
+    if value is False:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [flag, *map(str, value)]
+    if isinstance(value, dict):
+        import json
+        return [flag, json.dumps(value)]
+    return [flag, str(value)]
+
+
+def build_sglang_command(args, *, port: int, host: str = "127.0.0.1", base_gpu_id: int = 0,
+                         tp_size: int | None = None, nccl_port: int | None = None, dist_init_addr: str | None = None,
+                         nnodes: int = 1, node_rank: int = 0, python: str | None = None) -> list[str]:
+    """argv for `python -m sglang.launch_server` serving args.hf_checkpoint on the given slot."""
+    if not getattr(args, "hf_checkpoint", None):
+        raise ValueError("--hf-checkpoint is required to start SGLang (it serves the HF weights and tokenizer)")
+    tp = tp_size or getattr(args, "rollout_num_gpus_per_engine", 1)
+    cmd = [python or sys.executable, "-m", "sglang.launch_server", "--model-path", args.hf_checkpoint,
+           "--trust-remote-code", "--tp-size", str(tp), "--base-gpu-id", str(base_gpu_id),
+           "--port", str(port), "--host", host]
+    if getattr(args, "seed", None) is not None:
+        cmd += ["--random-seed", str(args.seed)]
+    if getattr(args, "offload_rollout", False) or getattr(args, "colocate", False):
+        cmd += ["--enable-memory-saver"]  # /release_memory_occupation needs it
+    if nccl_port is not None:
+        cmd += ["--nccl-port", str(nccl_port)]
+    if nnodes > 1 or dist_init_addr:
+        if not dist_init_addr:
+            raise ValueError(f"an engine spanning {nnodes} nodes needs dist_init_addr (host:port of its node 0)")
+        cmd += ["--dist-init-addr", dist_init_addr, "--nnodes", str(nnodes), "--node-rank", str(node_rank)]
+    for name, value in sorted(sglang_server_args(args).items()):
+        cmd += _flag(name, value)
+    return cmd
