@@ -116,7 +116,7 @@ class Run:
     def _save_train_data(self, rollout_id: int):
         """slime's --save-debug-train-data: one file per rollout with every DP shard's batch (the fields
         the loss read: tokens, masks, rewards, log-probs, advantages, ...); `{rank}` is the writer, 0."""
-        shards = self.actor.per_dp(self.actor.call("debug_batch"))
+        shards = self.actor.per_dp(self.actor.debug_batches())
         path = self.args.save_debug_train_data.format(rollout_id=rollout_id, rank=0)
         write_json(path, {"rollout_id": rollout_id, "dp_shards": shards})
 

@@ -159,6 +159,10 @@ class TrainerGroup:
     def compute_advantages(self, *, return_to_driver: bool) -> list:
         return ray.get([a.compute_advantages.remote(return_to_driver=return_to_driver) for a in self.actors])
 
+    def debug_batches(self) -> list:
+        """--save-debug-train-data: every rank's training batch as lists."""
+        return ray.get([a.debug_batch.remote() for a in self.actors])
+
     def save(self, rollout_id: int) -> None:
         ray.get([a.save.remote(rollout_id) for a in self.actors])
 
