@@ -39,6 +39,7 @@ class Plan:
     actor: list = field(default_factory=list)            # list[Slot], one per actor rank
     critic: list = field(default_factory=list)           # list[Slot], one per critic rank
     engines: list = field(default_factory=list)          # list[list[Slot]], one list per engine
+    reference: list = field(default_factory=list)        # list[Slot]: a reference worker on GPUs of its own
 
     @property
     def num_slots(self) -> int:
@@ -46,7 +47,8 @@ class Plan:
         node only up to the highest slot used."""
         if self.num_nodes > 1:
             return self.num_nodes * self.gpus_per_node
-        used = [s.bundle for s in self.actor + self.critic] + [s.bundle for e in self.engines for s in e]
+        used = [s.bundle for s in self.actor + self.critic + self.reference] + \
+            [s.bundle for e in self.engines for s in e]
         return max(used) + 1 if used else 0
 
     @property
@@ -56,6 +58,10 @@ class Plan:
     @property
     def critic_slots(self) -> list:
         return [s.bundle for s in self.critic]
+
+    @property
+    def reference_slots(self) -> list:
+        return [s.bundle for s in self.reference]
 
     @property
     def engine_slots(self) -> list:
@@ -71,6 +77,8 @@ class Plan:
         for e, slots in enumerate(self.engines):
             for s in slots:
                 out[s.node][s.local_gpu].append(f"engine{e}")
+        for r, s in enumerate(self.reference):
+            out[s.node][s.local_gpu].append(f"ref{r}")
         return out
 
 
@@ -114,10 +122,13 @@ def _explicit_plan(args, placement: dict) -> Plan:
     if args.rollout_num_gpus:
         engines = _engines_on(_slots(placement.get("rollout", []), per_node), args.rollout_num_gpus_per_engine,
                              per_node)
-    used = actor + critic + [s for e in engines for s in e]
+    reference = []
+    if train and getattr(args, "reference_worker", False):
+        reference = _slots(placement["reference"], per_node)
+    used = actor + critic + reference + [s for e in engines for s in e]
     num_nodes = max(args.num_nodes or 0, max((s.node for s in used), default=0) + 1)
     return Plan(num_nodes=num_nodes, gpus_per_node=per_node, colocate=bool(args.colocate),
-                engine_kind=args.rollout_engine, actor=actor, critic=critic, engines=engines)
+                engine_kind=args.rollout_engine, actor=actor, critic=critic, engines=engines, reference=reference)
 
 
 def build_plan(args) -> Plan:

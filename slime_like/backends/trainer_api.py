@@ -16,6 +16,11 @@ from typing import Iterator, Protocol, runtime_checkable
 
 from slime_like.config.role_overrides import ROLES
 
+# Roles a backend runs: the YAML overlay roles, plus "reference", a frozen forward-only copy placed on GPUs of its
+# own (--placement reference:...); its compute_log_probs returns {"ref_log_probs": ...} and nothing else is called
+# on it. A backend that cannot run it raises in its constructor.
+TRAINER_ROLES = ROLES + ("reference",)
+
 
 @runtime_checkable
 class TrainerBackend(Protocol):
@@ -32,7 +37,8 @@ class TrainerBackend(Protocol):
         """Whether train_step needs the old policy's log-probs from a separate forward pass first."""
 
     def compute_log_probs(self, batch: dict, old_policy: bool = True) -> dict:
-        """Actor: `log_probs` (skipped when old_policy is False) and `ref_log_probs` with a reference model."""
+        """Actor: `log_probs` (skipped when old_policy is False) and `ref_log_probs` with a reference model inside;
+        role "reference": `ref_log_probs` only."""
 
     def compute_values(self, batch: dict) -> dict:
         """Critic: per-token `values`."""
@@ -84,7 +90,7 @@ def backend_class(name: str) -> type:
 
 def build(args, *, role: str, rank: int, world_size: int, master_addr: str, master_port: int) -> TrainerBackend:
     """One rank of `role` of the backend named by `args.train_backend`."""
-    if role not in ROLES:
-        raise ValueError(f"trainer role must be one of {ROLES}, got {role!r}")
+    if role not in TRAINER_ROLES:
+        raise ValueError(f"trainer role must be one of {TRAINER_ROLES}, got {role!r}")
     return backend_class(args.train_backend)(args, role=role, rank=rank, world_size=world_size,
                                              master_addr=master_addr, master_port=master_port)

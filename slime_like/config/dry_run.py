@@ -9,7 +9,7 @@ from slime_like.config.role_overrides import apply_role
 # Bookkeeping attributes that are not flags (still shown when relevant, in their own section).
 _INTERNAL = {"config_warnings", "config_path_problems", "megatron_role_entries", "preflight_notes", "cli_dests",
              "launch_refusals", "megatron_role_overrides", "sglang_server_args", "sglang_passthrough_mode",
-             "config_translation", "placement_map",
+             "config_translation", "placement_map", "reference_worker",
              "rollout_engine_requested", "role", "model_args_from_hf", "rollout_external",
              "disable_grpo_std_normalization", "disable_bias_linear"}
 
@@ -116,7 +116,10 @@ def plan_lines(plan, args) -> list:
         from slime_like.config.placement_spec import placement_text
 
         out.append(f"  explicit placement: --placement {' '.join(placement_text(placement))}")
-        if placement.get("reference"):
+        if getattr(args, "reference_worker", False):
+            out.append(f"  reference: its own worker, {len(plan.reference)} rank(s) (frozen; ref log-probs computed "
+                       "there and sent to the actor)")
+        elif placement.get("reference"):
             out.append("  reference: on the actor's GPUs, its log-probs computed inside the actor ranks")
     for node, gpus in plan.by_node().items():
         out.append(f"  node {node}:")

@@ -15,7 +15,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt
 
 
 def check_data_file(path: str, flag: str, keys: dict) -> tuple[list, list]:
-    """Every non-blank line of a JSONL file is a JSON object holding `keys` ({flag: key}); UTF-8 (a BOM is fine).
+    """Every non-blank line of a JSONL file (every entry of a .json array) is a JSON object holding `keys`
+    ({flag: key}); UTF-8 (a BOM is fine).
 
     Reports the first bad line as file:line and how many lines are bad in all."""
     if not os.path.exists(path):
@@ -24,6 +25,8 @@ def check_data_file(path: str, flag: str, keys: dict) -> tuple[list, list]:
         return [f"{flag} {path}: is a directory, expected a .jsonl or .parquet file"], []
     if path.endswith(".parquet"):
         return _check_parquet(path, flag, keys), []
+    if path.endswith(".json") and _starts_with_array(path):
+        return _check_json_array(path, flag, keys), []
     first, bad, nonempty, partial = None, 0, 0, False
     with open(path, "rb") as f:
         read = 0
@@ -66,6 +69,29 @@ def _line_problem(raw: bytes, keys: dict) -> str | None:
     if missing:
         return f"no key {', '.join(missing)}; keys present: {sorted(row)[:8]}"
     return None
+
+
+def _starts_with_array(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"["
+
+
+def _check_json_array(path: str, flag: str, keys: dict) -> list:
+    """ROLL's data files: one JSON array of records (read whole, as the data source reads it)."""
+    if os.path.getsize(path) > MAX_DATA_BYTES:
+        return []  # the data source reports a bad entry when it reads the file
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            rows = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        return [f"{flag}: {path}: not a valid JSON array ({e})"]
+    if not rows:
+        return [f"{flag} {path}: the array holds no records"]
+    for i, row in enumerate(rows, start=1):
+        problem = _line_problem(json.dumps(row).encode(), keys)
+        if problem:
+            return [f"{flag}: {path}: array entry {i}: {problem}"]
+    return []
 
 
 def _check_parquet(path: str, flag: str, keys: dict) -> list:

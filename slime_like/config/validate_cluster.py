@@ -52,7 +52,7 @@ def _engine(args):
 
 def _explicit_placement(args):
     """--placement: derive the counts the rest of validation (and the dry run) read from the explicit GPU sets."""
-    args.placement_map = None
+    args.placement_map, args.reference_worker = None, False
     if not args.placement:
         if args.num_nodes is not None:
             warn(args, f"--num-nodes {args.num_nodes} only bounds --placement; without it the plan places in order")
@@ -79,12 +79,30 @@ def _explicit_placement(args):
     rollout = placement.get("rollout", [])
     args.rollout_num_gpus = len(rollout)
     args.colocate = bool(rollout) and rollout == placement.get("actor")
-    ref = placement.get("reference")
-    if ref is not None and ref != placement.get("actor"):
-        raise ConfigError("--placement: the reference on GPUs of its own (reference:" + ",".join(map(str, ref)) +
-                          ") is not built yet; place it with the actor (its log-probs are then computed inside the "
-                          "actor ranks) or drop it")
+    _reference_worker(args, placement)
     args.placement_map = placement
+
+
+def _reference_worker(args, placement: dict) -> None:
+    """A reference on GPUs of its own runs as its own worker (frozen, forward only); on the actor's set it is
+    computed inside the actor ranks as always."""
+    ref = placement.get("reference")
+    args.reference_worker = bool(ref) and ref != placement.get("actor")
+    if not args.reference_worker:
+        return
+    if not (args.use_kl_loss or args.kl_coef):
+        warn(args, "--placement reference:... without --use-kl-loss or --kl-coef: nothing reads the reference, "
+                   "so its worker is not started")
+        args.reference_worker = False
+        del placement["reference"]
+        return
+    if args.ref_update_interval:
+        raise ConfigError("--ref-update-interval with a reference on GPUs of its own is not built (the actor would "
+                          "have to send it weights); place the reference with the actor or drop the interval")
+    tp, pp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size
+    if len(ref) % (tp * pp * args.context_parallel_size):
+        raise ConfigError(f"--placement reference on {len(ref)} GPUs: not divisible by the model's TP {tp} x PP {pp} "
+                          f"x CP {args.context_parallel_size} (it runs with the actor's parallel layout)")
 
 
 def _placement_defaults(args):

@@ -28,6 +28,7 @@ class Run:
         self.args, self.placement = args, placement
         self.actor, self.critic, self.engines, self.rollout = actor, critic, engines, rollout
         self.colocate = bool(args.colocate)
+        self.reference = None
         loaded = actor.loaded_rollout_id if actor is not None else None
         self.start_rollout_id = 0 if loaded is None else loaded + 1
         if args.start_rollout_id is not None:  # slime: an explicit start wins over the checkpoint's
@@ -61,6 +62,11 @@ class Run:
         if plan.actor_slots:
             actor = TrainerGroup(role_args(args, "actor"), "actor", placement, plan.actor_slots, trainer_share)
             started.append(actor.kill)
+        reference = None
+        if plan.reference_slots:  # a reference on GPUs of its own: its log-probs computed there
+            reference = TrainerGroup(role_args(args, "actor"), "reference", placement, plan.reference_slots,
+                                     trainer_share)
+            started.append(reference.kill)
         if args.use_critic and plan.critic_slots:
             critic = TrainerGroup(role_args(args, "critic"), "critic", placement, plan.critic_slots, trainer_share / 2)
             started.append(critic.kill)
@@ -73,6 +79,7 @@ class Run:
         rollout = RolloutManager.options(num_cpus=0).remote(args, engines.urls)
         started.append(lambda: ray.kill(rollout))
         run = cls(args, placement, actor, critic, engines, rollout)
+        run.reference = reference
         run._restore_rollout_state()
         if actor is not None and engines.urls:
             actor.connect_engines(engines.urls, colocate=bool(args.colocate))
@@ -90,6 +97,8 @@ class Run:
             return metrics
         t = time.perf_counter()
         self.actor.set_batch(shards)
+        if self.reference is not None:  # on its own GPUs, one answer per actor DP shard
+            self.actor.update_batch_per_dp(self.reference.reference_log_probs(shards))
         if self.critic is not None:
             self.critic.set_batch(shards)
             values = self.critic.per_dp(self.critic.compute_values())
@@ -180,7 +189,8 @@ class Run:
 
     def shutdown(self):
         """Stop engines first (they are child processes), then the actors; leave no orphans."""
-        for step in (self.engines.stop, lambda: ray.kill(self.rollout), *(g.kill for g in self._trainers()),
+        groups = self._trainers() + ([self.reference] if self.reference is not None else [])
+        for step in (self.engines.stop, lambda: ray.kill(self.rollout), *(g.kill for g in groups),
                      self.placement.remove):
             try:
                 step()

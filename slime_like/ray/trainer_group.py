@@ -64,6 +64,11 @@ class TrainerActor:
                 count += len(lp)
         return diff, count
 
+    def reference_log_probs(self, shards: list) -> list:
+        """Reference worker: ref_log_probs of each given actor shard (its own batch, not this rank's)."""
+        shards = ray.get(list(shards))  # object refs nested in a list are not resolved by Ray itself
+        return [self.trainer.compute_log_probs(shard) for shard in shards]
+
     def compute_values(self):
         out = self.trainer.compute_values(self.batch)
         self.batch.update(out)
@@ -187,6 +192,20 @@ class TrainerGroup:
 
     def update_batch_per_dp(self, per_dp: list):
         ray.get([a.update_batch.remote(per_dp[i["dp_rank"]]) for a, i in zip(self.actors, self.info)])
+
+    def reference_log_probs(self, shards: list) -> list:
+        """Reference group: ref_log_probs for every actor data-parallel shard, whatever the two DP sizes are.
+        Shard k goes to reference DP rank k % dp (every rank of that replica gets it: TP / PP ranks compute
+        together); the answers come back in shard order."""
+        mine = {d: [k for k in range(len(shards)) if k % self.dp_size == d] for d in range(self.dp_size)}
+        refs = [ray.put(s) for s in shards]
+        results = ray.get([a.reference_log_probs.remote([refs[k] for k in mine[i["dp_rank"]]])
+                           for a, i in zip(self.actors, self.info)])
+        out = [None] * len(shards)
+        for result, i in zip(results, self.info):
+            for k, value in zip(mine[i["dp_rank"]], result):
+                out[k] = value
+        return out
 
     def train_step(self, rollout_id: int) -> dict:
         metrics = ray.get([a.train_step.remote(rollout_id) for a in self.actors])[0]  # DP-averaged by the trainer

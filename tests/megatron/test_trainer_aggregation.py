@@ -45,3 +45,28 @@ def test_aggregation_modes_and_early_stop(tiny_ckpt):
     assert stopped["metrics"]["grad_norm"] == pytest.approx(0.0, abs=1e-9)
     torch.testing.assert_close(flat(stopped["log_probs"]), flat(stopped["old"]), atol=1e-6, rtol=0)
     assert (flat(tok["log_probs"]) - flat(tok["old"])).abs().max() > 1e-3
+
+
+def reference_case(rank, world_size, port, ckpt):
+    """The reference as its own worker (placed apart) gives the ref log-probs the actor computes inside itself."""
+    from slime_like.args import role_args
+    from slime_like.backends.megatron.trainer import MegatronTrainer
+
+    batch = make_batch(8, seed=7)
+    args = make_args(ckpt, "--use-kl-loss", "--kl-loss-coef", "0.01", "--ref-load", ckpt, "--micro-batch-size", "4",
+                     "--global-batch-size", "8")
+    inside = MegatronTrainer(role_args(args, "actor"), role="actor", rank=rank, world_size=world_size,
+                             master_port=port).compute_log_probs(batch)["ref_log_probs"]
+    worker = MegatronTrainer(role_args(args, "actor"), role="reference", rank=rank, world_size=world_size,
+                             master_port=port)
+    args.reference_worker = True
+    actor = MegatronTrainer(role_args(args, "actor"), role="actor", rank=rank, world_size=world_size, master_port=port)
+    return {"inside": inside, "worker": worker.compute_log_probs(batch), "worker_opt": worker.optimizer,
+            "actor_ref": actor.ref_model, "actor_out": sorted(actor.compute_log_probs(batch))}
+
+
+def test_reference_worker_matches_the_in_actor_reference(tiny_ckpt):
+    out = run_ranks(reference_case, 1, tiny_ckpt)[0]
+    assert set(out["worker"]) == {"ref_log_probs"} and out["worker_opt"] is None
+    torch.testing.assert_close(flat(out["worker"]["ref_log_probs"]), flat(out["inside"]), atol=0, rtol=0)
+    assert out["actor_ref"] is None and out["actor_out"] == ["log_probs"]  # the actor no longer builds one

@@ -32,7 +32,7 @@ from slime_like.backends.megatron import loss as L
 from slime_like.backends.megatron import optimizer as O
 from slime_like.backends.megatron.trainer_dist import TrainerDistMixin
 from slime_like.config.hf_config import fill_args_from_hf
-from slime_like.config.role_overrides import ROLES
+from slime_like.backends.trainer_api import TRAINER_ROLES
 
 log = logging.getLogger(__name__)
 POLICY_FIELDS = ("log_probs", "advantages", "ref_log_probs", "rollout_log_probs")
@@ -51,8 +51,8 @@ class MegatronTrainer(TrainerDistMixin):
 
     def __init__(self, args, role: str = "actor", rank: int = 0, world_size: int = 1,
                  master_addr: str = "127.0.0.1", master_port: int = 29500):
-        if role not in ROLES:
-            raise ValueError(f"MegatronTrainer role must be one of {ROLES}, got {role!r}")
+        if role not in TRAINER_ROLES:
+            raise ValueError(f"MegatronTrainer role must be one of {TRAINER_ROLES}, got {role!r}")
         from slime_like.backends.megatron import model as M
         from slime_like.backends.megatron import parallel
 
@@ -69,6 +69,9 @@ class MegatronTrainer(TrainerDistMixin):
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
         self.use_te = M._use_te()
 
+        if role == "reference":  # a frozen copy on GPUs of its own (--placement reference:...): forward only
+            self._init_reference_worker(args, M)
+            return
         # Model, then the weights it starts from, then DDP / optimizer / schedule, then a resume.
         self.chunks = M.build_model(args, role)
         resume = self._has_megatron_checkpoint(_get(args, "load"))
@@ -91,7 +94,8 @@ class MegatronTrainer(TrainerDistMixin):
                 self.loaded_rollout_id = None
 
         self.ref_model = None
-        if role == "actor" and (_get(args, "use_kl_loss", False) or _get(args, "kl_coef", 0.0)):
+        reference_apart = _get(args, "reference_worker", False)  # then the reference worker sends ref_log_probs
+        if role == "actor" and not reference_apart and (_get(args, "use_kl_loss", False) or _get(args, "kl_coef", 0.0)):
             ref_chunks = M.build_model(args, "ref")
             self._load_ref_weights(ref_chunks)
             for chunk in ref_chunks:
@@ -99,6 +103,18 @@ class MegatronTrainer(TrainerDistMixin):
                 chunk.eval()
             self.ref_chunks = ref_chunks
             self.ref_model = O.wrap_for_training(args, ref_chunks, trainable=False)
+        self._offloaded = False
+
+    def _init_reference_worker(self, args, M):
+        """The reference model alone: --ref-load (or --hf-checkpoint) weights, frozen, no optimizer."""
+        self.chunks = M.build_model(args, "ref")
+        self._load_ref_weights(self.chunks)
+        for chunk in self.chunks:
+            chunk.requires_grad_(False)
+            chunk.eval()
+        self.model = O.wrap_for_training(args, self.chunks, trainable=False)
+        self.optimizer = self.scheduler = self.ref_model = None
+        self.loaded_rollout_id = None
         self._offloaded = False
 
     # ----------------------------------------------------------------- setup helpers
@@ -243,6 +259,9 @@ class MegatronTrainer(TrainerDistMixin):
         """Actor: old-policy `log_probs` (and `ref_log_probs` with a reference model), logits / temperature.
 
         `old_policy=False` skips the actor's own forward pass (see old_log_probs_needed)."""
+        if self.role == "reference":
+            D.validate_batch(batch)
+            return {"ref_log_probs": self._forward_only(self.model, batch, "logp")}
         if self.role != "actor":
             raise RuntimeError("compute_log_probs is an actor call; the critic has compute_values")
         D.validate_batch(batch)
