@@ -116,6 +116,9 @@ def add_data_group(parser):
     g = parser.add_argument_group("data", "Prompt data and batch sizes")
     a = g.add_argument
     a("--prompt-data", default=None, help="JSONL, JSON-array (.json) or Parquet prompt file.")
+    a("--prompt-data-extra", nargs="+", default=None, metavar="PATH",
+      help="(slime_like) More prompt files read after --prompt-data, in order, as one dataset (RLinf "
+           "train_data_paths, ROLL file_name lists).")
     a("--prompt-template", default=None,
       help="(slime_like) How a text prompt becomes tokens: 'plain' (as written), 'native' (the tokenizer's chat "
            "template around it as one user message), 'chatml' / 'qwen2_5' (ChatML user turn; ROLL's template names).")

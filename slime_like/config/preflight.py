@@ -69,9 +69,11 @@ def _data(args, errors: list, notes: list) -> None:
         keys = {"--input-key": args.input_key}
         if args.label_key:
             keys["--label-key"] = args.label_key
-        e, n = check_data_file(args.prompt_data, "--prompt-data", keys)
-        errors += e
-        notes += n
+        for flag, path in [("--prompt-data", args.prompt_data),
+                           *(("--prompt-data-extra", p) for p in args.prompt_data_extra or [])]:
+            e, n = check_data_file(path, flag, keys)
+            errors += e
+            notes += n
     data = args.eval_prompt_data or []
     keys = {"--eval-input-key": getattr(args, "eval_input_key", None) or args.input_key}
     label = getattr(args, "eval_label_key", None) or args.label_key

@@ -166,6 +166,11 @@ def _rollout_and_eval(args):
     if not args.debug_train_only:
         if args.prompt_data and not os.path.exists(args.prompt_data):
             _path_problem(args, f"--prompt-data {args.prompt_data}: no such file")
+        if args.prompt_data_extra and not args.prompt_data:
+            raise ConfigError("--prompt-data-extra adds files after --prompt-data; give --prompt-data first")
+        for path in args.prompt_data_extra or []:
+            if not os.path.exists(path):
+                _path_problem(args, f"--prompt-data-extra {path}: no such file")
         for name, path in zip((data or [])[0::2], (data or [])[1::2]):
             if not os.path.exists(path):
                 _path_problem(args, f"--eval-prompt-data {name} {path}: no such file")
@@ -205,13 +210,16 @@ def _num_rollout_from_epochs(args):
     """slime: num_rollout = num_epoch * dataset_size // rollout_batch_size (JSONL records counted here)."""
     if args.num_epoch < 1:
         raise ConfigError(f"--num-epoch {args.num_epoch}: must be >= 1")
-    if not args.prompt_data or not args.prompt_data.endswith(".jsonl"):
-        raise ConfigError(f"--num-epoch needs a JSONL --prompt-data to count prompts (got {args.prompt_data!r}); "
-                          "set --num-rollout instead")
-    if not os.path.isfile(args.prompt_data):
+    files = [args.prompt_data, *(args.prompt_data_extra or [])]
+    if not args.prompt_data or not all(f.endswith(".jsonl") for f in files):
+        raise ConfigError(f"--num-epoch needs a JSONL --prompt-data (and JSONL --prompt-data-extra files) to count "
+                          f"prompts (got {' '.join(map(str, files))}); set --num-rollout instead")
+    if not all(os.path.isfile(f) for f in files):
         return  # reported as a missing path
-    with open(args.prompt_data, "rb") as f:
-        n = sum(1 for line in f if line.strip())
+    n = 0
+    for path in files:
+        with open(path, "rb") as f:
+            n += sum(1 for line in f if line.strip())
     args.num_rollout = max(1, args.num_epoch * n // args.rollout_batch_size)
     if args.rollout_max_prompt_len is not None:
         warn(args, f"--num-rollout {args.num_rollout} derived from --num-epoch {args.num_epoch} x {n} prompts counted "

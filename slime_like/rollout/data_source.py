@@ -155,12 +155,17 @@ class RolloutDataSource:
         path = path or args.prompt_data
         if not path:
             raise PromptDataError("--prompt-data PATH is required (a JSONL or Parquet file of prompts)")
-        self.records = load_prompts(path, tokenizer, args.input_key, getattr(args, "label_key", None),
-                                    getattr(args, "metadata_key", "metadata"),
-                                    bool(getattr(args, "apply_chat_template", False)),
-                                    getattr(args, "rollout_max_prompt_len", None),
-                                    tool_key=getattr(args, "tool_key", None),
-                                    template_kwargs=getattr(args, "apply_chat_template_kwargs", None))
+        # --prompt-data-extra: more files after the first, one dataset (only for the run's own --prompt-data)
+        extra = list(getattr(args, "prompt_data_extra", None) or []) if path == args.prompt_data else []
+        self.records = []
+        for i, one in enumerate([path, *extra]):
+            self.records += load_prompts(one, tokenizer, args.input_key, getattr(args, "label_key", None),
+                                         getattr(args, "metadata_key", "metadata"),
+                                         bool(getattr(args, "apply_chat_template", False)),
+                                         getattr(args, "rollout_max_prompt_len", None),
+                                         flag="--prompt-data-extra" if i else "--prompt-data",
+                                         tool_key=getattr(args, "tool_key", None),
+                                         template_kwargs=getattr(args, "apply_chat_template_kwargs", None))
         self.n_samples = int(args.n_samples_per_prompt)
         self.shuffle = bool(getattr(args, "rollout_shuffle", False))
         self.seed = int(getattr(args, "rollout_seed", 42) or 0)

@@ -82,6 +82,16 @@ def test_overrides_and_precedence(paths):
     assert args.lr == 1e-6
 
 
+def test_several_train_files(paths, tmp_path):
+    second = tmp_path / "more.jsonl"
+    second.write_text('{"prompt": "2+2=", "answer": "4"}\n{"prompt": "3+3=", "answer": "6"}\n')
+    args = parse(["--config", RLINF1, *rlinf_placeholders(paths), f"data.train_data_paths=[{paths['data']}, {second}]"])
+    assert args.prompt_data == paths["data"] and args.prompt_data_extra == [str(second)]
+    assert args.num_rollout == 1  # --num-epoch 5 x 3 prompts // 64
+    with pytest.raises(ConfigError, match="--prompt-data-extra .*nope.jsonl: no such file"):
+        parse(["--config", RLINF1, *rlinf_placeholders(paths), f"data.train_data_paths=[{paths['data']}, nope.jsonl]"])
+
+
 def test_disaggregated_placements(paths):
     rl = ["--config", RLINF1, *rlinf_placeholders(paths), "cluster.num_gpus_per_node=4",
           "cluster.component_placement={actor: 0-1, rollout: 2-3}"]
@@ -122,7 +132,6 @@ def test_placement_flag_for_slime_users(base):
     (["cluster.component_placement={actor: 0-1, rollout: 2-3}"],
      r"--placement: actor on GPU 1, outside the cluster of 1 node\(s\) x 1 GPUs"),
     (["actor.training_backend=fsdp"], r"--train-backend fsdp, which is not built yet"),
-    (["data.train_data_paths=[a.jsonl, b.jsonl]"], r"data.train_data_paths: 2 files: several training files"),
 ])
 def test_bad_rlinf_files_fail_in_one_line(paths, extra, message):
     with pytest.raises(ConfigError, match=message) as err:

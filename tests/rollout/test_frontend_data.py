@@ -57,3 +57,14 @@ def test_repetition_penalty_and_min_new_tokens_reach_the_cpu_engine(engine_url):
                                  {"Content-Type": "application/json"})
     out = json.loads(urllib.request.urlopen(req, timeout=60).read())
     assert out["meta_info"]["completion_tokens"] == 6
+
+
+def test_several_prompt_files_are_one_dataset(tmp_path, prompt_file, make_args):
+    from slime_like.rollout.data_source import RolloutDataSource
+
+    first = prompt_file([{"q": "a", "a": "1"}, {"q": "b", "a": "2"}], name="one.jsonl")
+    second = tmp_path / "two.json"
+    second.write_text(json.dumps([{"q": "c", "a": "3"}]))
+    args = make_args(first, "--rollout-batch-size", 1, "--prompt-data-extra", second)
+    ds = RolloutDataSource(args, build_char_tokenizer())
+    assert [r["label"] for r in ds.records] == ["1", "2", "3"]

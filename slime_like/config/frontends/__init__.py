@@ -109,6 +109,11 @@ def _drop_unbuilt(t, after: list) -> None:
             raise ConfigError(f"{t.path}: {what} is {value!r}, i.e. {flag} {value}, which is not built yet in "
                               f"slime_like (available: {', '.join(actions[flag].choices)}); choose one of those "
                               f"after the file, e.g. {flag} {actions[flag].choices[-1]}")
+    kept = {(t.tokens[i], t.tokens[i + 1]) for i in range(len(t.tokens) - 1) if t.tokens[i] in _UNBUILT_KEYS}
+    for flag, value, key in t.unmapped:
+        if (flag, value) in kept:
+            raise ConfigError(f"{t.path}: {key}: a setting of {flag} {value}, whose own flags this translation does "
+                              "not map yet; set the equivalent flag after the file and remove the key")
 
 
 @functools.lru_cache(maxsize=1)

@@ -71,6 +71,9 @@ class Translation:
         self.roles: dict = {}
         self.facts: dict = {}
         self.no_effect: list = []   # (dotted key, value, why)
+        # (flag, value, dotted key): settings of a backend (fsdp, vllm) whose own flags this translation does not
+        # map yet; an error once that backend exists, never silently dropped (before, "not built yet" stops it)
+        self.unmapped: list = []
 
     def flag(self, flag: str, *values):
         """`--flag v1 v2`; a None value leaves the flag out (the default stands)."""

@@ -61,10 +61,9 @@ def _greedy(v, t):
 
 def _train_paths(v, t):
     paths = _paths(v)
-    if len(paths) > 1:
-        raise ConfigError(f"{len(paths)} files: several training files are not built yet; concatenate them "
-                          "into one JSONL file")
     t.flag("--prompt-data", paths[0])
+    if len(paths) > 1:
+        t.flag("--prompt-data-extra", *paths[1:])
 
 
 def _paths(v) -> list:
@@ -267,7 +266,7 @@ def _inference(cfg, t):
 def _backends(cfg, t):
     backend = t.facts.get("training_backend", "megatron")
     if backend == "fsdp":
-        t.facts["fsdp_config"] = get(cfg, "actor.fsdp_config", {})
+        t.unmapped += [("--train-backend", "fsdp", f"actor.fsdp_config.{k}") for k in get(cfg, "actor.fsdp_config", {})]
         t.flag("--train-backend", "fsdp")
     elif backend != "megatron":
         raise ConfigError(f"{t.path}: actor.training_backend: {backend!r}: use megatron or fsdp")
@@ -278,6 +277,9 @@ def _backends(cfg, t):
         if engine not in ("sglang", "vllm"):
             raise ConfigError(f"{t.path}: rollout.rollout_backend: {engine!r}: use sglang or vllm")
         t.flag("--rollout-engine", engine)
+        if engine == "vllm":
+            t.unmapped += [("--rollout-engine", "vllm", f"rollout.{k}") for k in ("gpu_memory_utilization",
+                                                                                  "enforce_eager") if get(cfg, f"rollout.{k}") is not None]
     if t.facts.get("offload") and get(cfg, "cluster.component_placement"):
         t.facts["offload_requested"] = True
     if t.facts.get("trust_remote_code"):

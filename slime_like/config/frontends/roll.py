@@ -122,6 +122,12 @@ def _gen_args(prefix):
     }
 
 
+# ROLL's fsdp2_train strategy_config: the FSDP trainer's settings (its --fsdp-* flags are another engineer's).
+_FSDP2 = {k: Read("any", "an fsdp2_train setting") for k in ("fsdp_size", "param_dtype", "reduce_dtype",
+                                                              "reshard_after_forward", "offload_policy")}
+_VLLM_ONLY = ("gpu_memory_utilization", "block_size", "max_model_len", "load_format")
+
+
 def _strategy(role):
     config = {"megatron_train": mk.ROLL_MEGATRON, "megatron_infer": mk.ROLL_MEGATRON_INFER}
     if role == "actor_infer":
@@ -136,7 +142,7 @@ def _strategy(role):
         cfg = config["megatron_infer"]
     else:
         cfg = Free(Read("any", "the strategy's settings, checked by strategy_name"))
-        cfg = {**mk.ROLL_MEGATRON} if role == "actor_train" else cfg
+        cfg = {**mk.ROLL_MEGATRON, **_FSDP2} if role == "actor_train" else cfg
     return {"strategy_name": Map("str", _fact(f"{role}_strategy")), "strategy_config": cfg}
 
 
@@ -238,10 +244,9 @@ def _model_and_data(cfg, t):
     files = t.facts.get("train_files")
     if files:
         base = get(cfg, "actor_train.data_args.dataset_dir")
-        if len(files) > 1:
-            raise ConfigError(f"{t.path}: actor_train.data_args.file_name: {len(files)} files: several training "
-                              "files are not built yet; concatenate them into one file")
         t.flag("--prompt-data", _under(base, files[0]))
+        if len(files) > 1:
+            t.flag("--prompt-data-extra", *[_under(base, f) for f in files[1:]])
         t.flag("--label-key", "ground_truth")  # ROLL's RLVR data column for the reference answer
     template = t.facts.get("template")
     if template is not None:
@@ -271,14 +276,23 @@ def _strategies(cfg, t):
     if train not in _TRAIN_STRATEGIES:
         raise ConfigError(f"{t.path}: actor_train.strategy_args.strategy_name: {train!r}: use "
                           f"{' or '.join(_TRAIN_STRATEGIES)}")
+    train_cfg = get(cfg, "actor_train.strategy_args.strategy_config", {})
     if train == "fsdp2_train":
         t.flag("--train-backend", "fsdp")
+        t.unmapped += [("--train-backend", "fsdp", f"actor_train.strategy_args.strategy_config.{k}") for k in train_cfg]
+    else:
+        t.no_effect += [(f"actor_train.strategy_args.strategy_config.{k}", v, "an fsdp2_train setting")
+                        for k, v in train_cfg.items() if k in _FSDP2]
     infer = t.facts.get("actor_infer_strategy")
     if infer is not None:
         if infer not in _INFER_STRATEGIES:
             raise ConfigError(f"{t.path}: actor_infer.strategy_args.strategy_name: {infer!r}: use "
                               f"{', '.join(_INFER_STRATEGIES)}")
         t.flag("--rollout-engine", {"hf_infer": "cpu"}.get(infer, infer))
+        if infer == "vllm":
+            infer_cfg = get(cfg, "actor_infer.strategy_args.strategy_config", {})
+            t.unmapped += [("--rollout-engine", "vllm", f"actor_infer.strategy_args.strategy_config.{k}")
+                           for k in infer_cfg if k in _VLLM_ONLY]
     ref = t.facts.get("reference_strategy")
     if ref not in (None, "megatron_infer", "hf_infer"):
         raise ConfigError(f"{t.path}: reference.strategy_args.strategy_name: {ref!r}: use megatron_infer")
