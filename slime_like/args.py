@@ -33,6 +33,7 @@ def parse_args(argv=None, *, exit_on_error: bool = True, prog: str | None = None
     """
     argv = [str(a) for a in (sys.argv[1:] if argv is None else argv)]
     prog = prog or os.path.basename(sys.argv[0] or "train.py") or "train.py"
+    translation = None
     try:
         argv, translation = expand_config(argv)  # --config RLinf/ROLL YAML -> our flags, spliced in place
         args, parser = parse_namespace(argv, prog=prog)
@@ -43,8 +44,10 @@ def parse_args(argv=None, *, exit_on_error: bool = True, prog: str | None = None
             args.preflight_notes = run_preflight(args)
         build_plan(args)  # the layout must be placeable; raises ConfigError otherwise
     except ConfigError as e:
+        if translation is not None:  # an error about a flag the file wrote names the file's key too
+            e = ConfigError(translation.explain(str(e)))
         if not exit_on_error:
-            raise
+            raise e from None
         print(f"{prog}: error: {e}", file=sys.stderr)
         sys.exit(2)
     return args

@@ -132,6 +132,11 @@ def test_placement_flag_for_slime_users(base):
     (["cluster.component_placement={actor: 0-1, rollout: 2-3}"],
      r"--placement: actor on GPU 1, outside the cluster of 1 node\(s\) x 1 GPUs"),
     (["actor.training_backend=fsdp"], r"--train-backend fsdp, which is not built yet"),
+    # errors the parser / validation find later still name the key the flag came from
+    (["actor.lr_sched.lr_decay_style=fancy"],
+     r"actor.lr_sched.lr_decay_style \(translated to --lr-decay-style\): argument --lr-decay-style: invalid choice"),
+    (["algorithm.sampling_params.min_new_tokens=2000"],
+     r"min_new_tokens \(translated to --rollout-min-new-tokens\): --rollout-min-new-tokens 2000 exceeds"),
 ])
 def test_bad_rlinf_files_fail_in_one_line(paths, extra, message):
     with pytest.raises(ConfigError, match=message) as err:

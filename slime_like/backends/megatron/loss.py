@@ -203,3 +203,19 @@ def forward_only_func(kind: str, mb: MicroBatch, temperature: float, vocab_size:
                                                        "lengths": mb.response_lengths}
 
     return loss_func
+
+
+def aggregation_weights(args, mbs: list, dp: int, global_tokens: float, dp_all_reduce) -> dict:
+    """id(micro-batch) -> per-token weights for --loss-agg-mode seq-mean-* / --loss-micro-batch-mean; {} for the
+    default step token-mean (the `scale` path of make_loss_func). mcore divides each micro-batch loss by their
+    count and DDP averages over DP, so step weights are multiplied by count x DP; with --loss-micro-batch-mean
+    each micro-batch is aggregated alone and they weigh the same. `dp_all_reduce` sums a tensor over DP ranks."""
+    mode = getattr(args, "loss_agg_mode", None) or "token-mean"
+    if getattr(args, "loss_micro_batch_mean", False):
+        return {id(mb): alg.step_token_weights(mb.loss_mask, mode, mb.loss_mask.sum().item(),
+                                               mb.loss_mask.bool().any(-1).sum().item()) for mb in mbs}
+    if mode == "token-mean":
+        return {}
+    local = torch.tensor(float(sum(mb.loss_mask.bool().any(-1).sum().item() for mb in mbs)), dtype=torch.float64)
+    seqs = max(dp_all_reduce(local).item(), 1.0)
+    return {id(mb): alg.step_token_weights(mb.loss_mask, mode, global_tokens, seqs) * (len(mbs) * dp) for mb in mbs}

@@ -340,7 +340,8 @@ class MegatronTrainer(TrainerDistMixin):
             local_tokens = torch.tensor(float(sum(mb.loss_mask.sum().item() for mb in mbs)), dtype=torch.float64)
             global_tokens = max(self._all_reduce(local_tokens, self.ps.get_data_parallel_group()).item(), 1.0)
             scale = len(mbs) * dp / global_tokens
-            weights = self._aggregation_weights(args, mbs, dp, global_tokens)
+            weights = L.aggregation_weights(args, mbs, dp, global_tokens,
+                                            lambda t: self._all_reduce(t, self.ps.get_data_parallel_group()))
             for chunk in self.model:
                 chunk.train()
                 chunk.zero_grad_buffer()
@@ -361,21 +362,6 @@ class MegatronTrainer(TrainerDistMixin):
         if self.ref_model is not None and interval and (rollout_id + 1) % interval == 0:
             self._update_reference()
         return self._average_steps(history)
-
-    def _aggregation_weights(self, args, mbs, dp: int, global_tokens: float) -> dict:
-        """id(micro-batch) -> per-token weights for --loss-agg-mode seq-mean-* / --loss-micro-batch-mean; {} for
-        the default step token-mean (the `scale` path). mcore divides each micro-batch loss by their count and DDP
-        averages over DP, so step weights are multiplied by count x DP; micro-batch means weigh each one equally."""
-        mode = _get(args, "loss_agg_mode", "token-mean") or "token-mean"
-        if _get(args, "loss_micro_batch_mean", False):
-            return {id(mb): alg.step_token_weights(mb.loss_mask, mode, mb.loss_mask.sum().item(),
-                                                   mb.loss_mask.bool().any(-1).sum().item()) for mb in mbs}
-        if mode == "token-mean":
-            return {}
-        local = torch.tensor(float(sum(mb.loss_mask.bool().any(-1).sum().item() for mb in mbs)), dtype=torch.float64)
-        seqs = max(self._all_reduce(local, self.ps.get_data_parallel_group()).item(), 1.0)
-        return {id(mb): alg.step_token_weights(mb.loss_mask, mode, global_tokens, seqs) * (len(mbs) * dp)
-                for mb in mbs}
 
     def _update_reference(self):
         """--ref-update-interval: the reference model becomes a copy of the current actor weights."""

@@ -74,17 +74,29 @@ class Translation:
         # (flag, value, dotted key): settings of a backend (fsdp, vllm) whose own flags this translation does not
         # map yet; an error once that backend exists, never silently dropped (before, "not built yet" stops it)
         self.unmapped: list = []
+        self.origin: dict = {}      # flag -> the dotted key that wrote it (for errors the parser finds later)
+        self.current = None         # the key being translated
 
     def flag(self, flag: str, *values):
         """`--flag v1 v2`; a None value leaves the flag out (the default stands)."""
         if values and all(v is None for v in values):
             return
+        if self.current:
+            self.origin[flag] = self.current
         self.tokens.append(flag)
         self.tokens.extend(_token(v) for v in values)
 
     def switch(self, flag: str, on: bool):
         if on:
-            self.tokens.append(flag)
+            self.flag(flag)
+
+    def explain(self, message: str) -> str:
+        """A parser error about a flag this file wrote, with the file and the dotted key in front."""
+        m = re.match(r"^(?:argument )?(--[\w-]+)", message)
+        flag = m.group(1) if m else None
+        if flag in self.origin:
+            return f"{self.path}: {self.origin[flag]} (translated to {flag}): {message}"
+        return message
 
     def role(self, role: str, dest: str, value):
         if value is not None:
@@ -226,10 +238,13 @@ def walk(cfg: dict, schema: dict, t: Translation, prefix: str = "", root_schema=
         if isinstance(node, NoEffect) and value is not None and (node.ok is _ANY or value not in node.ok):
             t.no_effect.append((dotted, value, node.why))
         if isinstance(node, Map):
+            t.current = dotted
             try:
                 node.fn(value, t)
             except ConfigError as e:
                 raise ConfigError(f"{where}: {e}") from None
+            finally:
+                t.current = None
 
 
 def _suggest(key: str, dotted: str, schema, root_schema) -> str:
