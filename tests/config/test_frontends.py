@@ -200,3 +200,26 @@ def test_config_to_flags_recipe_runs_to_the_same_config(paths, tmp_path):
     assert {k: v for k, v in via_file.items() if k not in skip} == {k: v for k, v in via_recipe.items() if k not in skip}
     r = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_roll_critic_becomes_the_critic_role_overlay(paths):
+    args, out = dry(["--config", ROLL3, *roll_placeholders(paths), "--rollout-engine", "cpu", "adv_estimator=gae",
+                     "critic.training_args.learning_rate=5e-6", "critic.strategy_args.strategy_name=megatron_train",
+                     "critic.device_mapping=list(range(0,16))"])
+    assert args.use_critic and args.advantage_estimator == "ppo"
+    assert args.megatron_role_overrides["critic"] == {"lr": 5e-6}
+    assert "  --megatron-config-path ROLES.yaml, where ROLES.yaml is:" in out and "overrides: {lr: 5e-06}" in out
+    from slime_like.args import role_args
+
+    assert role_args(args, "critic").lr == 5e-6 and role_args(args, "actor").lr == 1e-6
+    assert "actor0 + critic0 + engine0" in out
+
+
+def test_train_async_takes_a_config_file(paths):
+    """train_async.py shares the parser: a disaggregated RLinf file dry-runs there too (colocation is refused)."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    cmd = [sys.executable, "train_async.py", "--config", RLINF1, *rlinf_placeholders(paths),
+           "cluster.num_gpus_per_node=2", "cluster.component_placement={actor: 0, rollout: 1}", "--dry-run"]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "gpu 1 (bundle   1): engine0" in r.stdout and "Traceback" not in r.stderr
