@@ -5,7 +5,8 @@
 #
 # Prepares the task (shared with scripts/run-demo.sh), writes ROLL's JSON-array data files with its
 # ground_truth column, runs train.py --config scripts/configs/{rlinf-demo-grpo,roll-demo-rlvr}.yaml with the
-# held-out eval greedy (--eval-temperature 0 after the file: our flags win) and prints the summary.
+# held-out eval greedy (--eval-temperature 0 after the file: our flags win) and prints the summary
+# (100 rollouts, cosine schedule; scripts/run-demo.sh runs 160).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FORMAT=${1:?rlinf or roll}
@@ -38,4 +39,4 @@ LAYOUT_ARGS=()
 [ "$LAYOUT" = disaggregated ] && LAYOUT_ARGS=("${SPLIT[@]}")
 
 $PY train.py --config "$CONFIG" "${LAYOUT_ARGS[@]}" --eval-temperature 0 --run-dir "$RUN_DIR" "$@"
-$PY -m slime_like.demo.summary "$RUN_DIR"
+$PY -m slime_like.demo.summary "$RUN_DIR" val

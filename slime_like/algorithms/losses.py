@@ -177,12 +177,15 @@ def aggregate_loss(per_token_loss: torch.Tensor, mask: torch.Tensor, mode: str =
     raise unknown_choice_error("aggregation mode", mode, AGGREGATION_MODES)
 
 
-def step_token_weights(mask: torch.Tensor, mode: str, step_tokens: float, step_seqs: float) -> torch.Tensor:
+def step_token_weights(mask: torch.Tensor, mode: str, step_tokens: float, step_seqs: float,
+                       horizon: float | None = None) -> torch.Tensor:
     """Per-token weights `[n, R]` so that sum(w * l) over every micro-batch of a step is the step's aggregate.
 
         token-mean           w = 1 / step_tokens                 (every valid token of the step weighs the same)
         seq-mean-token-mean  w = 1 / (step_seqs * n_i)           (n_i = valid tokens of response i)
         seq-mean-token-sum   w = 1 / step_seqs
+        seq-mean-token-sum-norm  w = 1 / (step_seqs * horizon)   (Dr. GRPO / verl / ROLL: token sums over a fixed
+                                                               length, `horizon` = the maximum response length)
     `step_tokens` / `step_seqs` count the valid tokens / the responses with a valid token over the whole step
     (every micro-batch and data-parallel rank). Called with one micro-batch's counts instead, the same weights
     aggregate that micro-batch alone (RLinf's use_valid_token_scale: false). Masked positions weigh 0.
@@ -196,8 +199,15 @@ def step_token_weights(mask: torch.Tensor, mode: str, step_tokens: float, step_s
         return w / per_seq / max(float(step_seqs), 1.0)
     if mode == "seq-mean-token-sum":
         return w / max(float(step_seqs), 1.0)
+    if mode == "seq-mean-token-sum-norm":
+        if not horizon or horizon <= 0:
+            raise ValueError("step_token_weights: seq-mean-token-sum-norm needs the fixed horizon (max response length)")
+        return w / max(float(step_seqs), 1.0) / float(horizon)
     from .registry import unknown_choice_error
-    raise unknown_choice_error("loss aggregation mode", mode, ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"))
+    raise unknown_choice_error("loss aggregation mode", mode, STEP_AGGREGATION_MODES)
+
+
+STEP_AGGREGATION_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 
 
 def importance_ratio_exceeds(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor,

@@ -33,10 +33,11 @@ def add_algorithm_group(parser):
     a("--disable-rewards-normalization", action="store_false", dest="rewards_normalization",
       help="No group normalisation of rewards.")
     a("--loss-agg-mode", default="token-mean",
-      choices=["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"],
+      choices=["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"],
       help="(slime_like) How per-token losses of an optimizer step become one number: token-mean (every token of the "
            "step weighs the same), seq-mean-token-mean (every response weighs the same), seq-mean-token-sum (every "
-           "response's token sum, averaged over responses). RLinf loss_agg_func / ROLL loss_agg_mode.")
+           "response's token sum, averaged over responses), seq-mean-token-sum-norm (that, divided by "
+           "--rollout-max-response-len: Dr. GRPO). RLinf loss_agg_func / ROLL loss_agg_mode.")
     a("--loss-micro-batch-mean", action="store_true",
       help="(slime_like) Aggregate within each micro-batch and weigh micro-batches equally, as RLinf does with "
            "use_valid_token_scale: false (default: aggregate over the whole step).")

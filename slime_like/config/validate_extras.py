@@ -35,6 +35,8 @@ def _algorithm(args):
     ratio = args.early_stop_imp_ratio
     if ratio is not None and not ratio > 0:
         raise ConfigError(f"--early-stop-imp-ratio {ratio}: must be > 0 (the mean importance ratio starts at 1)")
+    if args.loss_agg_mode == "seq-mean-token-sum-norm" and not args.rollout_max_response_len:
+        raise ConfigError("--loss-agg-mode seq-mean-token-sum-norm divides by --rollout-max-response-len; set it")
     if args.reward_scale is not None and not args.reward_scale > 0:
         raise ConfigError(f"--reward-scale {args.reward_scale}: must be > 0")
     if args.calculate_per_token_loss and (args.loss_agg_mode != "token-mean" or args.loss_micro_batch_mean):

@@ -4,7 +4,8 @@
 One eval of 200 prompts has a standard error of ~3 points, so "doubled" is judged on the mean of the last
 three evals, not on the last one alone.
 
-    python -m slime_like.demo.summary RUN_DIR
+    python -m slime_like.demo.summary RUN_DIR [EVAL_NAME]     (EVAL_NAME: the --eval-prompt-data name, default arith;
+                                                             runs from an RLinf / ROLL file name it val)
 """
 import os
 import sys
@@ -14,11 +15,12 @@ from slime_like.utils.metrics import read_metrics
 KEY = "eval/arith/accuracy"
 
 
-def summarize(run_dir: str) -> dict:
+def summarize(run_dir: str, name: str = "arith") -> dict:
+    key = KEY.replace("arith", name)
     rows = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
-    evals = [(r["rollout_id"], r[KEY]) for r in rows if r.get(KEY) is not None]
+    evals = [(r["rollout_id"], r[key]) for r in rows if r.get(key) is not None]
     if not evals or evals[0][0] != -1:
-        raise SystemExit(f"{run_dir}/metrics.jsonl has no {KEY} before the first update (rollout -1)")
+        raise SystemExit(f"{run_dir}/metrics.jsonl has no {key} before the first update (rollout -1)")
     base = evals[0][1]
     last_id, last = evals[-1]
     best_id, best = max(evals[1:] or evals[:1], key=lambda e: e[1])
@@ -31,8 +33,9 @@ def summarize(run_dir: str) -> dict:
 
 
 def main(argv=None):
-    run_dir = (argv or sys.argv[1:] or ["runs/demo"])[0]
-    s = summarize(run_dir)
+    argv = argv or sys.argv[1:] or ["runs/demo"]
+    run_dir = argv[0]
+    s = summarize(run_dir, *argv[1:2])
     ratio = s["tail_mean"] / s["base"] if s["base"] else float("inf")
     print(f"\ndemo summary ({run_dir})\n"
           f"  held-out greedy accuracy before GRPO : {s['base']:.3f}\n"

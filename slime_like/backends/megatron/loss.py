@@ -211,11 +211,13 @@ def aggregation_weights(args, mbs: list, dp: int, global_tokens: float, dp_all_r
     count and DDP averages over DP, so step weights are multiplied by count x DP; with --loss-micro-batch-mean
     each micro-batch is aggregated alone and they weigh the same. `dp_all_reduce` sums a tensor over DP ranks."""
     mode = getattr(args, "loss_agg_mode", None) or "token-mean"
+    horizon = getattr(args, "rollout_max_response_len", None)
     if getattr(args, "loss_micro_batch_mean", False):
         return {id(mb): alg.step_token_weights(mb.loss_mask, mode, mb.loss_mask.sum().item(),
-                                               mb.loss_mask.bool().any(-1).sum().item()) for mb in mbs}
+                                               mb.loss_mask.bool().any(-1).sum().item(), horizon) for mb in mbs}
     if mode == "token-mean":
         return {}
     local = torch.tensor(float(sum(mb.loss_mask.bool().any(-1).sum().item() for mb in mbs)), dtype=torch.float64)
     seqs = max(dp_all_reduce(local).item(), 1.0)
-    return {id(mb): alg.step_token_weights(mb.loss_mask, mode, global_tokens, seqs) * (len(mbs) * dp) for mb in mbs}
+    return {id(mb): alg.step_token_weights(mb.loss_mask, mode, global_tokens, seqs, horizon) * (len(mbs) * dp)
+            for mb in mbs}
