@@ -79,6 +79,10 @@ def _explicit_placement(args):
     rollout = placement.get("rollout", [])
     args.rollout_num_gpus = len(rollout)
     args.colocate = bool(rollout) and rollout == placement.get("actor")
+    if args.use_critic and placement["critic"] == placement.get("actor") and not args.colocate:
+        raise ConfigError("--placement: the critic on the actor's GPUs without the engines there: memory is handed "
+                          "over between the models of one GPU only in the colocated choreography (actor,critic,"
+                          "rollout on one set); give the critic GPUs of its own (critic:IDS), or colocate all three")
     _reference_worker(args, placement)
     args.placement_map = placement
 

@@ -115,6 +115,9 @@ def test_placement_flag_for_slime_users(base):
                           "--placement", "actor,rollout:0-1", "critic:2-3"])
     plan = build_plan(args)
     assert plan.colocate and plan.critic_slots == [2, 3] and plan.engine_slots == [[0], [1]]
+    with pytest.raises(ConfigError, match="the critic on the actor's GPUs without the engines there"):
+        parse(flags + ["--num-gpus-per-node", "4", "--advantage-estimator", "ppo",
+                       "--placement", "actor,critic:0-1", "rollout:2-3"])
     with pytest.raises(ConfigError, match="--placement sets the GPUs of every component; drop --colocate"):
         parse(base + ["--placement", "actor,rollout:0-1"])
 
