@@ -84,7 +84,8 @@ SCHEMA = {
             "log_path": Map("str", _f("--tensorboard-dir")),
             "project_name": Map("str", _f("--wandb-project")),
             "experiment_name": Map("str", _f("--wandb-group")),
-            "logger_backends": Read("list", "tensorboard / wandb switches"),
+            "logger_backends": Map("list", lambda v, t: (t.switch("--use-tensorboard", "tensorboard" in v),
+                                                         t.switch("--use-wandb", "wandb" in v))),
             "tensorboard": {"enable": Map("bool", _sw("--use-tensorboard")),
                             "queue_size": NoEffect("int", _LOG)},
             "wandb": {"enable": Map("bool", _sw("--use-wandb")),
@@ -197,9 +198,9 @@ SCHEMA = {
         "mcore_gpt": Refuse("bool", "the trainer builds megatron-core GPT models", ok=(True,)),
         "spec_name": NoEffect("str", "the layer spec follows the checkpoint's architecture"),
         "checkpoint_load_path": Map("str", _f("--load")),
-        "offload_optimizer": Map("bool", _fact("offload")),
-        "offload_weight": Map("bool", _fact("offload")),
-        "offload_grad": Map("bool", _fact("offload")),
+        "offload_optimizer": Read("bool", "--offload-train / --no-offload-train (see _offload)"),
+        "offload_weight": Read("bool", "--offload-train / --no-offload-train (see _offload)"),
+        "offload_grad": Read("bool", "--offload-train / --no-offload-train (see _offload)"),
         "enable_dp_load_balance": NoEffect("bool", "micro-batches are balanced by length already",
                                            harmless=(False,)),
         "calculate_flops": NoEffect("bool", "FLOPs are not logged", harmless=(False,)),
@@ -280,11 +281,29 @@ def _backends(cfg, t):
         if engine == "vllm":
             t.unmapped += [("--rollout-engine", "vllm", f"rollout.{k}") for k in ("gpu_memory_utilization",
                                                                                   "enforce_eager") if get(cfg, f"rollout.{k}") is not None]
-    if t.facts.get("offload") and get(cfg, "cluster.component_placement"):
-        t.facts["offload_requested"] = True
+    _offload(cfg, t)
     if t.facts.get("trust_remote_code"):
         t.no_effect.append(("actor.tokenizer.trust_remote_code", True,
                             "tokenizers load without remote code; pass --trust-remote-code where a flag exists"))
+
+
+def _offload(cfg, t):
+    """actor.offload_*: the trainer leaves the GPU while colocated engines generate. Here weights, grads and
+    optimizer state move together (--offload-train), on by default when colocated: all false -> off."""
+    keys = ("offload_optimizer", "offload_weight", "offload_grad")
+    values = {k: get(cfg, f"actor.{k}") for k in keys if get(cfg, f"actor.{k}") is not None}
+    if not values:
+        return
+    if len(set(values.values())) > 1:
+        t.no_effect.append(("actor.offload_*", values, "weights, gradients and optimizer state are offloaded "
+                                                       "together (--offload-train): any true offloads all"))
+    placement = get(cfg, "cluster.component_placement", {}) or {}
+    sets = {n.strip(): str(d) for names, d in placement.items() for n in str(names).split(",")}
+    if placement and sets.get("actor") != sets.get("rollout"):
+        t.no_effect += [(f"actor.{k}", v, "the engines have GPUs of their own: nothing waits for the trainer's "
+                                          "memory (offloading applies to colocated runs)") for k, v in values.items()]
+        return
+    t.flag("--offload-train" if any(values.values()) else "--no-offload-train")
 
 
 def _placement(cfg, t):

@@ -40,20 +40,26 @@ def _adv(v, t):
     t.flag("--advantage-estimator", table[v])
 
 
-def _dtype(v, t):
-    table = {"bf16": "--bf16", "fp16": "--fp16", "fp32": None}
-    if v not in table:
-        raise ConfigError(f"{v!r}: use fp32, bf16 or fp16")
-    t.facts["dtype"] = table[v]
+_DTYPES = {"bf16": "--bf16", "fp16": "--fp16", "fp32": None}
+
+
+def _dtype(role):
+    def put(v, t):
+        if v not in _DTYPES:
+            raise ConfigError(f"{v!r}: use fp32, bf16 or fp16")
+        t.facts[f"{role}_dtype"] = v
+    return put
 
 
 def _template(v, t):
     t.facts.setdefault("template", v)
 
 
+def _model_args(role):
+    return {**MODEL_ARGS, "model_name_or_path": Map("str", _fact(f"{role}_model_path")), "dtype": Map("str", _dtype(role))}
+
+
 MODEL_ARGS = {
-    "model_name_or_path": Map("str", _fact("model_path")),
-    "dtype": Map("str", _dtype),
     "disable_gradient_checkpointing": NoEffect("bool", "activation recompute is chosen by the Megatron flags "
                                                        "(--recompute-granularity)", harmless=(False, True)),
     "attn_implementation": NoEffect("str", "the trainer chooses attention kernels itself"),
@@ -140,14 +146,13 @@ def _strategy(role):
                "context_length": Map("int", _f("--sglang-context-length"))}
     elif role == "reference":
         cfg = config["megatron_infer"]
-    else:
-        cfg = Free(Read("any", "the strategy's settings, checked by strategy_name"))
-        cfg = {**mk.ROLL_MEGATRON, **_FSDP2} if role == "actor_train" else cfg
+    else:  # actor_train, critic: Megatron (or FSDP2) settings; the critic's must match the actor's layout
+        cfg = {**mk.ROLL_MEGATRON, **_FSDP2} if role == "actor_train" else mk.ROLL_MEGATRON_INFER
     return {"strategy_name": Map("str", _fact(f"{role}_strategy")), "strategy_config": cfg}
 
 
 def _worker(role):
-    out = {"model_args": MODEL_ARGS, "strategy_args": _strategy(role),
+    out = {"model_args": _model_args(role), "strategy_args": _strategy(role),
            "device_mapping": Read("mapping", "placement (--placement)"),
            "infer_batch_size": NoEffect("int", "log-prob passes use the training micro-batches (--micro-batch-size)"),
            "world_size": Read("int", "equals the device_mapping length"),
@@ -214,7 +219,7 @@ SCHEMA = {
     "entropy_loss_coef": Map("float", _f("--entropy-coef")),
     "loss_agg_mode": Map("str", _f("--loss-agg-mode")),
     "pretrain": Map("str", _f("--hf-checkpoint")),
-    "reward_pretrain": Map("str", _fact("reward_pretrain")),
+    "reward_pretrain": Read("str", "the critic's initial weights (see _model_and_data)"),
     "validation": {"data_args": {"template": Map("str", _template),
                                  "file_name": Map("list_or_str", _fact("val_files"))},
                    "generating_args": _gen_args("eval")},
@@ -236,17 +241,36 @@ def translate(cfg: dict, t) -> None:
 
 
 def _model_and_data(cfg, t):
-    if t.facts.get("dtype"):
-        t.flag(t.facts["dtype"])
-    path = get(cfg, "actor_train.model_args.model_name_or_path")
+    """Precision and weights come from actor_train (the engines start from the trainer's weights); a reference
+    model path of its own is --ref-load."""
+    dtype = t.facts.get("actor_train_dtype")
+    if dtype and _DTYPES[dtype]:
+        t.flag(_DTYPES[dtype])
+    for role in ("actor_infer", "reference", "critic"):
+        other = t.facts.get(f"{role}_dtype")
+        if other and dtype and other != dtype:
+            t.no_effect.append((f"{role}.model_args.dtype", other, f"the {role} runs in actor_train's dtype {dtype}"))
+    path = t.facts.get("actor_train_model_path")
     if path and not get(cfg, "pretrain"):
         t.flag("--hf-checkpoint", path)
+    base = path or get(cfg, "pretrain")
+    infer = t.facts.get("actor_infer_model_path")
+    if infer and infer != base:
+        t.no_effect.append(("actor_infer.model_args.model_name_or_path", infer,
+                            "the engines start from the trainer's weights, pushed before the first rollout"))
+    ref = t.facts.get("reference_model_path")
+    if ref and ref != base:
+        t.flag("--ref-load", ref)
+    critic = t.facts.get("critic_model_path") or get(cfg, "reward_pretrain")
+    if critic and critic != base:
+        t.no_effect.append(("critic.model_args.model_name_or_path", critic, "the critic starts from the actor's "
+                            "checkpoint (--critic-load resumes a saved critic)"))
     files = t.facts.get("train_files")
     if files:
-        base = get(cfg, "actor_train.data_args.dataset_dir")
-        t.flag("--prompt-data", _under(base, files[0]))
+        data_dir = get(cfg, "actor_train.data_args.dataset_dir")
+        t.flag("--prompt-data", _under(data_dir, files[0]))
         if len(files) > 1:
-            t.flag("--prompt-data-extra", *[_under(base, f) for f in files[1:]])
+            t.flag("--prompt-data-extra", *[_under(data_dir, f) for f in files[1:]])
         t.flag("--label-key", "ground_truth")  # ROLL's RLVR data column for the reference answer
     template = t.facts.get("template")
     if template is not None:
@@ -293,11 +317,30 @@ def _strategies(cfg, t):
             infer_cfg = get(cfg, "actor_infer.strategy_args.strategy_config", {})
             t.unmapped += [("--rollout-engine", "vllm", f"actor_infer.strategy_args.strategy_config.{k}")
                            for k in infer_cfg if k in _VLLM_ONLY]
+    _same_layout(cfg, t)
+    if infer != "vllm" and get(cfg, "actor_infer.strategy_args.strategy_config.block_size") is not None:
+        t.no_effect.append(("actor_infer.strategy_args.strategy_config.block_size",
+                            get(cfg, "actor_infer.strategy_args.strategy_config.block_size"), "a vLLM setting"))
+    for worker in ("actor_train", "actor_infer", "reference", "critic"):
+        size, mapping = get(cfg, f"{worker}.world_size"), get(cfg, f"{worker}.device_mapping")
+        if size is not None and mapping is not None and size != len(parse_devices(mapping, worker)):
+            raise ConfigError(f"{t.path}: {worker}.world_size {size} differs from the {worker}.device_mapping length")
     ref = t.facts.get("reference_strategy")
     if ref not in (None, "megatron_infer", "hf_infer"):
         raise ConfigError(f"{t.path}: reference.strategy_args.strategy_name: {ref!r}: use megatron_infer")
     if get(cfg, "critic") and t.facts.get("critic_strategy", "megatron_train") != "megatron_train":
         raise ConfigError(f"{t.path}: critic.strategy_args.strategy_name: the critic trains with megatron_train")
+
+
+def _same_layout(cfg, t):
+    """The reference and the critic run with the actor's parallel layout here (slime's rule for the critic)."""
+    actor = get(cfg, "actor_train.strategy_args.strategy_config", {}) or {}
+    for worker in ("reference", "critic"):
+        for key, value in (get(cfg, f"{worker}.strategy_args.strategy_config", {}) or {}).items():
+            if key.endswith("_parallel_size") and value != actor.get(key, 1):
+                raise ConfigError(f"{t.path}: {worker}.strategy_args.strategy_config.{key}: {value} differs from "
+                                  f"actor_train's {actor.get(key, 1)}; the {worker} runs with the actor's parallel "
+                                  "layout here, so make them equal")
 
 
 def _batch(cfg, t):
