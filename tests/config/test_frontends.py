@@ -73,6 +73,16 @@ def test_roll_seed003_dry_run(paths):
     assert "reference: on the actor's GPUs" in out
 
 
+def test_offload_and_logger_keys(paths):
+    base = ["--config", RLINF1, *rlinf_placeholders(paths)]
+    assert parse(base).offload_train is True
+    off = parse(base + ["actor.offload_optimizer=false", "actor.offload_weight=false", "actor.offload_grad=false"])
+    assert off.offload_train is False and off.colocate
+    args = parse(base + ["runner.logger.logger_backends=[wandb]", "runner.logger.wandb.enable=false",
+                         "runner.logger.tensorboard.enable=false"])
+    assert args.use_wandb and not args.use_tensorboard
+
+
 def test_overrides_and_precedence(paths):
     base = ["--config", RLINF1, *rlinf_placeholders(paths)]
     assert parse(base + ["algorithm.group_size=8"]).n_samples_per_prompt == 8
