@@ -7,6 +7,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Engines started by tests require this key and every client in the test process sends it (slime_like.utils.auth);
+# the tests of the authentication itself start engines with their own keys.
+os.environ.setdefault("SLIME_LIKE_ENGINE_API_KEY", "test-suite-engine-key")
 # Scripts under test call `python` and `ray`: they must find this interpreter's environment (CI runs
 # `.venv/bin/python -m pytest` without activating the venv).
 _bin = os.path.dirname(sys.executable)

@@ -23,7 +23,7 @@ def _fmt(v) -> str:
 
 
 def config_diff(args, defaults: dict) -> dict:
-    return {k: v for k, v in vars(args).items()
+    return {k: ("<secret>" if k == "engine_api_key" else v) for k, v in vars(args).items()
             if k not in _INTERNAL and not k.startswith("sglang_") and (k not in defaults or defaults[k] != v)}
 
 

@@ -73,6 +73,10 @@ def add_reward_group(parser):
     a("--reward-key", default=None, help="Key selecting the reward from dict-valued rewards.")
     a("--eval-reward-key", default=None, help="--reward-key for eval; default = --reward-key.")
     a("--group-rm", action="store_true", help="The reward function scores a whole group at once.")
+    a("--on-nonfinite-reward", default="error", choices=["error", "skip", "zero"],
+      help="(slime_like) A NaN/inf reward: 'error' stops the run naming the reward function, prompt index and "
+           "value; 'skip' drops that prompt's group (another prompt takes its place, counted as "
+           "rollout/nonfinite_reward_groups); 'zero' trains on it with reward 0 (counted likewise).")
     a("--custom-reward-post-process-path", default=None, help="'module.function' post-processing rewards.")
     a("--custom-convert-samples-to-train-data-path", default=None,
       help="'module.function' turning samples into the training batch.")

@@ -71,6 +71,9 @@ def add_model_group(parser):
       help="Gated attention, the spelling slime's Qwen3-Next / Qwen3.5 model files pass with --attention-output-gate.")
     a("--tokenizer-type", default=None, help="Megatron tokenizer type (slime reads the tokenizer from --hf-checkpoint).")
     a("--tokenizer-model", default=None, help="Tokenizer path for Megatron tokenizers.")
+    a("--trust-remote-code", action="store_true", default=False,
+      help="Megatron's flag: let transformers run the Python code shipped with --hf-checkpoint (tokenizer, model) "
+           "and pass --trust-remote-code to SGLang. Off by default: a checkpoint folder is data, not code.")
     a("--model-name", default=None,
       help="Model family used for Megatron->HF weight naming; default: derived from --hf-checkpoint's config.json.")
     a("--custom-model-provider-path", default=None, help="'module.function' that builds the Megatron model.")

@@ -106,6 +106,10 @@ def add_rollout_group(parser):
       help="Bucket size in bytes for chunked weight updates (slime default 512 MiB).")
     a("--keep-old-actor", action="store_true", help="Keep a copy of the rollout-time weights on the trainer.")
     a("--rollout-external-engine-addrs", nargs="+", default=None, help="host:port of engines started elsewhere.")
+    a("--engine-api-key", default=None,
+      help="The secret every engine route requires (Authorization: Bearer; SGLang's and vLLM's --api-key). Default: "
+           "a fresh one per run for the engines the run starts; give the one your --rollout-external-engine-addrs "
+           "engines were started with (or set SLIME_LIKE_ENGINE_API_KEY, which keeps it off the command line).")
     a("--use-fault-tolerance", action="store_true", help="Health-check engines and restart failed ones.")
     a("--rollout-health-check-interval", type=float, default=30.0, help="Seconds between engine health checks.")
     a("--rollout-health-check-timeout", type=float, default=30.0, help="Seconds before a silent engine is failed.")

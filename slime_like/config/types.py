@@ -5,26 +5,35 @@ import argparse
 import json
 import re
 
-_LIST_EXPR = re.compile(r"^[\s\d\[\]\(\)\*\+,]+$")
+_TERM = re.compile(r"\[\s*(\d+(?:\s*,\s*\d+)*)\s*,?\s*\]\s*(?:\*\s*(\d+))?")
+MAX_LAYERS = 100_000   # far beyond any model; a bound so '[0]*10**9'-style inputs are refused, not built
 
 
 def moe_layer_freq(value):
-    """Megatron's --moe-layer-freq: an int N (every N-th layer is MoE) or a list expression
-    such as "([0]*3+[1]*45)" (1 = MoE layer). Only digits, brackets, '*', '+' and ',' are allowed,
-    so evaluating the expression cannot run arbitrary code."""
+    """Megatron's --moe-layer-freq: an int N (every N-th layer is MoE) or a list expression such as
+    "([0]*3+[1]*45)" (1 = MoE layer). The expression is parsed by a small grammar, never evaluated:
+    ``expr := '(' expr ')' | term ('+' term)*``, ``term := '[' int (',' int)* ']' ('*' int)?``."""
+    if isinstance(value, bool):
+        raise argparse.ArgumentTypeError(f"{value!r} is neither an int nor a list expression like '([0]*3+[1]*45)'")
     if isinstance(value, (int, list)):
         return value
     text = str(value).strip()
     if text.lstrip("-").isdigit():
         return int(text)
-    if not _LIST_EXPR.match(text):
-        raise argparse.ArgumentTypeError(f"{value!r} is neither an int nor a list expression like '([0]*3+[1]*45)'")
-    try:
-        result = eval(text, {"__builtins__": {}}, {})  # noqa: S307 -- charset restricted above
-    except Exception as e:  # SyntaxError, TypeError
-        raise argparse.ArgumentTypeError(f"cannot evaluate {value!r}: {e}") from None
-    result = list(result) if isinstance(result, tuple) else result
-    if not isinstance(result, list) or not all(v in (0, 1) for v in result):
+    while text.startswith("(") and text.endswith(")"):
+        text = text[1:-1].strip()
+    result = []
+    for part in text.split("+"):
+        m = _TERM.fullmatch(part.strip())
+        if not m:
+            raise argparse.ArgumentTypeError(
+                f"{value!r} is neither an int nor a list expression like '([0]*3+[1]*45)' "
+                f"(cannot parse {part.strip()!r})")
+        items, times = [int(x) for x in m.group(1).split(",")], int(m.group(2) or 1)
+        if len(result) + len(items) * times > MAX_LAYERS:
+            raise argparse.ArgumentTypeError(f"{value!r} describes more than {MAX_LAYERS} layers")
+        result += items * times
+    if not all(v in (0, 1) for v in result):
         raise argparse.ArgumentTypeError(f"{value!r} must give a list of 0/1 per layer")
     return result
 

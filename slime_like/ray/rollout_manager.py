@@ -21,12 +21,15 @@ class EngineActor:
         self.args, self.engine_index, self.gpu_ids = args, engine_index, gpu_ids
         self.proc = None
 
-    def start(self, kind: str) -> str:
+    def start(self, kind: str, multi_node: bool) -> str:
         from slime_like.backends.engine_api.launcher import start_engine
 
-        host = ray.util.get_node_ip_address()
+        # One node: nothing off this host needs the engine, so it listens on loopback only. Across nodes it must
+        # listen on the node's address; the run's secret (--engine-api-key) then guards every route.
+        host = ray.util.get_node_ip_address() if multi_node else "127.0.0.1"
         self.proc = start_engine(self.args, kind=kind, engine_index=self.engine_index, gpu_ids=self.gpu_ids,
-                                 host=host, port=free_port())
+                                 host=host, port=free_port(host),
+                                 api_key=getattr(self.args, "engine_api_key", None))
         return self.proc.url
 
     def stop(self):
@@ -73,9 +76,16 @@ class RolloutManager:
         from slime_like.backends.engine_api.client import EngineClient
 
         async def run():
-            return await asyncio.gather(*[request(EngineClient(u)) for u in self.engine_urls])
+            key = getattr(self.args, "engine_api_key", None)
+            return await asyncio.gather(*[request(EngineClient(u, api_key=key)) for u in self.engine_urls])
 
         return asyncio.run(run())
+
+
+def cluster_spans_nodes() -> bool:
+    """True when the Ray cluster has live nodes on more than one address (several raylets on one host count
+    as one node: they reach each other over loopback)."""
+    return len({n["NodeManagerAddress"] for n in ray.nodes() if n.get("Alive")}) > 1
 
 
 class EngineGroup:
@@ -97,7 +107,8 @@ class EngineGroup:
             actors.append(EngineActor.options(num_gpus=gpu_share, scheduling_strategy=placement.strategy(slots[0]),
                                               runtime_env=env).remote(args, i, gpu_ids))
         try:
-            urls = ray.get([a.start.remote(kind) for a in actors])
+            multi_node = cluster_spans_nodes()
+            urls = ray.get([a.start.remote(kind, multi_node) for a in actors])
         except BaseException:
             for a in actors:  # the engines that did start exit with their actor (--parent-pid watchdog)
                 ray.kill(a)

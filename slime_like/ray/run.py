@@ -6,8 +6,8 @@ loop; the loops themselves stay in the entry scripts so they read top to bottom.
 """
 from __future__ import annotations
 
+import json
 import os
-import pickle
 import time
 
 import ray
@@ -18,6 +18,7 @@ from slime_like.ray.placement import create_placement
 from slime_like.ray.rollout_manager import EngineGroup, RolloutManager
 from slime_like.ray.trainer_group import TrainerGroup
 from slime_like.utils.json_dump import write_json
+from slime_like.utils.auth import new_secret, resolve_api_key
 
 # Fractions of one GPU slot when trainer and engine share it (colocated): together < 1.
 TRAINER_SHARE_COLOCATED, ENGINE_SHARE_COLOCATED = 0.4, 0.2
@@ -39,6 +40,11 @@ class Run:
 
     @classmethod
     def start(cls, args, plan):
+        # The secret every engine route will require (docs/security.md): the user's for engines they run,
+        # else a fresh one for the engines this run starts. Set before the role views copy `args`.
+        args.engine_api_key = resolve_api_key(getattr(args, "engine_api_key", None))
+        if not args.engine_api_key and not args.rollout_external_engine_addrs:
+            args.engine_api_key = new_secret()
         say(init_ray(args, plan))
         placement = create_placement(plan.num_slots)
         started = []  # what to tear down if a later step fails: no leaked GPU slots or engine processes
@@ -165,7 +171,7 @@ class Run:
     # ---- checkpoints: rollout state first, then the trainers publish their marker last ----
     def save(self, rollout_id: int):
         state = ray.get(self.rollout.state_dict.remote())
-        _atomic_pickle(state, _rollout_state_path(self.args.save, rollout_id))
+        _atomic_json(state, _rollout_state_path(self.args.save, rollout_id))
         for g in self._trainers():
             g.save(rollout_id)
 
@@ -173,6 +179,11 @@ class Run:
         if self.start_rollout_id == 0:
             return
         path = _rollout_state_path(self.args.load, self.start_rollout_id - 1) if self.args.load else None
+        legacy = path[:-len(".json")] + ".pkl" if path else None
+        if path and not os.path.exists(path) and os.path.exists(legacy):
+            raise RuntimeError(f"--load {self.args.load}: {legacy} is a pickled rollout state from an older "
+                               "slime_like; pickles are no longer loaded (loading one can run code). Resume that run "
+                               "with the version that wrote it")
         if self.args.start_rollout_id is not None and (path is None or not os.path.exists(path)):
             # as slime: a start set by hand without a saved data position reads the prompts from the beginning
             print(f"--start-rollout-id {self.start_rollout_id}: no rollout state for rollout "
@@ -181,8 +192,8 @@ class Run:
         if not os.path.exists(path):
             raise RuntimeError(f"--load {self.args.load}: the trainer resumed from rollout {self.start_rollout_id - 1} "
                                f"but the rollout state {path} is missing; cannot continue the prompt sequence exactly")
-        with open(path, "rb") as f:
-            ray.get(self.rollout.load_state_dict.remote(pickle.load(f)))
+        with open(path, encoding="utf-8") as f:   # JSON, never pickle: a checkpoint folder is data, not code
+            ray.get(self.rollout.load_state_dict.remote(json.load(f)))
 
     def _trainers(self):
         return [g for g in (self.critic, self.actor) if g is not None]
@@ -199,14 +210,20 @@ class Run:
 
 
 def _rollout_state_path(ckpt_dir: str, rollout_id: int) -> str:
-    return os.path.join(ckpt_dir, "rollout_state", f"rollout_{rollout_id:07d}.pkl")
+    return os.path.join(ckpt_dir, "rollout_state", f"rollout_{rollout_id:07d}.json")
 
 
-def _atomic_pickle(obj, path: str):
+def _atomic_json(obj, path: str):
+    """Write `obj` as JSON (tmp file + fsync + rename: a kill leaves the old state or the new, never half)."""
+    try:
+        text = json.dumps(obj)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"the rollout state (data source position and buffer) must be JSON-serializable to be "
+                        f"checkpointed safely; a custom --data-source-path's state_dict() returned: {e}") from None
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        pickle.dump(obj, f)
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

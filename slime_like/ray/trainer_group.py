@@ -108,13 +108,15 @@ class TrainerActor:
         if colocate:
             # One shared-memory send buffer for the whole run: a fresh one per sync costs its page faults
             # (100M: ~1.3 s); released by close_weight_sender() or, after a kill, by TrainerGroup.kill()
-            self.weight_sender = weight_sync.TensorWeightSender(engine_urls, keep_buffer=True)
+            self.weight_sender = weight_sync.TensorWeightSender(engine_urls, keep_buffer=True,
+                                                               api_key=getattr(self.args, "engine_api_key", None))
         else:
             import torch
 
             backend = "nccl" if torch.cuda.is_available() else "gloo"
             self.weight_sender = weight_sync.DistributedWeightSender(engine_urls, backend=backend,
-                                                                     group_name=group_name)
+                                                                     group_name=group_name,
+                                                                     api_key=getattr(self.args, "engine_api_key", None))
             self.weight_sender.connect()
 
     def close_weight_sender(self):

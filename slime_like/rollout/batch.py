@@ -9,6 +9,8 @@ With --disable-rewards-normalization the raw rewards are passed for every estima
 """
 from __future__ import annotations
 
+import math
+
 from ..sample import Status
 from .rewards import scalar_reward
 
@@ -65,6 +67,17 @@ def _rewards(args, groups) -> tuple[list[float], list[float]]:
     return raw, shaped
 
 
+def _check_finite(groups, raw: list[float], shaped: list[float]) -> None:
+    """Last guard before the trainer: a NaN/inf here (a custom rollout function or reward post-process that
+    bypassed the reward checks) would turn the loss and then every weight NaN."""
+    flat = [s for g in groups for s in g]
+    for s, r, a in zip(flat, raw, shaped):
+        if not (math.isfinite(r) and math.isfinite(a)):
+            raise ValueError(f"sample {s.index} (prompt index {s.group_index}) reaches training with reward {r} / "
+                             f"advantage {a}: non-finite values are never trained on. Check the reward function and "
+                             f"--custom-reward-post-process-path, or pass --on-nonfinite-reward skip|zero")
+
+
 def to_train_batch(args, samples) -> dict:
     """Columnar dict, one entry per sample, groups kept contiguous (group order = first appearance).
 
@@ -74,6 +87,7 @@ def to_train_batch(args, samples) -> dict:
     batch = {k: [] for k in BATCH_KEYS}
     groups = _groups_in_order(samples)
     raw_all, shaped_all = _rewards(args, groups)
+    _check_finite(groups, raw_all, shaped_all)
     flat = [s for g in groups for s in g]
     for s, r, adv in zip(flat, raw_all, shaped_all):
         if not (len(s.loss_mask) == len(s.rollout_log_probs) == s.response_length):

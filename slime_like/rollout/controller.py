@@ -40,7 +40,7 @@ def load_tokenizer(args):
     path = getattr(args, "hf_checkpoint", None)
     if not path:
         raise ValueError("--hf-checkpoint is required: the rollout tokenizes prompts with its tokenizer")
-    return AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+    return AutoTokenizer.from_pretrained(path, trust_remote_code=bool(getattr(args, "trust_remote_code", False)))
 
 
 def rollout_metrics(args, samples, elapsed: float, tokens_generated: int) -> dict:
@@ -105,7 +105,8 @@ class RolloutController:
         return tqdm(total=total, desc=desc, unit="sample", dynamic_ncols=True)
 
     async def _run(self, fn, rollout_id: int, evaluation: bool, progress):
-        async with EnginePool(self.engine_urls, dead=self.dead_engines) as pool:
+        async with EnginePool(self.engine_urls, dead=self.dead_engines,
+                              api_key=getattr(self.args, "engine_api_key", None)) as pool:
             state = GenerateState(self.args, pool, self.tokenizer, progress)
             set_current_state(state)
             out = fn(self.args, rollout_id, self.data_source, evaluation=evaluation)

@@ -26,13 +26,15 @@ class NoEngineLeft(RuntimeError):
 
 
 class EnginePool:
-    def __init__(self, urls: list[str], dead: dict | None = None, timeout: float | None = 3600.0):
+    def __init__(self, urls: list[str], dead: dict | None = None, timeout: float | None = 3600.0,
+                 api_key: str | None = None):
         if not urls:
             raise ValueError("no rollout engine URLs (the engines did not start, or "
                              "--rollout-external-engine-addrs is empty)")
         self.urls = list(urls)
         self.dead: dict[str, str] = dead if dead is not None else {}   # url -> last error, shared across runs
         self._timeout = timeout
+        self._api_key = api_key
         self._session: aiohttp.ClientSession | None = None
         self.clients: dict[str, EngineClient] = {}
         self.in_flight = {u: 0 for u in self.urls}
@@ -43,7 +45,8 @@ class EnginePool:
         # One connection pool for all engines; no per-connection limit (the semaphore bounds concurrency).
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                                               timeout=aiohttp.ClientTimeout(total=self._timeout))
-        self.clients = {u: EngineClient(u, session=self._session, timeout=self._timeout) for u in self.urls}
+        self.clients = {u: EngineClient(u, session=self._session, timeout=self._timeout,
+                                       api_key=self._api_key) for u in self.urls}
         return self
 
     async def __aexit__(self, *exc):

@@ -272,7 +272,7 @@ async def generate_rollout(args, rollout_id: int, data_source, evaluation: bool 
     pending: dict[asyncio.Task, list[Sample]] = {}
     leftovers: list[list[Sample]] = []
     filtered_groups: list[list[Sample]] = []
-    submitted = 0
+    submitted = nonfinite = 0      # nonfinite: samples whose reward was NaN/inf (--on-nonfinite-reward)
     try:
         while len(result.groups) < target:
             while len(result.groups) + len(pending) < target:     # top up from the data source
@@ -289,6 +289,7 @@ async def generate_rollout(args, rollout_id: int, data_source, evaluation: bool 
                     leftovers.append(group)                        # the engine aborted it (e.g. weight update)
                 elif any(s.status == Status.FAILED for s in group):
                     result.failed.append(group[0].group_index)
+                    nonfinite += sum("nonfinite_reward" in (s.metadata or {}) for s in group)
                 elif filter_fn is not None and not (d := decide(filter_fn, args, group)).keep:
                     result.filtered.append(group[0].group_index)
                     filtered_groups.append(group)
@@ -322,5 +323,7 @@ async def generate_rollout(args, rollout_id: int, data_source, evaluation: bool 
             args, all_groups, data_source)
     result.metrics = {"rollout/groups_submitted": submitted, "rollout/groups_kept": len(result.groups),
                       "rollout/groups_filtered": len(result.filtered), "rollout/groups_failed": len(result.failed),
-                      "rollout/groups_returned": len(result.returned)}
+                      "rollout/groups_returned": len(result.returned),
+                      "rollout/nonfinite_rewards": nonfinite + sum("nonfinite_reward" in (s.metadata or {})
+                                                                   for g in result.groups for s in g)}
     return result

@@ -154,7 +154,7 @@ class MetricsLogger:
         if group and getattr(args, "wandb_random_suffix", True):
             name = f"{group}_{secrets.token_hex(3)}"  # several runs of one group stay apart
         config = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, tuple, type(None)))
-                  and k != "wandb_key"}  # never upload the API key
+                  and k not in ("wandb_key", "engine_api_key")}  # never upload a secret
         run_id = getattr(args, "wandb_run_id", None)
         run = wandb.init(project=getattr(args, "wandb_project", None) or "slime_like", entity=getattr(args, "wandb_team", None),
                          group=group, name=name, mode=mode, dir=wandb_dir, config=config, id=run_id,

@@ -15,13 +15,13 @@ from slime_like.backends.sglang.router import add_worker_url, build_router_comma
 
 def test_sglang_command_exact():
     args = argparse.Namespace(hf_checkpoint="/ckpt/Qwen2.5-7B", rollout_num_gpus_per_engine=2, seed=42,
-                              colocate=True, sglang_server_args={"mem_fraction_static": 0.7, "enable_dp_attention": True,
+                              colocate=True, trust_remote_code=True, sglang_server_args={"mem_fraction_static": 0.7, "enable_dp_attention": True,
                                                                  "cuda_graph_bs": [1, 2, 4], "disable_radix_cache": False,
                                                                  "log_level": "warning"})
     cmd = build_sglang_command(args, port=30001, host="10.0.0.2", base_gpu_id=4, nccl_port=31001, python="python")
-    assert cmd == ["python", "-m", "sglang.launch_server", "--model-path", "/ckpt/Qwen2.5-7B", "--trust-remote-code",
+    assert cmd == ["python", "-m", "sglang.launch_server", "--model-path", "/ckpt/Qwen2.5-7B",
                    "--tp-size", "2", "--base-gpu-id", "4", "--port", "30001", "--host", "10.0.0.2",
-                   "--random-seed", "42", "--enable-memory-saver", "--nccl-port", "31001",
+                   "--trust-remote-code", "--random-seed", "42", "--enable-memory-saver", "--nccl-port", "31001",
                    "--cuda-graph-bs", "1", "2", "4", "--enable-dp-attention", "--log-level", "warning",
                    "--mem-fraction-static", "0.7"]
 
@@ -32,7 +32,7 @@ def test_sglang_command_generic_attributes_and_multinode():
                               sglang_router_ip=None, sglang_chunked_prefill_size=4096)
     cmd = build_sglang_command(args, port=1, host="h", dist_init_addr="10.0.0.1:5000", nnodes=2, node_rank=1,
                                python="py")
-    assert cmd == ["py", "-m", "sglang.launch_server", "--model-path", "/m", "--trust-remote-code", "--tp-size", "16",
+    assert cmd == ["py", "-m", "sglang.launch_server", "--model-path", "/m", "--tp-size", "16",
                    "--base-gpu-id", "0", "--port", "1", "--host", "h", "--dist-init-addr", "10.0.0.1:5000",
                    "--nnodes", "2", "--node-rank", "1", "--chunked-prefill-size", "4096"]
     with pytest.raises(ValueError, match="dist_init_addr"):

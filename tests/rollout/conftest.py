@@ -9,6 +9,8 @@ import urllib.request
 
 import pytest
 
+from slime_like.utils.auth import auth_headers
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -29,7 +31,7 @@ def start_cpu_engine(ckpt: str, log_path: str):
         if proc.poll() is not None:
             raise RuntimeError(f"CPU engine exited ({proc.returncode}): {open(log_path).read()[-2000:]}")
         try:
-            urllib.request.urlopen(url + "/health_generate", timeout=5)
+            urllib.request.urlopen(urllib.request.Request(url + "/health_generate", headers=auth_headers()), timeout=5)
             return proc, url
         except OSError:
             time.sleep(0.3)

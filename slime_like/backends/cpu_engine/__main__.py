@@ -22,6 +22,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context-length", type=int, default=None, help="default: the model's max_position_embeddings")
     p.add_argument("--random-seed", type=int, default=0)
     p.add_argument("--num-threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    p.add_argument("--api-key", default=None,
+                   help="SGLang's flag: every route requires 'Authorization: Bearer KEY'. Prefer the environment "
+                        "variable SLIME_LIKE_ENGINE_API_KEY (a flag value shows in ps); the flag wins when both are set")
+    p.add_argument("--max-request-bytes", type=int, default=64 << 20, help="largest request body accepted (413 above)")
+    p.add_argument("--max-text-chars", type=int, default=1 << 22,
+                   help="most characters of prompt `text` per /generate request (400 above); send input_ids for more")
     p.add_argument("--log-level", default="info")
     p.add_argument("--parent-pid", type=int, default=None,
                    help="exit when this process (the launcher) is gone, so a killed launcher leaves no engine behind")
@@ -61,8 +67,13 @@ def main(argv=None) -> None:
                        random_seed=args.random_seed, context_length=args.context_length)
     logging.getLogger("slime_like.cpu_engine").info("CPU engine ready: %s on http://%s:%d", args.model_path,
                                                      args.host, args.port)
-    web.run_app(build_app(engine), host=args.host, port=args.port, print=None, access_log=None,
-                shutdown_timeout=2.0)
+    from slime_like.utils.auth import resolve_api_key
+
+    app = build_app(engine, resolve_api_key(args.api_key), max_request_bytes=args.max_request_bytes,
+                    max_text_chars=args.max_text_chars)
+    # handler_cancellation: a client that disconnects cancels its handler, which aborts its requests
+    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None, shutdown_timeout=2.0,
+                handler_cancellation=True)
 
 
 if __name__ == "__main__":

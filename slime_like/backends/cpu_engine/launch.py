@@ -15,6 +15,9 @@ class CPUEngineServer(Engine):
     def launch_command(self, args, *, host: str, port: int, gpu_ids: list[int]) -> list[str]:
         return build_cpu_engine_command(args, port=port, host=host)
 
+    def api_key_args(self, api_key: str) -> list[str]:
+        return []  # the launcher hands the key over in SLIME_LIKE_ENGINE_API_KEY: argv is readable in ps
+
 
 def build_cpu_engine_command(args, *, port: int, host: str = "127.0.0.1", python: str | None = None) -> list[str]:
     """argv for the embedded CPU engine (a subset of SGLang's flags that it understands)."""

@@ -51,38 +51,89 @@ class SamplingParams:
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "SamplingParams":
-        """Validate a JSON ``sampling_params`` object; unknown keys fail with a did-you-mean."""
-        d = dict(d or {})
+        """Validate a JSON ``sampling_params`` object field by field (type, range, finite, size): anything else
+        is a BadRequest (HTTP 400) naming the field and the value; unknown keys fail with a did-you-mean."""
+        if d is None:
+            d = {}
+        if not isinstance(d, dict):
+            raise BadRequest(f"sampling_params must be a JSON object, got {type(d).__name__}")
         known = _SUPPORTED | set(_UNSUPPORTED)
         for key in d:
             if key not in known:
-                close = difflib.get_close_matches(key, sorted(known), n=1)
+                close = difflib.get_close_matches(str(key), sorted(known), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise BadRequest(f"unknown sampling_params key {key!r}{hint}")
         for key, default in _UNSUPPORTED.items():
             if key in d and d[key] not in (default, None):
                 raise BadRequest(f"sampling_params.{key}={d[key]!r} is not supported by the CPU engine "
                                  f"(leave it at {default!r}, or use SGLang on a GPU)")
-        if d.pop("n", 1) != 1:
+        get = {k: v for k, v in d.items() if v is not None}.get
+        if _int(get("n", 1), "n", 1, MAX_TOKENS) != 1:
             raise BadRequest("sampling_params.n must be 1 on the CPU engine; send n requests instead")
-        for key in _UNSUPPORTED:
-            d.pop(key, None)
-        stop = d.pop("stop", None) or []
-        stop = [stop] if isinstance(stop, str) else list(stop)
-        p = cls(stop=stop, stop_token_ids=[int(t) for t in (d.pop("stop_token_ids", None) or [])],
-                **{k: v for k, v in d.items() if v is not None})
-        p.max_new_tokens, p.min_new_tokens, p.top_k = int(p.max_new_tokens), int(p.min_new_tokens), int(p.top_k)
-        if p.max_new_tokens < 0 or p.min_new_tokens < 0:
-            raise BadRequest(f"max_new_tokens ({p.max_new_tokens}) and min_new_tokens ({p.min_new_tokens}) must be >= 0")
-        if p.temperature < 0 or not 0 < p.top_p <= 1 or not 0 <= p.min_p <= 1:
-            raise BadRequest(f"need temperature >= 0, 0 < top_p <= 1, 0 <= min_p <= 1; got temperature={p.temperature}, "
-                             f"top_p={p.top_p}, min_p={p.min_p}")
-        p.repetition_penalty = float(p.repetition_penalty)
-        if not p.repetition_penalty > 0:
-            raise BadRequest(f"repetition_penalty must be > 0 (1.0 = off), got {p.repetition_penalty}")
-        if p.top_k == 0 or p.top_k < -1:
-            raise BadRequest(f"top_k must be -1 (off) or >= 1, got {p.top_k}")
+        p = cls(max_new_tokens=_int(get("max_new_tokens", 128), "max_new_tokens", 0, MAX_TOKENS),
+                min_new_tokens=_int(get("min_new_tokens", 0), "min_new_tokens", 0, MAX_TOKENS),
+                temperature=_real(get("temperature", 1.0), "temperature", 0.0, None),
+                top_p=_real(get("top_p", 1.0), "top_p", 0.0, 1.0, low_open=True),
+                top_k=_int(get("top_k", -1), "top_k", -1, MAX_TOP_K),
+                min_p=_real(get("min_p", 0.0), "min_p", 0.0, 1.0),
+                repetition_penalty=_real(get("repetition_penalty", 1.0), "repetition_penalty", 0.0, None,
+                                         low_open=True),
+                stop=_stop_strings(get("stop", [])),
+                stop_token_ids=[_int(t, "stop_token_ids[]", 0, MAX_TOKEN_ID)
+                                for t in _list(get("stop_token_ids", []), "stop_token_ids", MAX_STOPS)],
+                **{k: _bool(get(k, default), k) for k, default in _FLAGS.items()})
+        if p.top_k == 0:
+            raise BadRequest("sampling_params.top_k must be -1 (off) or >= 1, got 0")
         return p
+
+
+MAX_TOKENS = 1 << 20         # far above any context length; the engine checks the real one
+MAX_TOP_K = 1 << 30
+MAX_TOKEN_ID = (1 << 31) - 1
+MAX_STOPS, MAX_STOP_CHARS = 64, 1024
+_FLAGS = {"ignore_eos": False, "skip_special_tokens": True, "no_stop_trim": False,
+          "spaces_between_special_tokens": True}
+
+
+def _int(v, name: str, low: int, high: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise BadRequest(f"sampling_params.{name} must be an integer, got {v!r}")
+    if not low <= v <= high:
+        raise BadRequest(f"sampling_params.{name} must be in [{low}, {high}], got {v}")
+    return v
+
+
+def _real(v, name: str, low: float, high: float | None, low_open: bool = False) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise BadRequest(f"sampling_params.{name} must be a number, got {v!r}")
+    v = float(v)
+    if v != v or v in (float("inf"), float("-inf")):
+        raise BadRequest(f"sampling_params.{name} must be finite, got {v}")
+    if (v <= low if low_open else v < low) or (high is not None and v > high):
+        span = f"{'(' if low_open else '['}{low}, {high if high is not None else 'inf'}]"
+        raise BadRequest(f"sampling_params.{name} must be in {span}, got {v}")
+    return v
+
+
+def _bool(v, name: str) -> bool:
+    if not isinstance(v, bool):
+        raise BadRequest(f"sampling_params.{name} must be true or false, got {v!r}")
+    return v
+
+
+def _list(v, name: str, max_len: int) -> list:
+    if not isinstance(v, list) or len(v) > max_len:
+        raise BadRequest(f"sampling_params.{name} must be a list of at most {max_len} entries, got {v!r:.100}")
+    return v
+
+
+def _stop_strings(v) -> list[str]:
+    stops = [v] if isinstance(v, str) else _list(v, "stop", MAX_STOPS)
+    for x in stops:
+        if not isinstance(x, str) or not 0 < len(x) <= MAX_STOP_CHARS:
+            raise BadRequest(f"sampling_params.stop entries must be non-empty strings of at most {MAX_STOP_CHARS} "
+                             f"characters, got {x!r:.100}")
+    return stops
 
 
 def sample_next(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor,

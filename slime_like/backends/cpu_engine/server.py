@@ -7,8 +7,11 @@ Errors are JSON ``{"error": {"message": ...}}`` with status 400, like SGLang's.
 from __future__ import annotations
 
 import asyncio
+import binascii
 import logging
+import pickle
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import torch
@@ -19,13 +22,27 @@ from slime_like.backends.cpu_engine.engine import CPUEngine, Request
 from slime_like.backends.cpu_engine.sampling import SamplingParams
 from slime_like.backends.engine_api import process_group, protocol, tensor_serializer
 from slime_like.backends.engine_api.protocol import BadRequest
+from slime_like.utils import auth
 
 logger = logging.getLogger("slime_like.cpu_engine")
+# Largest request body (--max-request-bytes): a 512-prompt batch of 4k-token ids is ~12 MB of JSON; weight
+# routes carry names and shared-memory handles, not tensors.
+MAX_REQUEST_BYTES = 64 << 20
 routes = web.RouteTableDef()
 
 
 def _err(message: str, status: int = 400) -> web.Response:
     return web.json_response({"error": {"message": message}, "success": False, "message": message}, status=status)
+
+
+@web.middleware
+async def require_api_key(request, handler):
+    """With a key configured, every route (health included) needs `Authorization: Bearer <key>` (401 otherwise)."""
+    key = request.app["api_key"]
+    if key and not auth.authorized(request.headers.get("Authorization"), key):
+        return _err(f"{request.path}: missing or wrong 'Authorization: Bearer <key>' (this engine was started with "
+                    f"an API key)", status=401)
+    return await handler(request)
 
 
 @web.middleware
@@ -48,6 +65,8 @@ async def _json(request) -> dict:
         body = await request.json()
     except ValueError as e:
         raise BadRequest(f"{request.path}: body is not valid JSON ({e})")
+    except RecursionError:
+        raise BadRequest(f"{request.path}: body is nested too deeply") from None
     if not isinstance(body, dict):
         raise BadRequest(f"{request.path}: body must be a JSON object")
     return body
@@ -73,7 +92,11 @@ def _engine(request) -> CPUEngine:
 @routes.post("/generate")
 async def generate(request):
     eng = _engine(request)
-    parsed, is_batch = protocol.parse_generate(await _json(request), eng.tokenizer)
+    # Parsing tokenizes `text`: in the one tokenizer thread, so a large prompt never stalls the event loop
+    # (health checks, aborts and other requests keep being answered) and the tokenizer is never shared.
+    body = await _json(request)
+    parsed, is_batch = await asyncio.get_running_loop().run_in_executor(
+        request.app["tokenizer_thread"], protocol.parse_generate, body, eng.tokenizer, request.app["max_text_chars"])
     reqs = _to_engine_requests(parsed)
     eng.stats["generate_calls"] += 1
     loop = asyncio.get_running_loop()
@@ -205,6 +228,9 @@ async def update_weights_from_tensor(request):
     body = _fields(await _json(request), "/update_weights_from_tensor",
                    {"serialized_named_tensors", "load_format", "flush_cache", "abort_all_requests", "weight_version",
                     "disable_draft_model", "torch_empty_cache"}, {"serialized_named_tensors"})
+    if not request.app["api_key"]:  # the payload names shared-memory segments: only from a caller we know
+        return _err("/update_weights_from_tensor needs an engine started with an API key (SLIME_LIKE_ENGINE_API_KEY "
+                    "or --api-key): it maps shared memory named by the caller", status=403)
     eng = _engine(request)
     blobs = body["serialized_named_tensors"]
     if not isinstance(blobs, list) or len(blobs) != 1:
@@ -217,7 +243,10 @@ async def update_weights_from_tensor(request):
         eng.abort(abort_all=True)
 
     def load():
-        payload = tensor_serializer.deserialize(blobs[0])
+        try:
+            payload = tensor_serializer.deserialize(blobs[0])
+        except (pickle.UnpicklingError, binascii.Error, EOFError) as e:
+            raise BadRequest(f"/update_weights_from_tensor: {e}") from None
         named = _unflatten(payload) if fmt == "flattened_bucket" else payload
         return eng.update_weights(named, body.get("weight_version"))
 
@@ -317,13 +346,18 @@ async def resume_memory_occupation(request):
     return web.json_response({"success": True})
 
 
-def build_app(engine: CPUEngine) -> web.Application:
-    app = web.Application(middlewares=[errors_as_json], client_max_size=1 << 30)
+def build_app(engine: CPUEngine, api_key: str | None = None, max_request_bytes: int = MAX_REQUEST_BYTES,
+              max_text_chars: int = protocol.MAX_TEXT_CHARS) -> web.Application:
+    app = web.Application(middlewares=[require_api_key, errors_as_json], client_max_size=max_request_bytes)
     app["engine"] = engine
+    app["api_key"] = api_key or None
+    app["max_text_chars"] = max_text_chars
+    app["tokenizer_thread"] = ThreadPoolExecutor(1, thread_name_prefix="tokenize")
     app["weight_groups"] = {}
     app.add_routes(routes)
 
     async def on_cleanup(app):
+        app["tokenizer_thread"].shutdown(wait=False)
         engine.shutdown()
     app.on_cleanup.append(on_cleanup)
     return app

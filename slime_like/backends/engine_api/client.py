@@ -17,6 +17,8 @@ import json
 
 import aiohttp
 
+from slime_like.utils.auth import auth_headers
+
 
 class EngineError(RuntimeError):
     """The engine answered with an error status."""
@@ -38,7 +40,7 @@ class EngineClient:
     """One engine (or router) base URL. Pass a shared ``aiohttp.ClientSession`` to pool connections."""
 
     def __init__(self, url: str, session: aiohttp.ClientSession | None = None, timeout: float | None = 3600.0,
-                 connect_timeout: float = 10.0):
+                 connect_timeout: float = 10.0, api_key: str | None = None):
         if not url.startswith(("http://", "https://")):
             url = "http://" + url
         self.url = url.rstrip("/")
@@ -46,6 +48,7 @@ class EngineClient:
         # pass one session (or use `async with EngineClient(...)`) to pool connections for heavy traffic.
         self._session, self._own_session = session, False
         self.timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=connect_timeout)
+        self.headers = auth_headers(api_key)  # the run's engine secret (default: $SLIME_LIKE_ENGINE_API_KEY)
 
     async def __aenter__(self):
         if self._session is None:
@@ -64,6 +67,7 @@ class EngineClient:
         """Send one request; return parsed JSON (or text / None for empty bodies). Raises EngineError."""
         url = self.url + path
         kw = {"json": payload} if payload is not None else {}
+        kw["headers"] = self.headers
         if timeout is not None:
             kw["timeout"] = aiohttp.ClientTimeout(total=timeout)
         session = self._session if self._session is not None and not self._session.closed else None
@@ -157,11 +161,12 @@ class EngineClient:
         return await self.request("POST", "/resume_memory_occupation", {"tags": tags} if tags else {})
 
 
-def post(url: str, path: str, payload: dict | None = None, timeout: float = 600.0):
+def post(url: str, path: str, payload: dict | None = None, timeout: float = 600.0, api_key: str | None = None):
     """Synchronous POST of one JSON body (weight sync runs in plain threads): the same answers and errors as
-    `EngineClient.request`, and a 200 answer with ``success: false`` raises too. Not for a running event loop."""
+    `EngineClient.request`, and a 200 answer with ``success: false`` raises too. Not for a running event loop.
+    `api_key`: the run's engine secret (default: $SLIME_LIKE_ENGINE_API_KEY)."""
     async def once():
-        async with EngineClient(url, timeout=timeout) as client:
+        async with EngineClient(url, timeout=timeout, api_key=api_key) as client:
             return _check(client.url + path, await client.request("POST", path, payload if payload is not None else {}))
 
     return asyncio.run(once())

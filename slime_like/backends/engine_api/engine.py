@@ -37,11 +37,16 @@ class Engine(ABC):
     def launch_command(self, args, *, host: str, port: int, gpu_ids: list[int]) -> list[str]:
         """argv of one server process serving `args.hf_checkpoint` on (host, port) and the given GPUs."""
 
-    def client(self, url: str, session=None, timeout: float | None = 3600.0):
+    def api_key_args(self, api_key: str) -> list[str]:
+        """argv that makes the server require `Authorization: Bearer <api_key>` on every route (SGLang's and
+        vLLM's flag; an engine that reads the key from SLIME_LIKE_ENGINE_API_KEY returns [])."""
+        return ["--api-key", api_key]
+
+    def client(self, url: str, session=None, timeout: float | None = 3600.0, api_key: str | None = None):
         """The HTTP client of a running server (pass an aiohttp session to pool its connections)."""
         from slime_like.backends.engine_api.client import EngineClient
 
-        return EngineClient(url, session=session, timeout=timeout)
+        return EngineClient(url, session=session, timeout=timeout, api_key=api_key)
 
     def check_weight_route(self, route: str) -> None:
         if route not in self.weight_update_routes:

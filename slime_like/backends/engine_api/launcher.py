@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 
 from slime_like.backends.engine_api.engine import get_engine
+from slime_like.utils.auth import API_KEY_ENV, auth_headers, resolve_api_key
 
 # slime_like's own --sglang-* flags that configure the rollout client or router, not the server.
 CLIENT_SIDE = frozenset({"server_concurrency", "router_ip", "router_port", "router_request_timeout_secs", "config",
@@ -43,8 +44,9 @@ def sglang_server_args(args) -> dict:
 class EngineProcess:
     """A running engine server: its URL, process, and log file."""
 
-    def __init__(self, name: str, url: str, popen: subprocess.Popen, log_path: str):
+    def __init__(self, name: str, url: str, popen: subprocess.Popen, log_path: str, api_key: str | None = None):
         self.name, self.url, self.popen, self.log_path = name, url, popen, log_path
+        self.api_key = api_key
 
     def alive(self) -> bool:
         return self.popen.poll() is None
@@ -70,7 +72,8 @@ class EngineProcess:
                 raise EngineStartError(f"{self.name} at {self.url} exited with code {self.popen.returncode} during "
                                        f"start-up; log {self.log_path}, last lines:\n{self.log_tail()}")
             try:
-                with urllib.request.urlopen(self.url + "/health_generate", timeout=10) as r:
+                req = urllib.request.Request(self.url + "/health_generate", headers=auth_headers(self.api_key))
+                with urllib.request.urlopen(req, timeout=10) as r:
                     if r.status == 200:
                         return
             except (urllib.error.URLError, OSError):
@@ -97,25 +100,32 @@ class EngineProcess:
 def start_engine(args, kind: str = "cpu", *, engine_index: int = 0, gpu_ids: list | None = None,
                  host: str = "127.0.0.1", port: int = 30000, log_dir: str | None = None,
                  health_timeout: float | None = None, env: dict | None = None,
-                 cmd: list[str] | None = None) -> EngineProcess:
+                 cmd: list[str] | None = None, api_key: str | None = None) -> EngineProcess:
     """Start one engine server of the registered engine `kind` and wait until it generates.
 
     The server uses gpu_ids (the first is its base GPU). `cmd` overrides the command line (tests use it to start
-    a process that fails)."""
+    a process that fails). `api_key` (default: $SLIME_LIKE_ENGINE_API_KEY): the secret every route of the engine
+    will require (`Engine.api_key_args`: SGLang's and vLLM's --api-key; the CPU engine reads it from its
+    environment, not its argv, which any local user can read in ps)."""
     engine = get_engine(kind)
+    api_key = resolve_api_key(api_key)
     name = f"rollout engine {engine_index} ({kind})"
     if cmd is None:
         cmd = engine.launch_command(args, host=host, port=port, gpu_ids=list(gpu_ids or [0]))
+        cmd += engine.api_key_args(api_key) if api_key else []
     log_dir = log_dir or os.path.join(getattr(args, "save", None) or tempfile.gettempdir(), "engine_logs")
     os.makedirs(log_dir, exist_ok=True)
     log_path = os.path.join(log_dir, f"engine_{engine_index}_{kind}_{port}.log")
     child_env = dict(os.environ, **(env or {}))
     child_env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    child_env.pop(API_KEY_ENV, None)
+    if api_key:
+        child_env[API_KEY_ENV] = api_key
     with open(log_path, "ab") as log:
-        log.write(("$ " + " ".join(cmd) + "\n").encode())
+        log.write(("$ " + " ".join("<secret>" if c == api_key else c for c in cmd) + "\n").encode())
         log.flush()
         popen = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env, start_new_session=True)
-    proc = EngineProcess(name, f"http://{host}:{port}", popen, log_path)
+    proc = EngineProcess(name, f"http://{host}:{port}", popen, log_path, api_key)
     if health_timeout is None:
         health_timeout = engine.health_timeout_s
     try:

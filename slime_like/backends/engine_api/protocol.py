@@ -46,50 +46,82 @@ class GenerateRequest:
     rid: str | None
 
 
-def parse_generate(body: dict, tokenizer) -> tuple[list[GenerateRequest], bool]:
-    """JSON body -> (requests, is_batch). A batch is `input_ids: [[...], ...]` or `text: [..]`."""
+MAX_TEXT_CHARS = 1 << 22   # default --max-text-chars: 4 Mi characters of prompt text per request
+MAX_BATCH = 1 << 16
+
+
+def _prompts(body: dict, tokenizer, max_text_chars: int) -> tuple[list[list[int]], bool]:
+    """(token id lists, is_batch) from `input_ids` ([ids] or [[ids], ...]) or `text` (str or [str]), each checked."""
+    if (body.get("text") is None) == (body.get("input_ids") is None):
+        raise BadRequest("give exactly one of 'text' or 'input_ids'")
+    if body.get("input_ids") is not None:
+        ids = body["input_ids"]
+        if not isinstance(ids, list) or not ids:
+            raise BadRequest(f"input_ids must be a non-empty list of token ids (or of such lists), got {ids!r:.100}")
+        is_batch = isinstance(ids[0], list)
+        prompts = ids if is_batch else [ids]
+        if len(prompts) > MAX_BATCH:
+            raise BadRequest(f"a batch holds at most {MAX_BATCH} prompts, got {len(prompts)}")
+        for p in prompts:
+            if not isinstance(p, list) or not all(type(t) is int for t in p):
+                raise BadRequest("input_ids must be a list of ints (or a list of such lists); booleans, floats, "
+                                 "strings and deeper nesting are refused")
+        return prompts, is_batch
+    text = body["text"]
+    is_batch = isinstance(text, list)
+    texts = text if is_batch else [text]
+    if not texts or not all(isinstance(t, str) for t in texts):
+        raise BadRequest(f"text must be a string or a non-empty list of strings, got {text!r:.100}")
+    total = sum(len(t) for t in texts)
+    if total > max_text_chars:
+        raise BadRequest(f"text holds {total} characters; this engine takes at most {max_text_chars} per request "
+                         f"(--max-text-chars); send token ids or smaller requests")
+    return [tokenizer(t, add_special_tokens=True)["input_ids"] for t in texts], is_batch
+
+
+def parse_generate(body: dict, tokenizer, max_text_chars: int = MAX_TEXT_CHARS) -> tuple[list[GenerateRequest], bool]:
+    """JSON body -> (requests, is_batch). A batch is `input_ids: [[...], ...]` or `text: [..]`.
+
+    Every field is checked (type, range, size) and refused with BadRequest (HTTP 400) naming it; the server
+    runs this off the event loop, since tokenizing a large `text` takes a while."""
     if not isinstance(body, dict):
         raise BadRequest("the /generate body must be a JSON object")
     unknown = set(body) - _REQ_KEYS
     if unknown:
         raise BadRequest(f"unknown /generate field(s) {sorted(unknown)}; expected some of {sorted(_REQ_KEYS)}")
+    for key in ("stream", "return_text_in_logprobs"):
+        if not isinstance(body.get(key, False), bool):
+            raise BadRequest(f"/generate field {key} must be true or false, got {body[key]!r:.100}")
     if body.get("stream"):
         raise BadRequest("stream=true is not supported by the CPU engine")
     for key, ok in _DEFAULT_ONLY.items():
-        if key in body and body[key] not in ok:
-            raise BadRequest(f"/generate field {key}={body[key]!r} is not supported by the CPU engine "
+        if key in body and not any(body[key] is v or (type(body[key]) is type(v) and body[key] == v) for v in ok):
+            raise BadRequest(f"/generate field {key}={body[key]!r:.100} is not supported by the CPU engine "
                              f"(allowed: {sorted(map(repr, ok))})")
-    if (body.get("text") is None) == (body.get("input_ids") is None):
-        raise BadRequest("give exactly one of 'text' or 'input_ids'")
-    if body.get("input_ids") is not None:
-        ids = body["input_ids"]
-        is_batch = bool(ids) and isinstance(ids[0], list)
-        prompts = ids if is_batch else [ids]
-    else:
-        is_batch = isinstance(body["text"], list)
-        texts = body["text"] if is_batch else [body["text"]]
-        prompts = [tokenizer(t, add_special_tokens=True)["input_ids"] for t in texts]
+    prompts, is_batch = _prompts(body, tokenizer, max_text_chars)
     n = len(prompts)
 
-    def per_item(key, default):
+    def per_item(key, default, types, what):
         v = body.get(key, default)
         if isinstance(v, list) and (is_batch or key == "sampling_params"):
             if len(v) != n:
                 raise BadRequest(f"'{key}' has {len(v)} entries for a batch of {n} prompts")
-            return v
-        if key == "rid" and is_batch and v is not None:
+            values = v
+        elif key == "rid" and is_batch and v is not None:
             raise BadRequest("a batch request needs 'rid' as a list, one per prompt")
-        return [v] * n
+        else:
+            values = [v] * n
+        for x in values:
+            if x is not None and not isinstance(x, types):
+                raise BadRequest(f"/generate field {key} must be {what}, got {x!r:.100}")
+        return values
 
-    params = per_item("sampling_params", None)
-    rids = per_item("rid", None)
-    logprob = per_item("return_logprob", False)
+    sps = per_item("sampling_params", None, dict, "a JSON object (or one per prompt)")
+    rids = per_item("rid", None, str, "a string (a list of strings for a batch)")
+    logprob = per_item("return_logprob", False, bool, "true or false")
     with_text = bool(body.get("return_text_in_logprobs"))
-    reqs = []
-    for p, sp, rid, lp in zip(prompts, params, rids, logprob):
-        if not all(isinstance(t, int) for t in p):
-            raise BadRequest("input_ids must be a list of ints (or a list of such lists)")
-        reqs.append(GenerateRequest(list(p), sp, bool(lp), with_text, None if rid is None else str(rid)))
+    reqs = [GenerateRequest(list(p), sp, bool(lp), with_text, rid)
+            for p, sp, rid, lp in zip(prompts, sps, rids, logprob)]
     return reqs, is_batch
 
 

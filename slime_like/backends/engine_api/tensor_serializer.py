@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import io
+import pickle
 from multiprocessing.reduction import ForkingPickler
 
 import torch
@@ -45,8 +46,31 @@ def serialize(obj, output_str: bool = True):
     return base64.b64encode(data).decode("utf-8") if output_str else data
 
 
+# The only globals a payload of (name, tensor) pairs or a flattened bucket needs: torch's shared-memory
+# rebuild functions, tensor/storage/size types, dtypes, and the bucket metadata's SimpleNamespace. Anything
+# else (os.system, builtins.eval, ...) is refused before it is called, so a crafted body cannot run code.
+_ALLOWED_GLOBALS = {
+    ("torch.multiprocessing.reductions", "rebuild_tensor"),
+    ("torch.multiprocessing.reductions", "rebuild_typed_storage"),
+    ("torch.multiprocessing.reductions", "rebuild_storage_filename"),
+    ("torch.multiprocessing.reductions", "rebuild_storage_empty"),
+    ("torch", "Tensor"), ("torch", "Size"), ("torch.storage", "UntypedStorage"), ("torch.storage", "TypedStorage"),
+    ("types", "SimpleNamespace"), ("collections", "OrderedDict"),
+}
+
+
+class _TensorOnlyUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        if (module, name) in _ALLOWED_GLOBALS or (module == "torch" and isinstance(getattr(torch, name, None),
+                                                                                  torch.dtype)):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"serialized_named_tensors may only hold tensors and their metadata; "
+                                     f"refusing {module}.{name}")
+
+
 def deserialize(data):
-    """Inverse of `serialize`; accepts the base64 text or the raw bytes.
+    """Inverse of `serialize`; accepts the base64 text or the raw bytes. Only tensor payloads are admitted
+    (`_TensorOnlyUnpickler`), and the engine calls this only for a caller that sent the run's API key.
 
     The receiver should drop the result (and so its mappings) once it has copied the tensors: a segment that is
     still mapped when its processes are killed stays in /dev/shm. (Keeping the last payload mapped would save
@@ -54,4 +78,4 @@ def deserialize(data):
     but then every run ended by Ray's kill leaked one bucket of /dev/shm.)"""
     if isinstance(data, str):
         data = base64.b64decode(data, validate=True)
-    return ForkingPickler.loads(data)
+    return _TensorOnlyUnpickler(io.BytesIO(data)).load()

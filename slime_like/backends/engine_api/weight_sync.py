@@ -35,42 +35,43 @@ from slime_like.utils.net import free_port
 
 
 # ------------------------------------------------------------------------------------------- HTTP fan-out
-def post_all(urls: list[str], path: str, payload: dict | None = None, timeout: float = 600.0) -> list:
+def post_all(urls: list[str], path: str, payload: dict | None = None, timeout: float = 600.0,
+             api_key: str | None = None) -> list:
     """POST the same payload to every engine concurrently; raise the first error (naming its URL)."""
-    return post_each(urls, path, [payload] * len(urls), timeout)
+    return post_each(urls, path, [payload] * len(urls), timeout, api_key)
 
 
-def post_each(urls: list[str], path: str, payloads: list, timeout: float = 600.0) -> list:
+def post_each(urls: list[str], path: str, payloads: list, timeout: float = 600.0, api_key: str | None = None) -> list:
     """POST payloads[i] to urls[i], concurrently; raise the first error (naming its URL)."""
     with ThreadPoolExecutor(max_workers=max(1, len(urls))) as pool:
-        futs = [pool.submit(post, u, path, p, timeout) for u, p in zip(urls, payloads)]
+        futs = [pool.submit(post, u, path, p, timeout, api_key) for u, p in zip(urls, payloads)]
         return [f.result() for f in futs]
 
 
-def pause_generation(urls: list[str], mode: str = "abort") -> None:
+def pause_generation(urls: list[str], mode: str = "abort", api_key: str | None = None) -> None:
     """SGLang's /pause_generation (mode 'abort' is SGLang's default: in-flight requests return as aborted)."""
-    post_all(urls, "/pause_generation", {"mode": mode})
+    post_all(urls, "/pause_generation", {"mode": mode}, api_key=api_key)
 
 
-def flush_cache(urls: list[str]) -> None:
-    post_all(urls, "/flush_cache")
+def flush_cache(urls: list[str], api_key: str | None = None) -> None:
+    post_all(urls, "/flush_cache", api_key=api_key)
 
 
-def continue_generation(urls: list[str]) -> None:
-    post_all(urls, "/continue_generation")
+def continue_generation(urls: list[str], api_key: str | None = None) -> None:
+    post_all(urls, "/continue_generation", api_key=api_key)
 
 
 @contextlib.contextmanager
-def paused(urls: list[str], mode: str = "abort"):
+def paused(urls: list[str], mode: str = "abort", api_key: str | None = None):
     """Pause generation for the duration of a weight sync; always continue afterwards.
 
     No separate /flush_cache: every update request of both senders carries SGLang's ``flush_cache: true``, so
     the engine drops its cache after loading the new weights (one HTTP round trip fewer per engine)."""
-    pause_generation(urls, mode)
+    pause_generation(urls, mode, api_key)
     try:
         yield
     finally:
-        continue_generation(urls)
+        continue_generation(urls, api_key)
 
 
 def buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> Iterator[list]:
@@ -103,7 +104,7 @@ class DistributedWeightSender:
 
     def __init__(self, engine_urls: list[str], backend: str = "gloo", group_name: str = "slime_like_weight_sync",
                  master_address: str | None = None, master_port: int | None = None, engine_tp_size: int = 1,
-                 timeout_s: float = 600.0, load_format: str | None = None):
+                 timeout_s: float = 600.0, load_format: str | None = None, api_key: str | None = None):
         if backend not in ("gloo", "nccl"):
             raise ValueError(f"weight sync backend {backend!r}; choose 'gloo' (CPU) or 'nccl' (GPU)")
         if load_format not in (None, "flattened_bucket"):
@@ -117,6 +118,7 @@ class DistributedWeightSender:
         self.master_port = master_port
         self.timeout_s = timeout_s
         self.load_format = load_format
+        self.api_key = api_key
         self.group = None
         self._flat: torch.Tensor | None = None  # flattened_bucket: send buffer, reused, grown to the largest bucket
 
@@ -149,7 +151,7 @@ class DistributedWeightSender:
         joiner = threading.Thread(target=rendezvous, name="weight-sync-rendezvous", daemon=True)
         joiner.start()
         with ThreadPoolExecutor(max_workers=len(self.engine_urls)) as pool:
-            futs = [pool.submit(post, u, "/init_weights_update_group", p, self.timeout_s)
+            futs = [pool.submit(post, u, "/init_weights_update_group", p, self.timeout_s, self.api_key)
                     for u, p in zip(self.engine_urls, self.init_payloads())]
             for f in as_completed(futs):
                 f.result()  # an engine's refusal surfaces now, naming its URL, not after a rendezvous timeout
@@ -177,7 +179,8 @@ class DistributedWeightSender:
                     payload["weight_version"] = weight_version
                 if self.load_format is not None:
                     payload["load_format"] = self.load_format
-                futs = [pool.submit(post, u, "/update_weights_from_distributed", payload, self.timeout_s)
+                futs = [pool.submit(post, u, "/update_weights_from_distributed", payload, self.timeout_s,
+                                     self.api_key)
                         for u in self.engine_urls]
                 if self.load_format == "flattened_bucket":
                     flat = self._flatten(bucket, device)
@@ -216,7 +219,8 @@ class DistributedWeightSender:
         if self.group is None:
             return
         try:
-            post_all(self.engine_urls, "/destroy_weights_update_group", {"group_name": self.group_name}, 60)
+            post_all(self.engine_urls, "/destroy_weights_update_group", {"group_name": self.group_name}, 60,
+                     self.api_key)
         finally:
             destroy_process_group(self.group)
             self.group = None
@@ -241,8 +245,9 @@ class TensorWeightSender:
     ALIGN = 64  # start of each tensor in the buffer, in bytes (any dtype's view of a slice is then aligned)
 
     def __init__(self, engine_urls: list[str], engine_tp_size: int = 1, timeout_s: float = 600.0,
-                 keep_buffer: bool = False):
+                 keep_buffer: bool = False, api_key: str | None = None):
         self.engine_urls, self.engine_tp_size, self.timeout_s = list(engine_urls), engine_tp_size, timeout_s
+        self.api_key = api_key
         self.keep_buffer = keep_buffer
         self._staging: torch.Tensor | None = None  # CPU shared-memory buffer of the sync in progress
 
@@ -296,7 +301,8 @@ class TensorWeightSender:
                 # The buffer is only overwritten by the next bucket, after every engine has answered (copied it).
                 flat = self.flatten(bucket)
                 post_each(self.engine_urls, "/update_weights_from_tensor",
-                          [self._payload_of(flat, weight_version) for _ in self.engine_urls], self.timeout_s)
+                          [self._payload_of(flat, weight_version) for _ in self.engine_urls], self.timeout_s,
+                          self.api_key)
                 sent += sum(t.numel() * t.element_size() for _, t in bucket)
         finally:
             if not self.keep_buffer:

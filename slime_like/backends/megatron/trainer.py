@@ -349,12 +349,18 @@ class MegatronTrainer(TrainerDistMixin):
             outs = self._run(self.model, mbs, lambda mb: L.make_loss_func(kind, args, mb, scale, per_token,
                                                                           weights.get(id(mb))), forward_only=False)
             lr = O.current_lr(self.optimizer)
-            ok, grad_norm, _ = self.optimizer.step()
+            finite = self._grads_finite()
+            if finite:
+                ok, grad_norm, _ = self.optimizer.step()
+            else:  # a NaN/inf gradient is never applied: the step is skipped and counted (Megatron's skipped iter)
+                self.optimizer.zero_grad()
+                ok, grad_norm = False, None
+                log.warning("%s rollout %d: non-finite gradient, optimizer step skipped", self.role, rollout_id)
             if ok:
                 self.scheduler.step(increment=1)
             step = self._reduce_step_metrics(outs, global_tokens)
             step.update(lr=lr, grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
-                        skipped=0.0 if ok else 1.0)
+                        skipped=0.0 if ok else 1.0, nonfinite_steps=0.0 if finite else 1.0)
             ci_checks.check_step(args, self.role, rollout_id, len(history), len(steps), step,
                                  writer=torch.distributed.get_rank() == 0)
             history.append(step)
@@ -379,6 +385,9 @@ class MegatronTrainer(TrainerDistMixin):
         if not save_dir:
             raise ValueError(f"{self.role}: save() needs --save (critic: its role's save dir, e.g. --critic-save "
                              "or a YAML override)")
+        if not self._weights_finite():
+            raise RuntimeError(f"{self.role}: refusing to save rollout {rollout_id}: the weights hold NaN/inf values "
+                               f"(the last good checkpoint in {save_dir} stays the latest)")
         with_optim = not _get(self.args, "no_save_optim", False)
         checkpoint.save_checkpoint(save_dir, rollout_id, self.chunks,
                                    optimizer=self.optimizer if with_optim else None,

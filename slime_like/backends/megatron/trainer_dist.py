@@ -57,6 +57,28 @@ class TrainerDistMixin:
             metrics.update(zip(max_keys, maxes.tolist()))
         return self._from_last_stage(metrics)
 
+    def _grads_finite(self) -> bool:
+        """True when every gradient of this model replica is finite (checked on every TP / PP rank).
+
+        Read from the DDP grad buffers (`main_grad`) after the DP reduce, before the optimizer step clips and
+        applies them: one NaN/inf would otherwise turn every weight NaN. One fused norm per dtype group."""
+        grads = [getattr(p, "main_grad", None) if getattr(p, "main_grad", None) is not None else p.grad
+                 for chunk in self.model for p in chunk.parameters()]
+        grads = [g for g in grads if g is not None]
+        bad = 0.0
+        if grads:
+            total = torch.stack([n.float() for n in torch._foreach_norm(grads)]).sum()
+            bad = 0.0 if bool(torch.isfinite(total)) else 1.0
+        flag = self._all_reduce(torch.tensor([bad]), self.ps.get_model_parallel_group(), op=dist.ReduceOp.MAX)
+        return flag.item() == 0.0
+
+    def _weights_finite(self) -> bool:
+        """True when every parameter on every rank is finite (collective over the whole world)."""
+        params = [p.detach() for chunk in self.model for p in chunk.parameters()]
+        total = torch.stack([n.float() for n in torch._foreach_norm(params)]).sum() if params else torch.zeros(())
+        bad = torch.tensor([0.0 if bool(torch.isfinite(total)) else 1.0])
+        return self._all_reduce(bad, None, op=dist.ReduceOp.MAX).item() == 0.0
+
     @staticmethod
     def _average_steps(history: list[dict]) -> dict:
         """One dict for the rollout: mean over optimizer steps; lr = last step's; tokens summed."""
@@ -65,7 +87,7 @@ class TrainerDistMixin:
             values = [h[key] for h in history]
             if key == "lr":
                 out[key] = values[-1]
-            elif key == "tokens":
+            elif key in ("tokens", "nonfinite_steps"):
                 out[key] = float(sum(values))
             elif key.endswith("_max"):
                 out[key] = max(values)

@@ -46,8 +46,10 @@ def build_sglang_command(args, *, port: int, host: str = "127.0.0.1", base_gpu_i
         raise ValueError("--hf-checkpoint is required to start SGLang (it serves the HF weights and tokenizer)")
     tp = tp_size or getattr(args, "rollout_num_gpus_per_engine", 1)
     cmd = [python or sys.executable, "-m", "sglang.launch_server", "--model-path", args.hf_checkpoint,
-           "--trust-remote-code", "--tp-size", str(tp), "--base-gpu-id", str(base_gpu_id),
+           "--tp-size", str(tp), "--base-gpu-id", str(base_gpu_id),
            "--port", str(port), "--host", host]
+    if getattr(args, "trust_remote_code", False):  # Megatron's --trust-remote-code: checkpoint code runs only on request
+        cmd += ["--trust-remote-code"]
     if getattr(args, "seed", None) is not None:
         cmd += ["--random-seed", str(args.seed)]
     if getattr(args, "offload_rollout", False) or getattr(args, "colocate", False):

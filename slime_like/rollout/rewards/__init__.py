@@ -25,8 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import numbers
 import random
+from math import isfinite   # not `import math`: the .math grader submodule takes that name here
 
+from ...sample import Status
 from ..hooks import call_maybe_async, load_function
 from .boxed import last_boxed_content
 from .dapo import dapo_reward, dapo_score_prediction
@@ -178,7 +181,59 @@ async def assign_rewards(args, samples: list) -> None:
                                   f"(--rm-type {getattr(args, 'rm_type', None)}, --custom-rm-path "
                                   f"{getattr(args, 'custom_rm_path', None)}): {type(exc).__name__}: {exc}") from exc
     for s, r in zip(samples, rewards):
-        s.reward = r
+        s.reward = check_reward(args, r, s)
+
+
+def _reward_source(args, sample) -> str:
+    custom = getattr(args, "custom_rm_path", None)
+    if custom:
+        return f"--custom-rm-path {custom}"
+    metadata = sample.metadata if isinstance(sample.metadata, dict) else {}
+    return f"--rm-type {metadata.get('rm_type') or getattr(args, 'rm_type', None)}"
+
+
+def _as_number(value):
+    """A real number (bool, int, float, numpy / 0-d torch scalars) as float, else None."""
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+        item = value.item()
+        return float(item) if isinstance(item, numbers.Real) else None
+    return None
+
+
+def check_reward(args, reward, sample):
+    """The reward as stored: a number or a dict of numbers; a non-number fails naming the function and value.
+    A NaN/inf follows --on-nonfinite-reward: 'error' raises, 'zero' stores 0.0, 'skip' marks the sample
+    FAILED so the rollout drops its group (metadata["nonfinite_reward"] keeps the value)."""
+    where = f"{_reward_source(args, sample)} on prompt index {sample.group_index} (sample {sample.index})"
+    key = getattr(args, "reward_key", None)
+    if isinstance(reward, dict):
+        items = {k: v for k, v in reward.items() if k == key or (key is None and isinstance(v, numbers.Real))}
+    else:
+        items = {None: reward}
+    out = dict(reward) if isinstance(reward, dict) else reward
+    for k, v in items.items():
+        num = _as_number(v)
+        label = f"reward[{k!r}]" if k is not None else "reward"
+        if num is None:
+            raise RewardFunctionError(f"{where} returned {label} = {v!r} ({type(v).__name__}); a reward must be a "
+                                      f"number (or a dict with --reward-key)")
+        if isfinite(num):
+            continue
+        policy = getattr(args, "on_nonfinite_reward", "error") or "error"
+        if policy == "error":
+            raise RewardFunctionError(f"{where} returned {label} = {num}: a non-finite reward would make the loss and "
+                                      f"then every weight NaN. Fix the reward function, or pass "
+                                      f"--on-nonfinite-reward skip (drop the prompt) / zero (count it as 0)")
+        sample.metadata = dict(sample.metadata or {}, nonfinite_reward=repr(v))
+        if policy == "skip":
+            sample.status = Status.FAILED
+        if isinstance(out, dict):
+            out[k] = 0.0
+        else:
+            out = 0.0
+    return out
 
 
 __all__ = ["compute_score", "rule_reward", "async_rm", "assign_rewards", "scalar_reward", "RULE_TYPES",
