@@ -16,6 +16,7 @@ from slime_like.args import role_args
 from slime_like.ray.cluster import init_ray, say
 from slime_like.ray.placement import create_placement
 from slime_like.ray.rollout_manager import EngineGroup, RolloutManager
+from slime_like.ray.run_checkpoint import CheckpointMismatch, resume_iteration, write_marker
 from slime_like.ray.trainer_group import TrainerGroup
 from slime_like.utils.json_dump import write_json
 from slime_like.utils.auth import new_secret, resolve_api_key
@@ -31,6 +32,9 @@ class Run:
         self.colocate = bool(args.colocate)
         self.reference = None
         loaded = actor.loaded_rollout_id if actor is not None else None
+        if critic is not None and actor is not None and critic.loaded_rollout_id != loaded:
+            raise CheckpointMismatch(f"the actor resumed from iteration {loaded} but the critic from "
+                                     f"{critic.loaded_rollout_id}; both must load the run's checkpoint")
         self.start_rollout_id = 0 if loaded is None else loaded + 1
         if args.start_rollout_id is not None:  # slime: an explicit start wins over the checkpoint's
             if args.start_rollout_id != self.start_rollout_id:
@@ -45,6 +49,9 @@ class Run:
         args.engine_api_key = resolve_api_key(getattr(args, "engine_api_key", None))
         if not args.engine_api_key and not args.rollout_external_engine_addrs:
             args.engine_api_key = new_secret()
+        # Every role resumes from the same iteration: the run's marker, written after all roles saved (checked
+        # before Ray starts: a stray critic checkpoint is refused in a second, not after the cluster is up).
+        args.resume_iteration = resume_iteration(args.load, role_args(args, "critic").load if args.use_critic else None)
         say(init_ray(args, plan))
         placement = create_placement(plan.num_slots)
         started = []  # what to tear down if a later step fails: no leaked GPU slots or engine processes
@@ -168,12 +175,15 @@ class Run:
             for g in self._trainers():
                 g.onload()
 
-    # ---- checkpoints: rollout state first, then the trainers publish their marker last ----
+    # ---- checkpoints: rollout state first, then each role's checkpoint, then the run's marker last ----
     def save(self, rollout_id: int):
         state = ray.get(self.rollout.state_dict.remote())
         _atomic_json(state, _rollout_state_path(self.args.save, rollout_id))
         for g in self._trainers():
             g.save(rollout_id)
+        if self.actor is not None:
+            write_marker(self.args.save, rollout_id, {"actor": self.actor.args.save,
+                                                      **({"critic": self.critic.args.save} if self.critic else {})})
 
     def _restore_rollout_state(self):
         if self.start_rollout_id == 0:

@@ -47,7 +47,8 @@ def keyed_engine(tiny_ckpt, tmp_path_factory):
 
     import ray
 
-    from slime_like.ray.placement import create_placement, init_ray
+    from slime_like.ray.cluster import init_ray
+    from slime_like.ray.placement import create_placement
     from slime_like.ray.rollout_manager import EngineGroup
 
     init_ray(argparse.Namespace(num_gpus_per_node=1))

@@ -87,7 +87,8 @@ class MegatronTrainer(TrainerDistMixin):
             load_optim = not _get(args, "no_load_optim", False) and not _get(args, "finetune", False)
             self.loaded_rollout_id = checkpoint.load_checkpoint(
                 args.load, self.chunks, optimizer=self.optimizer if load_optim else None,
-                scheduler=self.scheduler if load_optim else None, load_optim=load_optim)
+                scheduler=self.scheduler if load_optim else None, load_optim=load_optim,
+                iteration=_get(args, "resume_iteration", None))  # the run's iteration, same for every role
             if not load_optim:
                 self.optimizer.reload_model_params()  # fp32 main copies follow the loaded weights
             if _get(args, "finetune", False):
