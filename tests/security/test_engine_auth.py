@@ -55,7 +55,7 @@ def keyed_engine(tiny_ckpt, tmp_path_factory):
     placement = create_placement(1)
     args = argparse.Namespace(hf_checkpoint=tiny_ckpt, seed=0, save=str(tmp_path_factory.mktemp("run")),
                               sglang_server_args={"max_running_requests": 4}, engine_api_key=KEY)
-    group = EngineGroup(args, placement, [[0]], 1.0, kind="cpu")
+    group = EngineGroup.start(args, placement, [[0]], 1.0, kind="cpu")
     try:
         yield group.urls[0]
     finally:
