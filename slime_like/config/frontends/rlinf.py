@@ -267,8 +267,13 @@ def _inference(cfg, t):
 def _backends(cfg, t):
     backend = t.facts.get("training_backend", "megatron")
     if backend == "fsdp":
-        t.unmapped += [("--train-backend", "fsdp", f"actor.fsdp_config.{k}") for k in get(cfg, "actor.fsdp_config", {})]
+        from slime_like.config.frontends import _parser_options, fsdp_keys
+
         t.flag("--train-backend", "fsdp")
+        if fsdp_keys.available(_parser_options()):
+            fsdp_keys.rlinf(get(cfg, "actor.fsdp_config", {}), t)
+        else:
+            t.unmapped += [("--train-backend", "fsdp", f"actor.fsdp_config.{k}") for k in get(cfg, "actor.fsdp_config", {})]
     elif backend != "megatron":
         raise ConfigError(f"{t.path}: actor.training_backend: {backend!r}: use megatron or fsdp")
     elif get(cfg, "actor.fsdp_config"):

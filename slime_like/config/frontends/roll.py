@@ -302,8 +302,14 @@ def _strategies(cfg, t):
                           f"{' or '.join(_TRAIN_STRATEGIES)}")
     train_cfg = get(cfg, "actor_train.strategy_args.strategy_config", {})
     if train == "fsdp2_train":
+        from slime_like.config.frontends import _parser_options, fsdp_keys
+
         t.flag("--train-backend", "fsdp")
-        t.unmapped += [("--train-backend", "fsdp", f"actor_train.strategy_args.strategy_config.{k}") for k in train_cfg]
+        if fsdp_keys.available(_parser_options()):
+            fsdp_keys.roll(train_cfg, t)
+        else:
+            t.unmapped += [("--train-backend", "fsdp", f"actor_train.strategy_args.strategy_config.{k}")
+                           for k in train_cfg]
     else:
         t.no_effect += [(f"actor_train.strategy_args.strategy_config.{k}", v, "an fsdp2_train setting")
                         for k, v in train_cfg.items() if k in _FSDP2]
