@@ -352,6 +352,7 @@ def _same_layout(cfg, t):
 def _batch(cfg, t):
     """ROLL: global batch = per_device x grad_accum x world / (TP x PP x CP); micro-batch = per_device."""
     per_device, accum = t.facts.get("actor_train_per_device"), t.facts.get("actor_train_grad_accum")
+    world = 1
     if per_device:
         t.flag("--micro-batch-size", per_device)
     if per_device and accum:
@@ -366,6 +367,15 @@ def _batch(cfg, t):
         t.flag("--global-batch-size", per_device * accum * world // par)
     if get(cfg, "critic"):
         t.flag("--use-critic")
+        c_device, c_accum = t.facts.get("critic_per_device"), t.facts.get("critic_grad_accum")
+        if c_device:
+            t.role("critic", "micro_batch_size", c_device)
+        if c_device and c_accum and per_device and accum:
+            c_world = len(parse_devices(get(cfg, "critic.device_mapping", [0]), "critic.device_mapping"))
+            if c_device * c_accum * c_world != per_device * accum * world:
+                raise ConfigError(f"{t.path}: critic.training_args: per_device_train_batch_size x "
+                                  "gradient_accumulation_steps x GPUs differs from actor_train's; the critic trains "
+                                  "on the same global batch here, so make them equal")
 
 
 def _placement(cfg, t):
