@@ -12,8 +12,10 @@ def launch(loop, argv=None, *, allow_colocate: bool = True, prog: str | None = N
     """Run `loop(args, run, logger)` for the command line `argv`; returns the process exit code."""
     args = parse_args(argv, prog=prog, preflight=True)
     if args.colocate and not allow_colocate:
-        print(f"{prog or 'train'}: --colocate is not supported: generation of the next rollout runs while the "
-              "trainer trains, so they need separate GPUs. Drop --colocate or use train.py.", file=sys.stderr)
+        what = ("the placement puts the engines on the actor's GPUs (colocated)" if getattr(args, "placement_map", None)
+                else "--colocate is not supported")
+        print(f"{prog or 'train'}: {what}: generation of the next rollout runs while the trainer trains, so they "
+              "need separate GPUs. Give the engines GPUs of their own, or use train.py.", file=sys.stderr)
         return 2
     from slime_like.plan import build_plan, print_dry_run
 
