@@ -17,6 +17,7 @@ from slime_like.config.frontends import expand as expand_config
 from slime_like.config.frontends.apply import apply_translation
 from slime_like.config.parser import parse_namespace
 from slime_like.config.preflight import run_preflight
+from slime_like.config.provenance import cli_dests
 from slime_like.config.role_overrides import ROLES, apply_role, load_role_overrides
 from slime_like.config.validate import validate_args
 from slime_like.plan import build_plan
@@ -37,6 +38,7 @@ def parse_args(argv=None, *, exit_on_error: bool = True, prog: str | None = None
     try:
         argv, translation = expand_config(argv)  # --config RLinf/ROLL YAML -> our flags, spliced in place
         args, parser = parse_namespace(argv, prog=prog)
+        args.cli_dests = cli_dests(parser, argv)  # provenance: what the user named (config.yaml, start lines)
         load_role_overrides(args, parser)
         apply_translation(args, parser, translation)
         validate_args(args, raise_path_problems=not preflight)

@@ -27,7 +27,7 @@ def config_diff(args, defaults: dict) -> dict:
             if k not in _INTERNAL and not k.startswith("sglang_") and (k not in defaults or defaults[k] != v)}
 
 
-def _section(lines, title, diff, groups):
+def _section(lines, title, diff, groups, sources=None):
     lines.append(title)
     if not diff:
         lines.append("  (all defaults)")
@@ -38,7 +38,8 @@ def _section(lines, title, diff, groups):
     for g in sorted(by_group, key=lambda t: (t == "derived", t)):
         lines.append(f"  [{g}]")
         for k, v in sorted(by_group[g]):
-            lines.append(f"    {k} = {_fmt(v)}")
+            note = f"    <- {sources[k]}" if sources and k in sources else ""
+            lines.append(f"    {k} = {_fmt(v)}{note}")
 
 
 def report(args, plan) -> str:
@@ -61,11 +62,19 @@ def report(args, plan) -> str:
     common = {k: v for k, v in per_role["actor"].items()
               if all(k in d and d[k] == v for d in per_role.values())}
     _section(lines, "\n-- resolved config, shared by all roles (differs from defaults) --", common, groups)
+    overrides, entries = getattr(args, "megatron_role_overrides", {}), getattr(args, "megatron_role_entries", {})
     for r in roles:
         own = {k: v for k, v in per_role[r].items() if k not in common}
         own.update({k: defaults.get(k) for k in common if k not in per_role[r]})
+        # a YAML entry decided these even where the value equals the default (ppo.yaml's actor lr: 1e-6)
+        yaml_keys = overrides.get(r, {})
+        own.update({k: getattr(views[r], k) for k in yaml_keys})
+        sources = {k: f"YAML megatron[{entries.get(r, '?')}]" + (
+            f", over the CLI's --{k.replace('_', '-')} {_fmt(getattr(args, k))}"
+            if k in getattr(args, "cli_dests", []) and getattr(args, k) != getattr(views[r], k) else "")
+            for k in yaml_keys}
         if own or len(roles) > 1:
-            _section(lines, f"\n-- role {r}: values not shared by every role --", own, groups)
+            _section(lines, f"\n-- role {r}: values not shared by every role --", own, groups, sources)
     if args.sglang_server_args:
         lines.append(f"\n-- SGLang passthrough ({args.sglang_passthrough_mode}) --")
         lines += [f"    --{k.replace('_', '-')} {_fmt(v)}" for k, v in sorted(args.sglang_server_args.items())]

@@ -32,6 +32,11 @@ def launch(loop, argv=None, *, allow_colocate: bool = True, prog: str | None = N
     except ConfigError as e:
         print(f"{prog or 'train'}: error: {e}", file=sys.stderr)
         return 2
+    from slime_like.config.provenance import start_lines, write_config
+
+    print(f"[slime_like] resolved configuration: {write_config(args, _argv(argv))}", file=sys.stderr)
+    for line in start_lines(args):
+        print(f"[slime_like] {line}", file=sys.stderr)
     from slime_like.ray.run import Run
     from slime_like.ray.signals import exit_cleanly_on_sigterm
     from slime_like.utils.metrics import MetricsLogger
@@ -48,3 +53,7 @@ def launch(loop, argv=None, *, allow_colocate: bool = True, prog: str | None = N
         logger.close()
         run.shutdown()
     return 0
+
+
+def _argv(argv) -> list:
+    return [str(a) for a in (sys.argv[1:] if argv is None else argv)]
