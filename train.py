@@ -1,7 +1,7 @@
 """Synchronous RL post-training, in slime's order:
 
     generate -> (offload engines) -> critic values / actor log-probs -> advantages -> train
-    -> save every --save-interval -> (onload engines) -> push weights -> eval every --eval-interval
+    -> save every --save-interval and after the last rollout -> (onload engines) -> push weights -> eval every --eval-interval
 
 Usage: python train.py [Megatron / slime flags ...]   (python train.py --dry-run ... checks and plans only)
 """
@@ -21,7 +21,7 @@ def train(args, run, logger):
         run.offload_engines()
         run.onload_trainers()
         metrics.update(run.train(rollout_id, shards))
-        if args.save_interval and (rollout_id + 1) % args.save_interval == 0:
+        if run.save_due(rollout_id):
             run.save(rollout_id)
         run.offload_trainers()
         run.onload_engines()

@@ -24,7 +24,7 @@ def train_async(args, run, logger):
         if rollout_id + 1 < args.num_rollout:
             next_rollout = run.generate(rollout_id + 1)  # overlaps the training below
         metrics.update(run.train(rollout_id, shards))
-        if args.save_interval and (rollout_id + 1) % args.save_interval == 0:
+        if run.save_due(rollout_id):
             run.save(rollout_id)
         if (rollout_id + 1) % args.update_weights_interval == 0:
             ray.wait([next_rollout])  # never swap weights under a running generation

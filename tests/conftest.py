@@ -4,7 +4,7 @@ import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+# No RAY_AUTH_MODE here: a run's private Ray and the scripts' clusters use token authentication themselves.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Engines started by tests require this key and every client in the test process sends it (slime_like.utils.auth);

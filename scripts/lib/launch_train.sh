@@ -11,7 +11,7 @@ launch_train() {
     python) "${PYTHON:-python}" "${repo}/${TRAIN_SCRIPT:-train.py}" "$@" ;;
     ray)
       # a head of our own on RAY_PORT (not whichever cluster `ray status` would find by itself)
-      if ! RAY_AUTH_MODE=disabled ray status --address "${RAY_HEAD_IP:-127.0.0.1}:${RAY_PORT:-6379}" >/dev/null 2>&1; then
+      if ! RAY_AUTH_MODE=token ray status --address "${RAY_HEAD_IP:-127.0.0.1}:${RAY_PORT:-6379}" >/dev/null 2>&1; then
         bash "${repo}/scripts/ray/start-head.sh"
       fi
       bash "${repo}/scripts/ray/submit.sh" "$@" ;;

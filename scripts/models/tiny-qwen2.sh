@@ -1,4 +1,4 @@
-# Tiny Qwen2 of slime_like.tools.tiny_model (build_tiny_checkpoint defaults), used by the tests and the demo.
+# Tiny Qwen2 of slime_like.tools.tiny_model (build_tiny_checkpoint defaults), used by the tests (not the demo's model: slime_like.demo.prepare builds that one, hidden 128, char tokenizer).
 MODEL_ARGS=(
    --swiglu
    --num-layers 2

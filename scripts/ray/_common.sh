@@ -13,8 +13,10 @@
 #   RAY_TEMP_DIR       Ray's temp/session root (default /tmp/ray). Keep it short: Ray puts unix sockets under
 #                      it and a socket path must stay below 108 bytes.
 #   RAY_INCLUDE_DASHBOARD  true|false (default true: `ray job submit` needs it)
-#   RAY_AUTH_MODE      exported as `disabled` unless set: Ray 2.60's token auth refuses the CLI on a local head.
-#                      Set RAY_AUTH_MODE=token on a shared network (see docs/multinode.md).
+#   RAY_AUTH_MODE      token (default): Ray's token authentication on GCS, raylets, dashboard and job API.
+#   RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH   the cluster's secret. Unset: ~/.ray/auth_token, which start-head.sh
+#                      creates (mode 600) when missing; every node and the driver need the same token (a shared
+#                      $HOME does it; else copy the file or export RAY_AUTH_TOKEN). See docs/multinode.md.
 
 ray_die() { echo "error: $*" >&2; exit 2; }
 
@@ -38,7 +40,10 @@ fi
 RAY_PYTHON=$(dirname "$(command -v ray)")/python
 [[ -x $RAY_PYTHON ]] || RAY_PYTHON=python
 
-export RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
+if [[ ${RAY_AUTH_MODE:-token} != token ]]; then
+  echo "note: RAY_AUTH_MODE=$RAY_AUTH_MODE ignored: these scripts start network-facing Ray nodes, always with token authentication" >&2
+fi
+export RAY_AUTH_MODE=token
 export RAY_USAGE_STATS_ENABLED=${RAY_USAGE_STATS_ENABLED:-0}
 
 RAY_PORT=${RAY_PORT:-6379}
@@ -69,6 +74,17 @@ ray_num_gpus() {
 ray_num_cpus() {
   local n=${RAY_NUM_CPUS:-${SLURM_CPUS_ON_NODE:-$(nproc)}}
   ray_check_int RAY_NUM_CPUS "$n"; echo "$n"
+}
+
+# With token authentication and no token given: create Ray's default token file (what `ray get-auth-token
+# --generate` does), readable by this user only, and say where it is.
+ray_ensure_token() {
+  [[ $RAY_AUTH_MODE == token && -z ${RAY_AUTH_TOKEN:-} && -z ${RAY_AUTH_TOKEN_PATH:-} ]] || return 0
+  local file=$HOME/.ray/auth_token
+  if [[ ! -s $file ]]; then
+    (umask 077 && mkdir -p "$HOME/.ray" && od -An -N32 -tx1 /dev/urandom | tr -d ' \n' > "$file")
+    echo "ray auth: generated a token in $file; worker nodes and drivers need the same file (or RAY_AUTH_TOKEN)" >&2
+  fi
 }
 
 # Flags shared by head and worker nodes: resources, temp dir, ports.

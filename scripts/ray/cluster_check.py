@@ -26,7 +26,7 @@ def parse(argv=None):
 
 def main(argv=None):
     args = parse(argv)
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ["RAY_AUTH_MODE"] = "token"  # the scripts' clusters always authenticate (scripts/ray/_common.sh)
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy

@@ -13,6 +13,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_common.sh"
 ray_node_flags
+ray_ensure_token
 include_dashboard=${RAY_INCLUDE_DASHBOARD:-true}
 [[ $include_dashboard == true || $include_dashboard == false ]] \
   || ray_die "RAY_INCLUDE_DASHBOARD=$include_dashboard must be true or false"

@@ -48,7 +48,17 @@ export RAY_DASHBOARD_PORT=${RAY_DASHBOARD_PORT:-$((RAY_PORT_BASE + 1))}
 export RAY_CLIENT_PORT=${RAY_CLIENT_PORT:-$((RAY_PORT_BASE + 2))}
 export RAY_TEMP_DIR=${RAY_TEMP_DIR:-/tmp/ray_$SLURM_JOB_ID}
 export RAY_INCLUDE_DASHBOARD=${RAY_INCLUDE_DASHBOARD:-false}  # the driver runs in the job; no job API needed
-export RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
+# Ray token authentication, with a secret of this job: generated here on the batch host, handed to every step
+# (srun exports the environment) and to the driver, never written to disk. RAY_AUTH_TOKEN / _PATH set by the
+# user win (e.g. to attach a job to a cluster with a known token); RAY_AUTH_MODE=disabled is never used.
+if [[ ${RAY_AUTH_MODE:-token} != token ]]; then
+  echo "note: RAY_AUTH_MODE=$RAY_AUTH_MODE ignored: the job's Ray cluster listens on the network, so it always runs with token authentication" >&2
+fi
+export RAY_AUTH_MODE=token
+if [[ -z ${RAY_AUTH_TOKEN:-} && -z ${RAY_AUTH_TOKEN_PATH:-} ]]; then
+  RAY_AUTH_TOKEN=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+  export RAY_AUTH_TOKEN
+fi
 export RAY_USAGE_STATS_ENABLED=0 RAY_DEDUP_LOGS=${RAY_DEDUP_LOGS:-0}
 # On SIGTERM Ray 2.60 first "drains" the node for 30 s (for Ray Serve); a finished job has nothing to drain.
 export RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=${RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S:-0}

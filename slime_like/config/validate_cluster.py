@@ -157,7 +157,8 @@ def _parallel_layout(args):
     tp, pp, cp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size, args.context_parallel_size
     ep = args.expert_model_parallel_size
     if min(tp, pp, cp, ep) < 1:
-        raise ConfigError(f"parallel sizes must be >= 1: TP {tp}, PP {pp}, CP {cp}, EP {ep}")
+        raise ConfigError(f"parallel sizes must be >= 1: --tensor-model-parallel-size {tp}, --pipeline-model-parallel-size "
+                          f"{pp}, --context-parallel-size {cp}, --expert-model-parallel-size {ep}")
     if args.expert_tensor_parallel_size is None:
         args.expert_tensor_parallel_size = tp  # Megatron's default
     etp = args.expert_tensor_parallel_size
@@ -176,7 +177,8 @@ def _parallel_layout(args):
                               "(the GPU slots of one node)")
         if world % (tp * pp * cp):
             raise ConfigError(f"{role} GPUs = --{role}-num-nodes {nodes} x --{role}-num-gpus-per-node {gpus} = "
-                              f"{world}, not divisible by TP {tp} x PP {pp} x CP {cp} = {tp * pp * cp}")
+                              f"{world}, not divisible by --tensor-model-parallel-size {tp} x --pipeline-model-parallel-size {pp} x "
+                              f"--context-parallel-size {cp} = {tp * pp * cp}")
         if world % (etp * ep * pp):
             raise ConfigError(f"{role} GPUs = {world}, not divisible by expert TP {etp} x EP {ep} x PP {pp} = "
                               f"{etp * ep * pp}")
@@ -194,12 +196,13 @@ def _parallel_layout(args):
                           f"equal the actor's ({args.actor_num_nodes} / {args.actor_num_gpus_per_node}); drop them")
     if args.num_attention_heads:
         if args.num_attention_heads % tp:
-            raise ConfigError(f"--num-attention-heads {args.num_attention_heads} not divisible by TP {tp}")
+            raise ConfigError(f"--num-attention-heads {args.num_attention_heads} not divisible by "
+                              f"--tensor-model-parallel-size {tp}")
         if args.group_query_attention and args.num_query_groups % tp:
-            raise ConfigError(f"--num-query-groups {args.num_query_groups} not divisible by TP {tp}")
+            raise ConfigError(f"--num-query-groups {args.num_query_groups} not divisible by --tensor-model-parallel-size {tp}")
     if args.num_layers and pp > 1 and args.decoder_first_pipeline_num_layers is None \
             and args.decoder_last_pipeline_num_layers is None and args.num_layers % pp:
-        raise ConfigError(f"--num-layers {args.num_layers} not divisible by PP {pp}; set "
+        raise ConfigError(f"--num-layers {args.num_layers} not divisible by --pipeline-model-parallel-size {pp}; set "
                           "--decoder-first/last-pipeline-num-layers for an uneven split")
     if args.num_experts and args.num_experts % ep:
         raise ConfigError(f"--num-experts {args.num_experts} not divisible by EP {ep}")

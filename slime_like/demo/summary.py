@@ -40,7 +40,7 @@ def main(argv=None):
     print(f"\ndemo summary ({run_dir})\n"
           f"  held-out greedy accuracy before GRPO : {s['base']:.3f}\n"
           f"  after {s['rollouts']} GRPO rollouts        : {s['tail_mean']:.3f} (mean of the last {s['tail_n']} evals: "
-          f"{ratio:.2f}x); last {s['last']:.3f}, best {s['best']:.3f} after rollout {s['best_id']}\n"
+          f"{ratio:.2f}x the accuracy before GRPO); last {s['last']:.3f}, best {s['best']:.3f} after rollout {s['best_id']}\n"
           f"  time in the loop's stages           : {s['loop_seconds']:.0f} s\n"
           f"  RL {'doubled' if s['doubled'] else 'did NOT double'} the held-out accuracy\n"
           f"  curve: {os.path.join(run_dir, 'learning_curve.png')}   metrics: {os.path.join(run_dir, 'metrics.jsonl')}")

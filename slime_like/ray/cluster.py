@@ -22,6 +22,7 @@ import tempfile
 import ray
 
 from slime_like.ray.placement import QUIET_OPENMP
+from slime_like.ray.signals import exit_cleanly_on_sigterm
 
 # Ray's deepest unix socket sits ~64 bytes below its temp dir; a socket path must stay under 108 bytes.
 _MAX_TEMP_DIR_LEN = 40
@@ -44,9 +45,9 @@ def init_ray(args, plan=None) -> str:
     address = ray_address(args)
     if address is None and plan is not None and plan.num_nodes > 1:
         address = "auto"  # a multi-node plan needs the running cluster; Ray finds it (RAY_ADDRESS or its file)
-    if address is None:
-        return _start_private(args)
-    return _join(address, plan)
+    said = _start_private(args) if address is None else _join(address, plan)
+    exit_cleanly_on_sigterm()  # ray.init replaced the driver's SIGTERM handler with its own: ours again
+    return said
 
 
 def _runtime_env() -> dict:
@@ -95,11 +96,15 @@ def _enable_token_auth() -> None:
     Ray reads RAY_AUTH_MODE into its C++ config when imported and caches the token, so both are reloaded
     after the environment changes (what Ray's own `_enable_token_auth` does).
     """
-    from ray._raylet import AuthenticationTokenLoader, Config
-
-    os.environ["RAY_AUTH_MODE"] = "token"
     if not os.environ.get("RAY_AUTH_TOKEN"):
         os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    _reload_auth_mode("token")
+
+
+def _reload_auth_mode(mode: str) -> None:
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    os.environ["RAY_AUTH_MODE"] = mode
     Config.initialize("")
     AuthenticationTokenLoader.instance().reset_cache()
 
@@ -148,6 +153,8 @@ def _check_reachable(address: str) -> None:
 def _join(address: str, plan) -> str:
     address = _resolve(address)
     _check_reachable(address)
+    if not os.environ.get("RAY_AUTH_MODE"):  # our clusters authenticate (scripts/ray, scripts/slurm): so do we
+        _reload_auth_mode("token")
     try:
         ray.init(address=address, runtime_env=_runtime_env(), log_to_driver=True)
     except ConnectionError as e:

@@ -37,12 +37,32 @@ def launch(loop, argv=None, *, allow_colocate: bool = True, prog: str | None = N
     print(f"[slime_like] resolved configuration: {write_config(args, _argv(argv))}", file=sys.stderr)
     for line in start_lines(args):
         print(f"[slime_like] {line}", file=sys.stderr)
-    from slime_like.ray.run import Run
-    from slime_like.ray.signals import exit_cleanly_on_sigterm
-    from slime_like.utils.metrics import MetricsLogger
+    import ray
+
+    from slime_like.ray.cluster import RayClusterError
+    from slime_like.ray.failures import report_actor_failure
+    from slime_like.ray.signals import Terminated, exit_cleanly_on_sigterm
 
     exit_cleanly_on_sigterm()
-    run = Run.start(args, build_plan(args))
+    try:
+        _run(loop, args, build_plan(args))
+    except Terminated as e:  # SIGTERM: everything was stopped by the finally blocks on the way out
+        print(f"[slime_like] stopped by {e}; engines and actors shut down", file=sys.stderr)
+        return e.exit_code
+    except RayClusterError as e:  # no cluster to join, or one without the GPUs the plan needs: one line
+        print(f"{prog or 'train.py'}: error: {e}", file=sys.stderr)
+        return 1
+    except ray.exceptions.RayError as e:  # raised inside an actor: the root cause, once, and where the rest is
+        print(report_actor_failure(e, args.run_dir, prog or "train.py"), file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run(loop, args, plan):
+    from slime_like.ray.run import Run
+    from slime_like.utils.metrics import MetricsLogger
+
+    run = Run.start(args, plan)
     logger = MetricsLogger(args)
     try:
         run.update_weights()  # engines start from exactly the weights the trainer holds (resume included)
@@ -52,7 +72,6 @@ def launch(loop, argv=None, *, allow_colocate: bool = True, prog: str | None = N
     finally:
         logger.close()
         run.shutdown()
-    return 0
 
 
 def _argv(argv) -> list:

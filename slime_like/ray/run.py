@@ -176,6 +176,12 @@ class Run:
                 g.onload()
 
     # ---- checkpoints: rollout state first, then each role's checkpoint, then the run's marker last ----
+    def save_due(self, rollout_id: int) -> bool:
+        """Every --save-interval rollouts, and after the last rollout (as slime does), so a finished run's
+        final weights are always saved; nothing without --save-interval."""
+        interval = self.args.save_interval
+        return bool(interval) and ((rollout_id + 1) % interval == 0 or rollout_id + 1 == self.args.num_rollout)
+
     def save(self, rollout_id: int):
         state = ray.get(self.rollout.state_dict.remote())
         _atomic_json(state, _rollout_state_path(self.args.save, rollout_id))

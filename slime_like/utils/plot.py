@@ -77,7 +77,7 @@ def plot_learning_curve(run_dir: str, out_path: str | None = None) -> str:
     if acc_keys:
         _, accs = _series(records, acc_keys[0])
         if len(accs) >= 2:
-            ratio = f" ({accs[-1] / accs[0]:.1f}x)" if accs[0] > 0 else ""
+            ratio = f" (last / first eval: {accs[-1] / accs[0]:.2f}x)" if accs[0] > 0 else ""
             title += f"\n{acc_keys[0]}: {accs[0]:.3f} -> {accs[-1]:.3f}{ratio}"
     ax.set_title(title, fontsize=11)
     first_id = records[0]["rollout_id"]

@@ -27,7 +27,7 @@ RULES = [
     (["--rollout-temperature", "0"], r"--rollout-temperature 0.0: must be > 0"),
     (["--over-sampling-batch-size", "2"], r"--over-sampling-batch-size 2 must be >= --rollout-batch-size 4"),
     (["--rollout-num-gpus", "1"], r"--colocate .* --rollout-num-gpus 1 must equal .* = 2"),
-    (["--tensor-model-parallel-size", "3"], r"actor GPUs = .* = 2, not divisible by TP 3"),
+    (["--tensor-model-parallel-size", "3"], r"actor GPUs = .* = 2, not divisible by --tensor-model-parallel-size 3"),
     (["--rollout-num-gpus-per-engine", "3"], r"--rollout-num-gpus-per-engine 3 exceeds --num-gpus-per-node 2 and is "
                                              "not a multiple of it"),
     (["--advantage-estimator", "reinforce_plus_plus"], r"reinforce_plus_plus needs --normalize-advantages"),

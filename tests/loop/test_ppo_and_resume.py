@@ -7,6 +7,7 @@ import time
 
 import psutil
 import pytest
+import yaml
 
 import train
 from conftest import REPO, loop_argv
@@ -20,8 +21,14 @@ def test_ppo_with_critic_uses_the_yaml_overlay_lr(tiny_ckpt, toy_prompts, tmp_pa
     cfg.write_text("megatron:\n  - name: default\n    role: critic\n    overrides:\n      lr: 3e-4\n")
     argv = loop_argv(tiny_ckpt, toy_prompts[0], tmp_path, "--colocate", "--actor-num-gpus-per-node", "1",
                      "--num-rollout", "2", "--advantage-estimator", "ppo", "--use-critic",
-                     "--megatron-config-path", str(cfg), "--save", str(tmp_path / "ckpt"))
+                     "--megatron-config-path", str(cfg), "--save", str(tmp_path / "ckpt"), "--save-interval", "5")
     assert train.main(argv) == 0
+    # the interval (5) never came, but the last rollout (1) is saved for both roles, as slime does
+    assert (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
+    assert (tmp_path / "ckpt_critic" / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
+    # the run says what it ran: the critic's lr from the YAML entry, in RUN_DIR/config.yaml
+    config = yaml.safe_load(open(tmp_path / "config.yaml"))
+    assert config["roles"]["critic"]["lr"] == {"value": 3e-4, "source": f"YAML {cfg} megatron[0]"}
     rows = [r for r in read_metrics(str(tmp_path / "metrics.jsonl")) if r["rollout_id"] >= 0]
     assert len(rows) == 2
     for r in rows:
@@ -73,7 +80,7 @@ def test_sigterm_then_resume_continues_the_prompt_sequence(tiny_ckpt, toy_prompt
     tree = psutil.Process(proc.pid).children(recursive=True)
     assert any("cpu_engine" in " ".join(_cmdline(p)) for p in tree), "the engine server should be running"
     proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=120)
+    assert proc.wait(timeout=120) == 143  # 128 + SIGTERM, after the clean stop (our handler, not Ray's)
     # a clean stop leaves none of them behind
     deadline = time.time() + 60
     while alive := [p for p in tree if _running(p)]:

@@ -133,10 +133,20 @@ def test_foreign_head_and_stale_address_file_change_nothing_and_ray_address_join
     out = _start_ray(join_env, tiny_run("joined", "--ray-address", foreign_head["address"]))
     assert f"joined the Ray cluster at {foreign_head['address']} (1 node(s), 4 GPUs)" in out
 
-    # the head dies the hard way: its address file stays behind; a run starts its own Ray regardless
+    # the head dies the hard way: its address file stays behind; a run starts its own Ray regardless. This run's
+    # reward function raises inside the rollout actor: one short block names the actor, the root cause and the
+    # log with the full traceback, instead of Ray's nested tracebacks.
     _kill(_processes_under(foreign_head["tmp"]))
     assert os.path.exists(foreign_head["file"])
-    assert "private Ray instance on 127.0.0.1" in _start_ray(user_env, tiny_run("stale"))
+    rc, out = _train(user_env, tiny_run("stale", "--custom-rm-path", "toy_task.exploding_reward"))
+    assert "private Ray instance on 127.0.0.1" in out
+    log = tmp_path / "stale" / "error.log"
+    assert rc == 1 and (f"train.py: error in RolloutManager.generate (pid " in out), out[-3000:]
+    assert ("RewardFunctionError: reward function failed on prompt index 0 (--rm-type None, --custom-rm-path "
+            "toy_task.exploding_reward): ValueError: the reward model exploded on purpose\n"
+            f"  full traceback: {log}") in out, out[-3000:]
+    assert out.count("the reward model exploded on purpose") == 1 and "Traceback" not in out, out[-3000:]
+    assert "ValueError: the reward model exploded on purpose" in log.read_text()
     # and asking to join the dead head is one clear line, not a traceback
     r = subprocess.run([sys.executable, "-c", _START_RAY, *tiny_run("x", "--ray-address", foreign_head["address"])],
                        env=join_env, cwd=REPO, capture_output=True, text=True, timeout=300)

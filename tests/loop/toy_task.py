@@ -14,6 +14,11 @@ async def digit_share(args, sample) -> float:
     return sum(c.isdigit() for c in sample.response) / MAX_RESPONSE_LEN
 
 
+async def exploding_reward(args, sample) -> float:
+    """A reward function with the right signature that fails at run time (the actor-failure report test)."""
+    raise ValueError("the reward model exploded on purpose")
+
+
 def write_prompts(path, n=64, seed=0):
     rng = random.Random(seed)
     with open(path, "w") as f:
