@@ -24,9 +24,13 @@ QWEN25_7B = {"model_type": "qwen2", "hidden_act": "silu", "hidden_size": 3584, "
 
 def placeholders(tmp: str) -> dict:
     os.makedirs(os.path.join(tmp, "hf"))
-    os.makedirs(os.path.join(tmp, "ref"))
+    os.makedirs(os.path.join(tmp, "ref", "iter_0000001"))  # a torch_dist checkpoint's layout (the preflight looks)
+    with open(os.path.join(tmp, "ref", "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write("1")
     with open(os.path.join(tmp, "hf", "config.json"), "w") as f:
         json.dump(QWEN25_7B, f)
+    for name in ("tokenizer.json", "model.safetensors"):  # names only: a dry run never loads them
+        open(os.path.join(tmp, "hf", name), "w").close()
     for name in ("train.jsonl", "aime.jsonl"):
         with open(os.path.join(tmp, name), "w") as f:
             f.write('{"prompt": "1+1=", "label": "2"}\n')
@@ -35,9 +39,31 @@ def placeholders(tmp: str) -> dict:
                 EVAL_DATA=os.path.join(tmp, "aime.jsonl"))
 
 
+def _preflight_data_rate(tmp: str, argv: list, megabytes: int) -> dict:
+    """Seconds the preflight takes on a `megabytes` JSONL (every line parsed), vs parse_args without it."""
+    from slime_like.args import parse_args
+
+    path = os.path.join(tmp, "big.jsonl")
+    line = json.dumps({"prompt": "What is 12 + 30? Answer with a number. " * 3, "label": "42"}) + "\n"
+    with open(path, "w") as f:
+        f.write(line * (megabytes * 1024 ** 2 // len(line)))
+    full = argv + ["--prompt-data", path, "--input-key", "prompt", "--label-key", "label"]
+    # CPU time of this process: meaningful on a shared, loaded machine, where wall time is not
+    t = time.process_time()
+    parse_args(full, exit_on_error=False)
+    plain = time.process_time() - t
+    t = time.process_time()
+    parse_args(full, exit_on_error=False, preflight=True)
+    checked = time.process_time() - t
+    return {"preflight_data_mb": megabytes, "preflight_cpu_s": round(checked - plain, 3),
+            "preflight_mb_per_cpu_s": round(megabytes / max(checked - plain, 1e-9), 1),
+            "parse_with_preflight_over_without_cpu": round(checked / plain, 2)}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--data-mb", type=int, default=16, help="size of the JSONL file the preflight streams")
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         env = placeholders(tmp)
@@ -64,7 +90,8 @@ def main():
         for _ in range(a.repeat):
             parse_args(argv, exit_on_error=False)
         in_process = (time.perf_counter() - t) / a.repeat
-    result = {"dry_run_subprocess_s_median": round(statistics.median(walls), 3),
+        preflight = _preflight_data_rate(tmp, argv, a.data_mb)
+    result = {**preflight, "dry_run_subprocess_s_median": round(statistics.median(walls), 3),
               "bare_python_startup_s_median": round(statistics.median(baseline), 3),
               "dry_run_over_bare_python": round(statistics.median(walls) / statistics.median(baseline), 2),
               "dry_run_cpu_s_median": round(statistics.median(cpu), 3),

@@ -26,6 +26,19 @@
 # between SIGTERM and SIGKILL for a driver still running at teardown.
 
 _rc_die() { echo "error: $*" >&2; exit 2; }
+# DRY_RUN=1 outside a job (`DRY_RUN=1 bash scripts/slurm/ppo.sbatch`): no allocation needed. The job script
+# plans for NODES x GPUS_PER_NODE (default 2 x 8, the #SBATCH lines) and stops after `train.py --dry-run`.
+if [[ ${DRY_RUN:-0} == 1 && -z ${SLURM_JOB_ID:-} ]]; then
+  SLIME_LIKE_ROOT=${SLIME_LIKE_ROOT:-$PWD}
+  SLURM_SUBMIT_DIR=${SLURM_SUBMIT_DIR:-$PWD} SLURM_JOB_ID=dry-run
+  RAY_NUM_NODES=${NODES:-2} RAY_GPUS_PER_NODE=${GPUS_PER_NODE:-8}
+  if [[ -z ${VIRTUAL_ENV:-} && -f $SLIME_LIKE_ROOT/.venv/bin/activate ]]; then
+    # shellcheck disable=SC1091
+    source "$SLIME_LIKE_ROOT/.venv/bin/activate"
+  fi
+  ray_cluster_up() { _rc_die "DRY_RUN=1: no Ray cluster outside a Slurm job"; }
+  return 0
+fi
 [[ -n ${SLURM_JOB_ID:-} && -n ${SLURM_JOB_NODELIST:-} ]] \
   || _rc_die "ray_cluster.sh runs inside a Slurm job (SLURM_JOB_ID / SLURM_JOB_NODELIST are not set); submit with sbatch"
 command -v srun >/dev/null || _rc_die "srun is not on PATH inside the job"

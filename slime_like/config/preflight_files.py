@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 
-MAX_DATA_BYTES = 64 * 1024 ** 2  # ~0.5 s of JSON parsing on one core; bigger files are checked in part
+MAX_DATA_BYTES = 32 * 1024 ** 2  # ~0.9 CPU-s of JSON parsing (35 MB/s, bench_dry_run.py); bigger: in part
 TRACKER = "latest_checkpointed_iteration.txt"  # Megatron-LM's marker of a torch_dist checkpoint directory
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "tiktoken.model")

@@ -89,3 +89,14 @@ def test_dry_run_imports_no_heavy_module(placeholders):
 def test_help_exits_0(placeholders):
     r = run([sys.executable, "train.py", "--help"], placeholders)
     assert r.returncode == 0 and "perf/parallelism:" in r.stdout and "algorithm (GRPO/PPO):" in r.stdout
+
+
+def test_slurm_job_dry_run_needs_no_allocation(placeholders, tmp_path):
+    """`DRY_RUN=1 bash scripts/slurm/ppo.sbatch`: the job's own flags checked and planned outside Slurm."""
+    env = dict(placeholders, DRY_RUN="1", NODES="2", GPUS_PER_NODE="8", RUN_DIR=str(tmp_path / "run"))
+    for var in ("SLURM_JOB_ID", "SLURM_JOB_NODELIST"):
+        env.pop(var, None)
+    r = run(["bash", "scripts/slurm/ppo.sbatch"], env)
+    assert r.returncode == 0, r.stderr
+    assert "-- placement plan --" in r.stdout and "2 node(s) x 8 GPU slots" in r.stdout
+    assert (tmp_path / "run" / "plan.txt").exists()
