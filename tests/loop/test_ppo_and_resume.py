@@ -28,7 +28,7 @@ def test_ppo_with_critic_uses_the_yaml_overlay_lr(tiny_ckpt, toy_prompts, tmp_pa
     assert (tmp_path / "ckpt_critic" / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
     # the run says what it ran: the critic's lr from the YAML entry, in RUN_DIR/config.yaml
     config = yaml.safe_load(open(tmp_path / "config.yaml"))
-    assert config["roles"]["critic"]["lr"] == {"value": 3e-4, "source": f"YAML {cfg} megatron[0]"}
+    assert config["roles"]["critic"]["lr"] == {"value": 3e-4, "source": f"YAML {cfg} megatron[0], over the CLI's --lr 0.01"}
     rows = [r for r in read_metrics(str(tmp_path / "metrics.jsonl")) if r["rollout_id"] >= 0]
     assert len(rows) == 2
     for r in rows:
