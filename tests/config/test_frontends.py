@@ -66,6 +66,8 @@ def test_roll_seed003_dry_run(paths):
     with pytest.raises(ConfigError, match=r"is 'vllm', i.e. --rollout-engine vllm, which is not built yet"):
         parse(base)
     args, out = dry(base + ["--rollout-engine", "cpu"])
+    assert any("strategy_config.gpu_memory_utilization" in w and "--rollout-engine after the file replaces" in w
+               for w in args.config_warnings)  # the vLLM settings are said to be unused, not dropped silently
     assert args.global_batch_size == 512 and args.n_samples_per_prompt == 8 and args.lr == 1e-6 and args.bf16
     assert args.rollout_max_response_len == 4096 and args.apply_chat_template  # template: native
     assert "--placement actor:0-15 rollout:0-15 reference:0-15" in out

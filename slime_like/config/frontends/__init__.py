@@ -105,6 +105,8 @@ def _drop_unbuilt(t, after: list) -> None:
                 continue
             if any(tok == flag or tok.startswith(flag + "=") for tok in after):
                 del t.tokens[i:i + 2]
+                t.no_effect += [(key, "...", f"a setting of {flag} {value}, which the {flag} after the file replaces")
+                                for f, v, key in t.unmapped if (f, v) == (flag, value)]
                 continue
             raise ConfigError(f"{t.path}: {what} is {value!r}, i.e. {flag} {value}, which is not built yet in "
                               f"slime_like (available: {', '.join(actions[flag].choices)}); choose one of those "

@@ -151,12 +151,12 @@ SCHEMA = {
     "rollout": {
         "group_name": NoEffect("str", _NAME, harmless=("RolloutGroup",)),
         "rollout_backend": Map("str", _engine),
-        "gpu_memory_utilization": Map("float", _f("--sglang-mem-fraction-static")),
+        "gpu_memory_utilization": Read("float", "the engine's memory share (--sglang-* or --vllm-*, see _backends)"),
         "model_dir": Map("str", _f("--hf-checkpoint")),
         "model": {"model_path": Map("str", _f("--hf-checkpoint")),
                   "model_type": NoEffect("str", "the architecture is read from the checkpoint's config.json")},
         "model_arch": NoEffect("str", "the architecture is read from the checkpoint's config.json"),
-        "enforce_eager": Map("bool", _sw("--sglang-disable-cuda-graph")),
+        "enforce_eager": Read("bool", "no CUDA graphs (--sglang-disable-cuda-graph or --vllm-enforce-eager)"),
         "distributed_executor_backend": NoEffect("str", "engines are separate server processes under Ray",
                                                  harmless=("mp", "ray")),
         "disable_log_stats": NoEffect("bool", _LOG, harmless=(False, True)),
@@ -283,13 +283,32 @@ def _backends(cfg, t):
         if engine not in ("sglang", "vllm"):
             raise ConfigError(f"{t.path}: rollout.rollout_backend: {engine!r}: use sglang or vllm")
         t.flag("--rollout-engine", engine)
-        if engine == "vllm":
-            t.unmapped += [("--rollout-engine", "vllm", f"rollout.{k}") for k in ("gpu_memory_utilization",
-                                                                                  "enforce_eager") if get(cfg, f"rollout.{k}") is not None]
+    _engine_settings(cfg, t, engine or "sglang")
     _offload(cfg, t)
     if t.facts.get("trust_remote_code"):
         t.no_effect.append(("actor.tokenizer.trust_remote_code", True,
                             "tokenizers load without remote code; pass --trust-remote-code where a flag exists"))
+
+
+def _engine_settings(cfg, t, engine):
+    from slime_like.config.frontends import _parser_options
+
+    flags = {"gpu_memory_utilization": ("--sglang-mem-fraction-static", "--vllm-gpu-memory-utilization"),
+             "enforce_eager": ("--sglang-disable-cuda-graph", "--vllm-enforce-eager")}
+    for key, (sglang, vllm) in flags.items():
+        value = get(cfg, f"rollout.{key}")
+        if value is None:
+            continue
+        if engine == "vllm" and "--vllm-config" not in _parser_options():
+            t.unmapped.append(("--rollout-engine", "vllm", f"rollout.{key}"))
+            continue
+        t.current = f"rollout.{key}"
+        flag = vllm if engine == "vllm" else sglang
+        if key == "enforce_eager":
+            t.switch(flag, bool(value))
+        else:
+            t.flag(flag, value)
+        t.current = None
 
 
 def _offload(cfg, t):

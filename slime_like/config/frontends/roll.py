@@ -131,19 +131,18 @@ def _gen_args(prefix):
 # ROLL's fsdp2_train strategy_config: the FSDP trainer's settings (its --fsdp-* flags are another engineer's).
 _FSDP2 = {k: Read("any", "an fsdp2_train setting") for k in ("fsdp_size", "param_dtype", "reduce_dtype",
                                                               "reshard_after_forward", "offload_policy")}
-_VLLM_ONLY = ("gpu_memory_utilization", "block_size", "max_model_len", "load_format")
 
 
 def _strategy(role):
     config = {"megatron_train": mk.ROLL_MEGATRON, "megatron_infer": mk.ROLL_MEGATRON_INFER}
     if role == "actor_infer":
-        cfg = {"gpu_memory_utilization": Map("float", _f("--sglang-mem-fraction-static")),
-               "mem_fraction_static": Map("float", _f("--sglang-mem-fraction-static")),
-               "block_size": Map("int", _fact("vllm_block_size")),
+        cfg = {"gpu_memory_utilization": Read("float", "the engine's memory share (see _engine_settings)"),
+               "mem_fraction_static": Read("float", "SGLang's memory share (see _engine_settings)"),
+               "block_size": Read("int", "vLLM's KV block size (see _engine_settings)"),
                "max_model_len": Map("int", _f("--rollout-max-context-len")),
                "load_format": NoEffect("str", "engines always start from the trainer's weights (pushed before the "
                                               "first rollout)", harmless=("dummy", "auto")),
-               "context_length": Map("int", _f("--sglang-context-length"))}
+               "context_length": Read("int", "SGLang's context length (see _engine_settings)")}
     elif role == "reference":
         cfg = config["megatron_infer"]
     else:  # actor_train, critic: Megatron (or FSDP2) settings; the critic's must match the actor's layout
@@ -319,14 +318,8 @@ def _strategies(cfg, t):
             raise ConfigError(f"{t.path}: actor_infer.strategy_args.strategy_name: {infer!r}: use "
                               f"{', '.join(_INFER_STRATEGIES)}")
         t.flag("--rollout-engine", {"hf_infer": "cpu"}.get(infer, infer))
-        if infer == "vllm":
-            infer_cfg = get(cfg, "actor_infer.strategy_args.strategy_config", {})
-            t.unmapped += [("--rollout-engine", "vllm", f"actor_infer.strategy_args.strategy_config.{k}")
-                           for k in infer_cfg if k in _VLLM_ONLY]
+    _engine_settings(cfg, t, infer)
     _same_layout(cfg, t)
-    if infer != "vllm" and get(cfg, "actor_infer.strategy_args.strategy_config.block_size") is not None:
-        t.no_effect.append(("actor_infer.strategy_args.strategy_config.block_size",
-                            get(cfg, "actor_infer.strategy_args.strategy_config.block_size"), "a vLLM setting"))
     for worker in ("actor_train", "actor_infer", "reference", "critic"):
         size, mapping = get(cfg, f"{worker}.world_size"), get(cfg, f"{worker}.device_mapping")
         if size is not None and mapping is not None and size != len(parse_devices(mapping, worker)):
@@ -336,6 +329,34 @@ def _strategies(cfg, t):
         raise ConfigError(f"{t.path}: reference.strategy_args.strategy_name: {ref!r}: use megatron_infer")
     if get(cfg, "critic") and t.facts.get("critic_strategy", "megatron_train") != "megatron_train":
         raise ConfigError(f"{t.path}: critic.strategy_args.strategy_name: the critic trains with megatron_train")
+
+
+# actor_infer strategy_config key -> (SGLang flag, vLLM flag); None: no such setting for that engine
+_ENGINE_KEYS = {"gpu_memory_utilization": ("--sglang-mem-fraction-static", "--vllm-gpu-memory-utilization"),
+                "mem_fraction_static": ("--sglang-mem-fraction-static", None),
+                "context_length": ("--sglang-context-length", None),
+                "block_size": (None, "--vllm-block-size")}
+
+
+def _engine_settings(cfg, t, infer):
+    """The engine's own settings go to its own flags: --sglang-* (sglang, hf_infer -> the CPU engine, which warns
+    about what it does not use) or --vllm-* (once the vLLM engine is on main; "not built yet" before)."""
+    from slime_like.config.frontends import _parser_options
+
+    prefix = "actor_infer.strategy_args.strategy_config"
+    vllm = infer == "vllm"
+    for key, value in (get(cfg, prefix, {}) or {}).items():
+        if key not in _ENGINE_KEYS:
+            continue
+        flag = _ENGINE_KEYS[key][1 if vllm else 0]
+        if flag is None:
+            t.no_effect.append((f"{prefix}.{key}", value, f"not a setting of the {infer or 'sglang'} engine"))
+        elif vllm and "--vllm-config" not in _parser_options():
+            t.unmapped.append(("--rollout-engine", "vllm", f"{prefix}.{key}"))
+        else:
+            t.current = f"{prefix}.{key}"
+            t.flag(flag, value)
+            t.current = None
 
 
 def _same_layout(cfg, t):
