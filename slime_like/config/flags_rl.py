@@ -68,6 +68,9 @@ def add_rollout_group(parser):
     a("--rollout-top-k", type=int, default=-1, help="Top-k sampling; -1 = off.")
     a("--rollout-max-context-len", type=int, default=None, help="Maximum prompt + response length.")
     a("--rollout-max-prompt-len", type=int, default=None, help="Drop prompts longer than this (tokens).")
+    a("--skip-over-long-prompts", action="store_true", default=False,
+      help="(slime_like) Drop prompts of no tokens or of the engine's context length or more (counted in the log); "
+           "by default the run refuses to start, naming the first rows.")
     a("--rollout-max-response-len", type=int, default=None, help="Maximum new tokens per response (SGLang max_new_tokens).")
     a("--rollout-greedy", action="store_true",
       help="(slime_like) Greedy decoding for the rollout (temperature 0 at the engine; RLinf use_greedy). The trainer "

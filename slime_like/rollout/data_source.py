@@ -46,8 +46,13 @@ def _read_rows(path: str, flag: str):
         if head == "[":
             yield from _json_array_rows(path, flag)
             return
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            try:   # a UTF-8 byte-order mark on the first line is accepted; any other bad byte names its line
+                line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise PromptDataError(f"{flag}: {path}:{line_no}: not UTF-8 (byte {raw[exc.start:exc.start + 1]!r} "
+                                      f"at column {exc.start + 1}); re-encode the file as UTF-8") from None
             if not line.strip():
                 continue
             try:
@@ -63,7 +68,7 @@ def _read_rows(path: str, flag: str):
 
 def _json_array_rows(path: str, flag: str):
     """Rows of a JSON-array file, numbered from 1 by their position in the array."""
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:
         try:
             data = json.load(f)
         except json.JSONDecodeError as exc:
@@ -107,13 +112,20 @@ def tokenize_prompt(tokenizer, prompt, apply_chat_template: bool, where: str = "
 def load_prompts(path: str, tokenizer, input_key: str = "input", label_key: str | None = None,
                  metadata_key: str | None = "metadata", apply_chat_template: bool = False,
                  max_prompt_len: int | None = None, flag: str = "--prompt-data", tool_key: str | None = None,
-                 template_kwargs: dict | None = None) -> list[dict]:
+                 template_kwargs: dict | None = None, context_length: int | None = None,
+                 skip_bad: bool = False) -> list[dict]:
     """Records ``{"prompt", "label", "metadata", "prompt_ids", "row"}``; long prompts dropped (logged).
+
+    Every prompt is tokenized here, before any rollout. ``max_prompt_len`` (--rollout-max-prompt-len) drops
+    longer prompts, as slime does. A prompt of no tokens, or one the engine cannot serve (``context_length``
+    tokens or more: no room for one response token) is refused with the counts and first rows, unless
+    ``skip_bad`` (--skip-over-long-prompts) drops them with a count.
 
     With a chat template, ``row[tool_key]`` (when present) is passed as ``tools=`` and
     ``template_kwargs`` (``--apply-chat-template-kwargs``) as extra keyword arguments.
     """
     records, too_long = [], 0
+    unusable = {"empty": [], "over-long": []}
     for line_no, row in _read_rows(path, flag):
         if input_key not in row:
             raise _missing_key(path, line_no, input_key, "--input-key", row)
@@ -130,15 +142,49 @@ def load_prompts(path: str, tokenizer, input_key: str = "input", label_key: str 
         if max_prompt_len is not None and len(ids) > max_prompt_len:
             too_long += 1
             continue
+        if not ids or (context_length is not None and len(ids) >= context_length):
+            (unusable["over-long"] if ids else unusable["empty"]).append(line_no)
+            continue
         records.append({"prompt": row[input_key], "label": row.get(label_key) if label_key else None,
                         "metadata": metadata, "prompt_ids": ids, "row": line_no})
     if max_prompt_len is not None:
         logger.info("%s %s: dropped %d of %d prompts longer than --rollout-max-prompt-len %d tokens",
                     flag, path, too_long, too_long + len(records), max_prompt_len)
+    _refuse_or_drop(unusable, path, flag, context_length, skip_bad)
     if not records:
         raise PromptDataError(f"{flag} {path!r}: no usable prompts ({too_long} longer than "
                               f"--rollout-max-prompt-len {max_prompt_len})")
     return records
+
+
+def _refuse_or_drop(unusable: dict, path: str, flag: str, context_length, skip_bad: bool) -> None:
+    bad = {k: v for k, v in unusable.items() if v}
+    if not bad:
+        return
+    what = "; ".join(f"{len(v)} {k} (rows {', '.join(map(str, v[:5]))}{', ...' if len(v) > 5 else ''})"
+                     for k, v in bad.items())
+    why = (f"empty: no tokens to generate from; over-long: {context_length} tokens or more, the engine's context "
+           f"length, leaves no room for a response")
+    if not skip_bad:
+        raise PromptDataError(f"{flag} {path}: {what} prompts ({why}). Fix the data, or pass "
+                              f"--skip-over-long-prompts to drop them")
+    logger.warning("%s %s: --skip-over-long-prompts dropped %s prompts (%s)", flag, path, what, why)
+
+
+def prompt_context_length(args) -> int | None:
+    """The engines' context length: --sglang-context-length, else the HF config's max_position_embeddings."""
+    sv = getattr(args, "sglang_server_args", None) or {}
+    value = sv.get("context_length") or getattr(args, "sglang_context_length", None)
+    if value:
+        return int(value)
+    path = os.path.join(getattr(args, "hf_checkpoint", None) or "", "config.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        cfg = json.load(f)
+    cfg = cfg.get("text_config", cfg) if isinstance(cfg, dict) else {}
+    n = cfg.get("max_position_embeddings")
+    return int(n) if isinstance(n, int) else None
 
 
 def make_group(record: dict, group_index: int, n_samples: int) -> list[Sample]:
@@ -158,6 +204,9 @@ class RolloutDataSource:
         # --prompt-data-extra: more files after the first, one dataset (only for the run's own --prompt-data)
         extra = list(getattr(args, "prompt_data_extra", None) or []) if path == args.prompt_data else []
         self.records = []
+        # which files, by name and size: a resume may change the filters, not the data
+        self.files = [{"name": os.path.basename(f), "bytes": os.path.getsize(f) if os.path.exists(f) else None}
+                      for f in (path, *extra)]
         for i, one in enumerate([path, *extra]):
             self.records += load_prompts(one, tokenizer, args.input_key, getattr(args, "label_key", None),
                                          getattr(args, "metadata_key", "metadata"),
@@ -165,13 +214,18 @@ class RolloutDataSource:
                                          getattr(args, "rollout_max_prompt_len", None),
                                          flag="--prompt-data-extra" if i else "--prompt-data",
                                          tool_key=getattr(args, "tool_key", None),
-                                         template_kwargs=getattr(args, "apply_chat_template_kwargs", None))
+                                         template_kwargs=getattr(args, "apply_chat_template_kwargs", None),
+                                         context_length=prompt_context_length(args),
+                                         skip_bad=bool(getattr(args, "skip_over_long_prompts", False)))
+            for rec in self.records:
+                rec.setdefault("key", f"{i}:{rec['row']}")  # identity across filter changes: file and row
         self.n_samples = int(args.n_samples_per_prompt)
         self.shuffle = bool(getattr(args, "rollout_shuffle", False))
         self.seed = int(getattr(args, "rollout_seed", 42) or 0)
         self.epoch, self.offset, self.next_group_index = 0, 0, 0
         self.buffer: list[list[Sample]] = []
         self._order = self._epoch_order(0)
+        self._consumed_before: list[str] = []   # keys taken this epoch before a resume with other records
 
     def _epoch_order(self, epoch: int) -> list[int]:
         order = list(range(len(self.records)))
@@ -184,6 +238,7 @@ class RolloutDataSource:
             self.epoch += 1
             self.offset = 0
             self._order = self._epoch_order(self.epoch)
+            self._consumed_before = []
         rec = self.records[self._order[self.offset]]
         self.offset += 1
         return rec
@@ -206,19 +261,36 @@ class RolloutDataSource:
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "offset": self.offset, "next_group_index": self.next_group_index,
                 "num_records": len(self.records), "shuffle": self.shuffle, "seed": self.seed,
+                "files": self.files,
+                "consumed_keys": self._consumed_before + [self.records[i]["key"] for i in self._order[:self.offset]],
                 "buffer": [[sample_to_dict(s) for s in g] for g in self.buffer]}
 
     def load_state_dict(self, state: dict) -> None:
-        if state["num_records"] != len(self.records):
-            raise ValueError(f"data source state was saved with {state['num_records']} prompts but "
-                             f"--prompt-data now has {len(self.records)}; resume with the same file")
+        """Continue where the state left off. The position is kept by prompt identity (file, row): this epoch's
+        order minus the prompts already taken, so a resume with a changed filter (--rollout-max-prompt-len,
+        --skip-over-long-prompts) goes on with the prompts not used yet instead of failing or repeating."""
         if (state["shuffle"], state["seed"]) != (self.shuffle, self.seed):
             logger.warning("resuming with different --rollout-shuffle/--rollout-seed than saved (%s, %s)",
                            state["shuffle"], state["seed"])
-        self.epoch, self.offset = state["epoch"], state["offset"]
-        self.next_group_index = state["next_group_index"]
+        self.epoch, self.next_group_index = state["epoch"], state["next_group_index"]
         self.buffer = [[sample_from_dict(d) for d in g] for g in state["buffer"]]
         self._order = self._epoch_order(self.epoch)
+        if "consumed_keys" not in state:   # a state from before identities were saved
+            if state["num_records"] != len(self.records):
+                raise ValueError(f"data source state was saved with {state['num_records']} prompts but "
+                                 f"--prompt-data now has {len(self.records)}; resume with the same file")
+            self.offset, self._consumed_before = state["offset"], []
+            return
+        if state.get("files", self.files) != self.files:
+            raise ValueError(f"data source state was saved for --prompt-data {state['files']} ({state['num_records']} "
+                             f"prompts) but it is now {self.files}; resume with the same file")
+        consumed = set(state["consumed_keys"])
+        self._order = [i for i in self._order if self.records[i]["key"] not in consumed]
+        self._consumed_before, self.offset = list(state["consumed_keys"]), 0
+        if state["num_records"] != len(self.records):
+            logger.warning("--prompt-data now yields %d prompts (saved with %d: a filter changed); epoch %d "
+                           "continues with the %d not used yet", len(self.records), state["num_records"], self.epoch,
+                           len(self._order))
 
 
 DataSource = RolloutDataSource   # short name used by the loop and its tests

@@ -19,7 +19,7 @@ import copy
 import random
 
 from ..sample import Status
-from .data_source import load_prompts, make_group
+from .data_source import load_prompts, make_group, prompt_context_length
 from .engines import current_state
 from .rewards import scalar_reward
 
@@ -76,7 +76,9 @@ async def eval_rollout(args, rollout_id: int) -> dict:
                                bool(getattr(args, "apply_chat_template", False)),
                                getattr(args, "eval_max_prompt_len", None), flag=f"--eval-prompt-data {name}",
                                tool_key=getattr(args, "eval_tool_key", None) or getattr(args, "tool_key", None),
-                               template_kwargs=getattr(args, "apply_chat_template_kwargs", None))
+                               template_kwargs=getattr(args, "apply_chat_template_kwargs", None),
+                               context_length=prompt_context_length(args),
+                               skip_bad=bool(getattr(args, "skip_over_long_prompts", False)))
         if getattr(args, "eval_shuffle", False):  # RLinf validation_shuffle: the order only; every prompt is scored
             random.Random(f"{args.rollout_seed}:{rollout_id}:{name}").shuffle(records)
         groups = [make_group(rec, i, n) for i, rec in enumerate(records)]

@@ -53,8 +53,10 @@ def test_repetition_penalty_and_min_new_tokens_reach_the_cpu_engine(engine_url):
 
     body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 6, "min_new_tokens": 6, "temperature": 0.0,
                                                         "repetition_penalty": 1.5}}
+    from slime_like.utils.auth import auth_headers
+
     req = urllib.request.Request(engine_url + "/generate", json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
+                                 {"Content-Type": "application/json", **auth_headers()})
     out = json.loads(urllib.request.urlopen(req, timeout=60).read())
     assert out["meta_info"]["completion_tokens"] == 6
 
