@@ -6,7 +6,7 @@
 # Prepares the task (shared with scripts/run-demo.sh), writes ROLL's JSON-array data files with its
 # ground_truth column, runs train.py --config scripts/configs/{rlinf-demo-grpo,roll-demo-rlvr}.yaml with the
 # held-out eval greedy (--eval-temperature 0 after the file: our flags win) and prints the summary
-# (100 rollouts, cosine schedule; scripts/run-demo.sh runs 160).
+# (RLinf file: 100 steps; ROLL file: 160 steps, as scripts/run-demo.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FORMAT=${1:?rlinf or roll}
@@ -20,6 +20,7 @@ export DEMO_TASK=${DEMO_TASK:-runs/demo/task} DEMO_RUN=$RUN_DIR
 $PY -m slime_like.demo.prepare "$DEMO_TASK"
 rm -f "$RUN_DIR/metrics.jsonl"
 
+EXTRA=()
 case "$FORMAT" in
   rlinf)
     CONFIG=scripts/configs/rlinf-demo-grpo.yaml
@@ -27,6 +28,7 @@ case "$FORMAT" in
   roll)
     CONFIG=scripts/configs/roll-demo-rlvr.yaml
     SPLIT=(num_gpus_per_node=2 "actor_infer.device_mapping=[1]")
+    EXTRA=(--min-lr 5e-5)  # the demo's cosine floor; ROLL's file has no key for it
     for name in train heldout; do  # ROLL reads JSON arrays with the answer in ground_truth
       $PY -c 'import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
@@ -38,5 +40,5 @@ esac
 LAYOUT_ARGS=()
 [ "$LAYOUT" = disaggregated ] && LAYOUT_ARGS=("${SPLIT[@]}")
 
-$PY train.py --config "$CONFIG" "${LAYOUT_ARGS[@]}" --eval-temperature 0 --run-dir "$RUN_DIR" "$@"
+$PY train.py --config "$CONFIG" "${LAYOUT_ARGS[@]}" --eval-temperature 0 "${EXTRA[@]}" --run-dir "$RUN_DIR" "$@"
 $PY -m slime_like.demo.summary "$RUN_DIR" val
