@@ -41,4 +41,5 @@ LAYOUT_ARGS=()
 [ "$LAYOUT" = disaggregated ] && LAYOUT_ARGS=("${SPLIT[@]}")
 
 $PY train.py --config "$CONFIG" "${LAYOUT_ARGS[@]}" --eval-temperature 0 "${EXTRA[@]}" --run-dir "$RUN_DIR" "$@"
+case " $* " in *" --dry-run "*) exit 0 ;; esac   # a dry run trains nothing to summarise
 $PY -m slime_like.demo.summary "$RUN_DIR" val
