@@ -82,8 +82,13 @@ def add_reward_group(parser):
       help="'module.function' turning samples into the training batch.")
     a("--rm-timeout", type=float, default=60.0,
       help="(slime_like) Seconds per HTTP attempt of --rm-type remote_rm before it counts as failed.")
-    a("--rm-max-retries", type=int, default=5,
+    a("--rm-max-retries", type=int, default=10,
       help="(slime_like) HTTP attempts per sample for --rm-type remote_rm, the first included (1 = no retry).")
+    a("--rm-retry-budget", type=int, default=None,
+      help="(slime_like) Retries of remote_rm per rollout, all samples together; default 2 x the rollout's samples.")
+    a("--rm-circuit-breaker", type=int, default=20,
+      help="(slime_like) remote_rm failures in a row (no success between them) that stop the rollout: the server "
+           "is down.")
     a("--rm-retry-backoff", type=float, default=0.5,
       help="(slime_like) First retry delay of remote_rm in seconds; doubles per attempt, capped at 30 s.")
     return parser

@@ -205,7 +205,7 @@ def test_rollout_flags_are_real_flags_with_the_rollout_defaults(base):
     from slime_like.rollout import multi_turn_example
 
     args = parse(base)
-    assert (args.rm_timeout, args.rm_max_retries, args.rm_retry_backoff) == (60.0, 5, 0.5)
+    assert (args.rm_timeout, args.rm_max_retries, args.rm_retry_backoff) == (60.0, 10, 0.5)
     assert (args.tool_call_end, args.max_tool_turns, args.disable_tqdm) == (multi_turn_example.TOOL_END, 4, False)
     args = parse(base + ["--rm-timeout", "5", "--rm-max-retries", "2", "--rm-retry-backoff", "0.1", "--disable-tqdm",
                          "--tool-call-end", "</call>", "--max-tool-turns", "2"])

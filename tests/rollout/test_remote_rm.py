@@ -55,3 +55,68 @@ def test_remote_rm_down_fails_with_url():
                      rm_max_retries=3, rm_retry_backoff=0.01, rm_timeout=2)
     with pytest.raises(RemoteRewardError, match=rf"127.0.0.1:{port}/reward failed 3 attempts"):
         asyncio.run(assign_rewards(args, [Sample(index=5, group_index=2, response="x", label="y")]))
+
+
+async def _serve(handler):
+    app = web.Application()
+    app.router.add_post("/reward", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = _free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, f"http://127.0.0.1:{port}/reward"
+
+
+def _args(url, **kw):
+    return Namespace(rm_type="remote_rm", rm_url=url, custom_rm_path=None, rm_retry_backoff=0.002, rm_timeout=5,
+                     rollout_batch_size=8, n_samples_per_prompt=8, **kw)
+
+
+def test_a_server_failing_30_percent_completes_every_rollout_with_few_warning_lines(caplog):
+    """Issue 19, finding 9: 10 rollouts of 64 samples against a server answering 500 to 30 % of requests."""
+    import random
+
+    rng = random.Random(0)
+
+    async def flaky(request):
+        body = await request.json()
+        if rng.random() < 0.3:
+            return web.Response(status=500, text="overloaded")
+        return web.json_response(float(body["response"] == body["label"]))
+
+    async def rollout(url):
+        samples = [Sample(index=i, group_index=i // 8, response="a", label="a") for i in range(64)]
+        await asyncio.gather(*(assign_rewards(_args(url), samples[g:g + 8]) for g in range(0, 64, 8)))
+        return samples
+
+    async def one_rollout():   # the controller runs each rollout in its own event loop (asyncio.run)
+        runner, url = await _serve(flaky)
+        try:
+            return await rollout(url)
+        finally:
+            await runner.cleanup()
+
+    with caplog.at_level("WARNING", logger="slime_like.rollout.rewards.remote"):
+        rollouts = [asyncio.run(one_rollout()) for _ in range(10)]
+    assert all(s.reward == 1.0 for samples in rollouts for s in samples)
+    assert len(caplog.records) <= 10, len(caplog.records)   # one line per rollout at most, not one per retry
+
+
+def test_a_dead_server_opens_the_circuit_quickly():
+    import time
+
+    async def dead(request):
+        return web.Response(status=500, text="down")
+
+    async def main():
+        runner, url = await _serve(dead)
+        try:
+            samples = [Sample(index=i, group_index=i, response="a", label="a") for i in range(32)]
+            await asyncio.gather(*(assign_rewards(_args(url, rm_circuit_breaker=10), [s]) for s in samples))
+        finally:
+            await runner.cleanup()
+
+    t = time.perf_counter()
+    with pytest.raises(RemoteRewardError, match="10 failures in a row"):
+        asyncio.run(main())
+    assert time.perf_counter() - t < 10
