@@ -8,7 +8,7 @@ from slime_like.config.role_overrides import apply_role
 
 # Bookkeeping attributes that are not flags (still shown when relevant, in their own section).
 _INTERNAL = {"config_warnings", "config_path_problems", "megatron_role_entries", "preflight_notes", "cli_dests",
-             "launch_refusals", "megatron_role_overrides", "sglang_server_args", "sglang_passthrough_mode",
+             "launch_refusals", "megatron_role_overrides", "sglang_server_args", "sglang_passthrough_mode", "router_args",
              "config_translation", "placement_map", "reference_worker",
              "rollout_engine_requested", "role", "model_args_from_hf", "rollout_external",
              "disable_grpo_std_normalization", "disable_bias_linear"}
@@ -78,6 +78,9 @@ def report(args, plan) -> str:
     if args.sglang_server_args:
         lines.append(f"\n-- SGLang passthrough ({args.sglang_passthrough_mode}) --")
         lines += [f"    --{k.replace('_', '-')} {_fmt(v)}" for k, v in sorted(args.sglang_server_args.items())]
+    if args.router_args:
+        lines.append("\n-- sglang-router passthrough --")
+        lines += [f"    --{k.replace('_', '-')} {_fmt(v)}" for k, v in sorted(args.router_args.items())]
     t = getattr(args, "config_translation", None)
     if t is not None:
         lines += translation_lines(t)

@@ -84,10 +84,12 @@ def parse_namespace(argv: list, prog: str = "train.py"):
     generic = {}
     if not fields:
         argv, generic = sglang_passthrough.extract_generic(argv, parser._option_string_actions)
+    argv, router = sglang_passthrough.extract_router_args(argv, parser._option_string_actions)
     args, extras = parser.parse_known_args(argv)
     if extras:
         raise ConfigError(_unknown_message(extras, parser))
     sglang_passthrough.collect(args, parser, fields, generic)
+    args.router_args = router  # --router-NAME VALUE: passed to sglang_router.launch_router as --NAME VALUE
     return args, parser
 
 

@@ -82,20 +82,32 @@ def add_generated_flags(parser, group) -> set:
     return dests
 
 
-def extract_generic(argv, known_options) -> tuple[list, dict]:
+# sglang_router.launch_router settings the driver sets itself (the engines it routes over, where it listens)
+ROUTER_PREFIX = "--router-"
+ROUTER_OWNED = frozenset({"worker_urls", "host", "port"})
+
+
+def extract_router_args(argv, known_options) -> tuple[list, dict]:
+    """Split `--router-NAME [VALUE]` tokens out of argv -> (rest, {name: value}) for sglang_router's launcher."""
+    return extract_generic(argv, known_options, prefix=ROUTER_PREFIX, owned=ROUTER_OWNED,
+                           what="sglang-router", owner="the driver (the engines' URLs, a free port)")
+
+
+def extract_generic(argv, known_options, prefix: str = PREFIX, owned=LAUNCHER_OWNED, what: str = "SGLang",
+                    owner: str = "the engine launcher (from --hf-checkpoint, --rollout-num-gpus-per-engine and "
+                                 "the placement plan)") -> tuple[list, dict]:
     """Split `--sglang-NAME [VALUE]` tokens the parser does not know out of argv -> (rest, {name: value})."""
     rest, found = [], {}
     i = 0
     while i < len(argv):
         tok = argv[i]
         flag = tok.split("=", 1)[0]
-        if tok.startswith(PREFIX) and flag not in known_options:
-            name = flag[len(PREFIX):].replace("-", "_")
+        if tok.startswith(prefix) and flag not in known_options:
+            name = flag[len(prefix):].replace("-", "_")
             if not name:
-                raise ConfigError(f"'{tok}' names no SGLang setting; write --sglang-NAME [VALUE]")
-            if name in LAUNCHER_OWNED:
-                raise ConfigError(f"{flag} is set by the engine launcher (from --hf-checkpoint, "
-                                  "--rollout-num-gpus-per-engine and the placement plan); remove it")
+                raise ConfigError(f"'{tok}' names no {what} setting; write {prefix}NAME [VALUE]")
+            if name in owned:
+                raise ConfigError(f"{flag} is set by {owner}; remove it")
             if "=" in tok:
                 found[name] = _coerce(tok.split("=", 1)[1])
             else:  # every value up to the next flag: one -> scalar, several -> list (--sglang-cuda-graph-bs 1 2 4)

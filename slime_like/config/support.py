@@ -132,9 +132,6 @@ UNSUPPORTED = {
     "multimodal_keys": "multimodal prompts: prompts are text (or chat messages) only",
     "train_env_vars": "environment variables for the trainer processes are not forwarded; export them "  # pending: ray
                       "before `ray start` instead",
-    # engines
-    "sglang_router_ip": "an existing sglang-router: the driver starts its own",  # pending: sglang
-    "sglang_router_port": "an existing sglang-router: the driver starts its own",  # pending: sglang
     # slime features another issue is adding (issue 18)
     "custom_megatron_init_path": f"the custom Megatron init hook: {_ISSUE18}",  # pending: feat
     "custom_megatron_before_log_prob_hook_path": f"the before-log-prob hook: {_ISSUE18}",  # pending: feat
@@ -264,6 +261,25 @@ CPU_ENGINE_SGLANG_KEYS = ("dtype", "max_running_requests", "context_length")
 # --sglang-* names the rollout client reads itself (launcher.CLIENT_SIDE): never sent to a server.
 SGLANG_CLIENT_SIDE = ("server_concurrency", "router_ip", "router_port", "router_request_timeout_secs", "config",
                       "server_args", "passthrough_mode", "router_policy")
+
+
+def check_router_flags(args) -> None:
+    """--sglang-router-ip/port name a running router (both or neither); --router-* values reach a router only
+    when the driver starts one: two or more SGLang engines of this run and no --sglang-router-ip."""
+    if bool(args.sglang_router_ip) != bool(args.sglang_router_port):
+        raise ConfigError(f"--sglang-router-ip {args.sglang_router_ip} / --sglang-router-port "
+                          f"{args.sglang_router_port}: give both (an existing sglang-router) or neither")
+    if not args.router_args:
+        return
+    shown = ", ".join(f"--router-{k.replace('_', '-')} {v}" for k, v in sorted(args.router_args.items()))
+    engines = (args.rollout_num_gpus or 0) // max(1, args.rollout_num_gpus_per_engine)
+    if args.sglang_router_ip:
+        warn(args, f"{shown}: no effect, --sglang-router-ip names a router started elsewhere with its own settings")
+    elif args.rollout_external_engine_addrs or args.debug_train_only or args.rollout_engine != "sglang" \
+            or engines < 2:
+        warn(args, f"{shown}: no effect, no sglang-router is started (the driver starts one in front of two or "
+                   f"more SGLang engines of the run; this run has {engines} engine(s) of kind "
+                   f"{args.rollout_engine}{', external' if args.rollout_external_engine_addrs else ''})")
 
 
 def check_engine_passthrough(args) -> None:

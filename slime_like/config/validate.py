@@ -9,7 +9,8 @@ import time
 
 from slime_like.config.errors import ConfigError, warn
 from slime_like.config.hf_config import check_model_against_hf, fill_model_from_hf
-from slime_like.config.support import check_engine_passthrough, check_flag_support, check_role_overrides_support
+from slime_like.config.support import (check_engine_passthrough, check_flag_support, check_role_overrides_support,
+                                       check_router_flags)
 from slime_like.config.validate_cluster import validate_cluster
 from slime_like.config.validate_extras import validate_extras
 
@@ -33,6 +34,7 @@ def validate_args(args, raise_path_problems: bool = True) -> None:
     _model(args)
     validate_cluster(args)
     check_engine_passthrough(args)  # needs the resolved --rollout-engine
+    check_router_flags(args)
     check_model_against_hf(args)
     _misc_defaults(args)
     problems = args.config_path_problems

@@ -40,12 +40,14 @@ class EngineActor:
 
 @ray.remote(num_cpus=0)
 class RolloutManager:
-    def __init__(self, args, engine_urls: list):
+    def __init__(self, args, engine_urls: list, generate_urls: list | None = None):
+        """engine_urls: every engine (memory release / resume); generate_urls: where /generate goes (the
+        router when there is one, else the engines)."""
         from slime_like.rollout.controller import RolloutController
 
         self.args = args
         self.engine_urls = engine_urls
-        self.controller = RolloutController(args, engine_urls)
+        self.controller = RolloutController(args, generate_urls or engine_urls)
 
     def generate(self, rollout_id: int, dp_size: int):
         """Generate and score one rollout; return (one trainer shard per DP rank, metrics)."""
@@ -91,8 +93,14 @@ def cluster_spans_nodes() -> bool:
 class EngineGroup:
     """Driver-side handle on the engines of the run: their URLs, and the actors supervising the ones we started."""
 
-    def __init__(self, actors: list, urls: list):
+    def __init__(self, actors: list, urls: list, router=None, router_url: str | None = None):
         self.actors, self.urls = list(actors), list(urls)
+        self.router, self.router_url = router, router_url  # a router process we started / any router in use
+
+    @property
+    def generate_urls(self) -> list:
+        """Where the rollout sends /generate: the router when one is in use, else every engine."""
+        return [self.router_url] if self.router_url else self.urls
 
     @classmethod
     def start(cls, args, placement: Placement, engine_slots: list, gpu_share: float, kind: str) -> "EngineGroup":
@@ -109,18 +117,53 @@ class EngineGroup:
         try:
             multi_node = cluster_spans_nodes()
             urls = ray.get([a.start.remote(kind, multi_node) for a in actors])
+            router, router_url = start_router_for(args, kind, urls, multi_node)
         except BaseException:
             for a in actors:  # the engines that did start exit with their actor (--parent-pid watchdog)
                 ray.kill(a)
             raise
-        return cls(actors, urls)
+        return cls(actors, urls, router, router_url)
 
     @classmethod
-    def external(cls, addrs: list) -> "EngineGroup":
-        """Engines started outside this run (--rollout-external-engine-addrs HOST:PORT ...): nothing to stop."""
-        return cls([], [a if a.startswith("http") else f"http://{a}" for a in addrs])
+    def external(cls, args, addrs: list) -> "EngineGroup":
+        """Engines started outside this run (--rollout-external-engine-addrs HOST:PORT ...): nothing to stop;
+        behind --sglang-router-ip/port when given."""
+        urls = [a if a.startswith("http") else f"http://{a}" for a in addrs]
+        return cls([], urls, None, _external_router_url(args))
 
     def stop(self):
+        if self.router is not None:
+            self.router.stop()
+            self.router = None
         ray.get([a.stop.remote() for a in self.actors])
         for a in self.actors:
             ray.kill(a)
+
+
+def _external_router_url(args) -> str | None:
+    if not args.sglang_router_ip:
+        return None
+    host = args.sglang_router_ip if ":" not in args.sglang_router_ip else f"[{args.sglang_router_ip}]"
+    return f"http://{host}:{args.sglang_router_port}"
+
+
+def start_router_for(args, kind: str, engine_urls: list, multi_node: bool = False):
+    """The router in front of the run's engines, as slime does it: -> (router process we started or None,
+    router URL or None).
+
+    --sglang-router-ip/--sglang-router-port: an existing router; every engine registers with it (/add_worker).
+    Else engines of a kind that `uses_router` (SGLang), more than one: start sglang_router on this node over
+    them, with the --router-* passthrough values. Else none: the rollout client balances over the engines."""
+    from slime_like.backends.engine_api.engine import get_engine
+    from slime_like.backends.sglang import router
+
+    url = _external_router_url(args)
+    if url:
+        for engine_url in engine_urls:
+            router.add_worker(url, engine_url)
+        return None, url
+    if not (get_engine(kind).uses_router and len(engine_urls) > 1):
+        return None, None
+    host = ray.util.get_node_ip_address() if multi_node else "127.0.0.1"  # loopback unless the run spans nodes
+    proc = router.start_router(args, engine_urls, host=host, port=free_port())
+    return proc, proc.url

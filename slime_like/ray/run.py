@@ -85,11 +85,11 @@ class Run:
             started.append(critic.kill)
         engine_share = ENGINE_SHARE_COLOCATED if args.colocate else 1.0
         if args.rollout_external_engine_addrs:  # engines someone else runs: talk to them, start none
-            engines = EngineGroup.external(args.rollout_external_engine_addrs)
+            engines = EngineGroup.external(args, args.rollout_external_engine_addrs)
         else:
             engines = EngineGroup.start(args, placement, plan.engine_slots, engine_share, kind=plan.engine_kind)
             started.append(engines.stop)
-        rollout = RolloutManager.options(num_cpus=0).remote(args, engines.urls)
+        rollout = RolloutManager.options(num_cpus=0).remote(args, engines.urls, engines.generate_urls)
         started.append(lambda: ray.kill(rollout))
         run = cls(args, placement, actor, critic, engines, rollout)
         run.reference = reference

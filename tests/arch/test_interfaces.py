@@ -64,6 +64,7 @@ def test_megatron_trainer_implements_the_trainer_backend_protocol():
 def test_external_engine_group_is_built_through_init():
     from slime_like.ray.rollout_manager import EngineGroup
 
-    group = EngineGroup.external(["127.0.0.1:1", "http://h:2"])
+    group = EngineGroup.external(argparse.Namespace(sglang_router_ip=None), ["127.0.0.1:1", "http://h:2"])
     assert group.urls == ["http://127.0.0.1:1", "http://h:2"] and group.actors == []
+    assert group.generate_urls == group.urls and group.router is None
     group.stop()  # nothing of ours to stop: a no-op, not an error

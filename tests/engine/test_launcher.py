@@ -1,4 +1,4 @@
-"""Launchers: exact SGLang / router command lines, start-up failure reports, engine death, no orphans."""
+"""Launchers: exact SGLang / CPU engine command lines (router: test_router.py), start-up failure reports, engine death, no orphans."""
 import argparse
 import os
 import sys
@@ -10,7 +10,6 @@ from slime_like.backends.engine_api.client import EngineClient, EngineUnreachabl
 from slime_like.backends.cpu_engine.launch import build_cpu_engine_command
 from slime_like.backends.engine_api.launcher import EngineDied, EngineStartError, start_engine
 from slime_like.backends.sglang.engine import build_sglang_command
-from slime_like.backends.sglang.router import add_worker_url, build_router_command
 
 
 def test_sglang_command_exact():
@@ -47,19 +46,6 @@ def test_cpu_engine_command():
     assert build_cpu_engine_command(args, port=9, python="py") == [
         "py", "-m", "slime_like.backends.cpu_engine", "--model-path", "/m", "--host", "127.0.0.1", "--port", "9",
         "--dtype", "bfloat16", "--parent-pid", str(os.getpid()), "--max-running-requests", "8", "--random-seed", "3"]
-
-
-def test_router_command_exact():
-    args = argparse.Namespace(sglang_router_request_timeout_secs=14400)
-    cmd = build_router_command(args, ["http://10.0.0.1:30000", "http://10.0.0.2:30000"], host="0.0.0.0", port=3000,
-                               python="python")
-    assert cmd == ["python", "-m", "sglang_router.launch_router", "--host", "0.0.0.0", "--port", "3000",
-                   "--policy", "cache_aware", "--worker-urls", "http://10.0.0.1:30000", "http://10.0.0.2:30000",
-                   "--request-timeout-secs", "14400"]
-    assert add_worker_url("http://r:3000/", "http://10.0.0.3:30000") == \
-        "http://r:3000/add_worker?url=http%3A%2F%2F10.0.0.3%3A30000"
-    with pytest.raises(ValueError, match="did you mean 'round_robin'"):
-        build_router_command(args, [], policy="round_robn")
 
 
 def test_failed_start_names_engine_and_shows_log(tmp_path):

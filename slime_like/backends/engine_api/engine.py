@@ -32,6 +32,9 @@ class Engine(ABC):
     # seconds a fresh server may take to answer /health_generate (loading weights, compiling kernels)
     health_timeout_s: ClassVar[float] = 300.0
     weight_update_routes: ClassVar[frozenset] = frozenset({FROM_TENSOR, FROM_DISTRIBUTED, FROM_DISK})
+    # several engines of this kind sit behind a started sglang-router (as slime runs SGLang); otherwise the
+    # rollout client spreads requests over the engine URLs itself (rollout/engines.py)
+    uses_router: ClassVar[bool] = False
 
     @abstractmethod
     def launch_command(self, args, *, host: str, port: int, gpu_ids: list[int]) -> list[str]:

@@ -18,12 +18,13 @@ from slime_like.backends.engine_api.launcher import sglang_server_args
 class SGLangEngine(Engine):
     name = "sglang"
     health_timeout_s = 900.0  # weights from disk, CUDA graphs: minutes for a large model
+    uses_router = True
 
     def launch_command(self, args, *, host: str, port: int, gpu_ids: list[int]) -> list[str]:
         return build_sglang_command(args, port=port, host=host, base_gpu_id=int(gpu_ids[0]), tp_size=len(gpu_ids))
 
 
-def _flag(name: str, value) -> list[str]:
+def server_flag(name: str, value) -> list[str]:
     """One ServerArgs value as CLI tokens: True -> bare flag, False -> omitted, list -> repeated values."""
     flag = "--" + name.replace("_", "-")
     if value is True:
@@ -61,5 +62,5 @@ def build_sglang_command(args, *, port: int, host: str = "127.0.0.1", base_gpu_i
             raise ValueError(f"an engine spanning {nnodes} nodes needs dist_init_addr (host:port of its node 0)")
         cmd += ["--dist-init-addr", dist_init_addr, "--nnodes", str(nnodes), "--node-rank", str(node_rank)]
     for name, value in sorted(sglang_server_args(args).items()):
-        cmd += _flag(name, value)
+        cmd += server_flag(name, value)
     return cmd

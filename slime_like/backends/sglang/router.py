@@ -4,8 +4,10 @@
         --request-timeout-secs N
 
 The router speaks the same native API as one engine (/generate, /health, ...), so the rollout client only
-changes its base URL. Engines started later join through ``POST /add_worker?url=...``. On a CPU machine there
-is no router package; the rollout side then spreads requests over the engine URLs itself.
+changes its base URL. Engines started later join through ``POST /add_worker?url=...``. The Ray layer starts
+one for a run with several SGLang engines (`ray/rollout_manager.py:start_router_for`), as slime does, or
+uses the one `--sglang-router-ip/--sglang-router-port` name. The CPU engine needs none (and there is no
+router package on CPU): the rollout client spreads requests over the engine URLs itself.
 """
 from __future__ import annotations
 
@@ -17,26 +19,34 @@ import tempfile
 import urllib.parse
 
 from slime_like.backends.engine_api.launcher import EngineProcess, EngineStartError
+from slime_like.backends.sglang.engine import server_flag
 
 POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "bucket", "manual", "consistent_hashing",
             "prefix_hash")
 
 
-def build_router_command(args, worker_urls: list[str], *, host: str = "0.0.0.0", port: int = 30000,
-                         policy: str = "cache_aware", python: str | None = None) -> list[str]:
-    """argv for `python -m sglang_router.launch_router` routing over `worker_urls`."""
+def build_router_command(args, worker_urls: list[str], *, host: str = "127.0.0.1", port: int = 30000,
+                         python: str | None = None) -> list[str]:
+    """argv for `python -m sglang_router.launch_router` routing over `worker_urls`.
+
+    `--router-NAME VALUE` passthrough values (args.router_args) follow as `--NAME VALUE` (policy: cache_aware
+    unless `--router-policy` says otherwise); `--sglang-router-request-timeout-secs` is slime's name for the
+    router's `--request-timeout-secs`."""
+    extra = dict(args.router_args)
+    policy = str(extra.pop("policy", "cache_aware"))
     if policy not in POLICIES:
         import difflib
         close = difflib.get_close_matches(policy, POLICIES, n=1)
-        raise ValueError(f"router policy {policy!r} is unknown" + (f"; did you mean {close[0]!r}?" if close else
-                                                                  f"; choose one of {POLICIES}"))
+        raise ValueError(f"--router-policy {policy!r} is unknown" + (f"; did you mean {close[0]!r}?" if close else
+                                                                     f"; choose one of {POLICIES}"))
     cmd = [python or sys.executable, "-m", "sglang_router.launch_router", "--host", host, "--port", str(port),
            "--policy", policy]
     if worker_urls:
         cmd += ["--worker-urls", *worker_urls]
-    timeout = getattr(args, "sglang_router_request_timeout_secs", None)
-    if timeout is not None:
-        cmd += ["--request-timeout-secs", str(timeout)]
+    if "request_timeout_secs" not in extra and args.sglang_router_request_timeout_secs is not None:
+        cmd += ["--request-timeout-secs", str(args.sglang_router_request_timeout_secs)]
+    for name, value in sorted(extra.items()):
+        cmd += server_flag(name, value)
     return cmd
 
 
@@ -54,13 +64,13 @@ def add_worker(router_url: str, worker_url: str, timeout: float = 60.0) -> None:
 
 
 def start_router(args, worker_urls: list[str], *, host: str = "127.0.0.1", port: int = 30000,
-                 policy: str = "cache_aware", log_dir: str | None = None, health_timeout: float = 120.0,
+                 log_dir: str | None = None, health_timeout: float = 120.0,
                  cmd: list[str] | None = None) -> EngineProcess:
     """Start the router as a child process and wait for its /health; raises EngineStartError with its log."""
     if cmd is None and importlib.util.find_spec("sglang_router") is None:
         raise EngineStartError("sglang-router is not installed (pip install sglang-router); on CPU, point the "
                                "rollout at the engine URLs directly instead of a router")
-    cmd = cmd or build_router_command(args, worker_urls, host=host, port=port, policy=policy)
+    cmd = cmd or build_router_command(args, worker_urls, host=host, port=port)
     log_dir = log_dir or os.path.join(getattr(args, "save", None) or tempfile.gettempdir(), "engine_logs")
     os.makedirs(log_dir, exist_ok=True)
     log_path = os.path.join(log_dir, f"router_{port}.log")
