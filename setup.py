@@ -1,5 +1,50 @@
 """slime_like: RL post-training of LLMs with megatron-core trainers and SGLang (or CPU) rollout engines."""
+import pathlib
+import re
+
 from setuptools import find_packages, setup
+
+HERE = pathlib.Path(__file__).parent
+
+
+def _pins() -> dict:
+    """requirements.txt's exact pins by package name: the extras below take their versions from there, so
+    `pip install "slime_like[all]"` installs the stack the tests ran on (one place to bump a version)."""
+    pins = {}
+    for line in (HERE / "requirements.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name = re.split(r"[\[=<>~!]", line, maxsplit=1)[0].lower()
+            pins[name] = line
+    return pins
+
+
+PINS = _pins()
+
+
+def pinned(*names: str) -> list:
+    return [PINS[n] for n in names]
+
+
+EXTRAS = {
+    # the trainer: megatron-core on torch, HF configs / weights
+    "megatron": pinned("torch", "megatron-core", "transformers", "tokenizers", "safetensors", "numpy"),
+    # the Ray layer (placement, actors, the run's own cluster)
+    "ray": pinned("ray", "psutil"),
+    # rollout: engine client, data sources, reward graders, the embedded CPU engine (torch + transformers)
+    "rollout": pinned("aiohttp", "math-verify", "pylatexenc", "pyarrow", "tqdm", "torch", "transformers",
+                      "tokenizers", "safetensors"),
+    "wandb": pinned("wandb"),
+    "tensorboard": pinned("tensorboard"),
+    "plot": pinned("matplotlib"),
+    "test": pinned("pytest", "pytest-timeout", "matplotlib"),
+    # GPU engines: not installable on the CPU machine the pins were tested on, so ranges only
+    "sglang": ["sglang>=0.5", "sglang-router"],
+    "vllm": ["vllm"],
+}
+# everything a CPU machine runs (train.py end to end, logging, the tests); GPU engines stay separate extras
+EXTRAS["all"] = sorted({r for k in ("megatron", "ray", "rollout", "wandb", "tensorboard", "plot", "test")
+                        for r in EXTRAS[k]})
 
 setup(
     name="slime_like",
@@ -7,17 +52,8 @@ setup(
     description=__doc__,
     python_requires=">=3.11",
     packages=find_packages(include=["slime_like", "slime_like.*"]),
-    # The light core: what `train.py --dry-run` needs. Heavy parts are extras (pinned in requirements.txt).
-    install_requires=["pyyaml>=6", "omegaconf>=2.4,<2.5"],  # omegaconf: --config RLinf / ROLL files
-    extras_require={
-        "megatron": ["torch==2.13.0", "megatron-core>=0.16,<0.20", "transformers>=5,<6", "tokenizers", "safetensors"],
-        "ray": ["ray[default]==2.60.0"],
-        "rollout": ["aiohttp>=3.9", "math-verify[antlr4_13_2]>=0.9", "tqdm"],
-        "sglang": ["sglang>=0.5", "sglang-router"],
-        "vllm": ["vllm"],
-        "wandb": ["wandb"],
-        "tensorboard": ["tensorboard"],
-        "test": ["pytest", "pytest-timeout", "matplotlib"],
-    },
+    # The light core: what `train.py --dry-run` needs (pyyaml; omegaconf for --config RLinf / ROLL files).
+    install_requires=pinned("pyyaml", "omegaconf"),
+    extras_require=EXTRAS,
     scripts=[],
 )

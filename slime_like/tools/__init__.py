@@ -1,0 +1,1 @@
+"""Helpers the command-line tools use: MODEL_ARGS from an HF config, tiny test models."""
