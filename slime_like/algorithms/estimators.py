@@ -1,10 +1,10 @@
-"""From per-sample scalar rewards to per-token advantages and returns, per `--advantage-estimator`.
+"""The built-in `--advantage-estimator`s, each registered as one spec (registry.EstimatorSpec).
 
-The rollout side has already applied the estimator's *group* step to the rewards
-(`group_rewards_for_estimator`: GRPO / GSPO normalise within the prompt's group, REINFORCE++-
-baseline subtracts the group mean, PPO / REINFORCE++ keep the raw reward). The trainer then
-calls `compute_advantages_and_returns`, which does, per estimator (kl = per-token KL of the
-policy against the reference, already computed with `kl_penalty(..., --kl-loss-type)`):
+The rollout side applies the estimator's *group* step to the rewards (`spec.group_step`: GRPO / GSPO
+normalise within the prompt's group, REINFORCE++-baseline subtracts the group mean, PPO / REINFORCE++ keep
+the raw reward). The trainer then calls its *token* step (`spec.token_step`, or
+`compute_advantages_and_returns(name, ...)`), which does, per estimator (kl = per-token KL of the policy
+against the reference, already computed with `kl_penalty(..., --kl-loss-type)`):
 
     grpo, gspo                    A_t = r                         (broadcast over valid tokens)
                                   returns = A
@@ -31,15 +31,33 @@ import torch
 
 from .advantages import discounted_returns, gae, group_advantages, reinforce_baseline_advantages
 from .masked import masked_whiten
+from .registry import get_estimator, register_estimator
 
 __all__ = [
     "compute_advantages_and_returns",
-    "group_rewards_for_estimator",
+    "group_normalized_rewards", "group_mean_subtracted_rewards", "raw_rewards",
     "outcome_broadcast_estimator",
     "reinforce_plus_plus_estimator",
     "reinforce_plus_plus_baseline_estimator",
     "ppo_gae_estimator",
 ]
+
+
+# ------------------------------------------------------------------ group steps (rollout side)
+def group_normalized_rewards(rewards, group_size: int, *, normalize_std: bool = True) -> torch.Tensor:
+    """GRPO / GSPO: (r - group mean) / group std (std division off with normalize_std=False)."""
+    return group_advantages(rewards, group_size, normalize_std=normalize_std)
+
+
+def group_mean_subtracted_rewards(rewards, group_size: int, *, normalize_std: bool = True) -> torch.Tensor:
+    """REINFORCE++-baseline: r - group mean (normalize_std does not apply)."""
+    return reinforce_baseline_advantages(rewards, group_size)
+
+
+def raw_rewards(rewards, group_size: int, *, normalize_std: bool = True) -> torch.Tensor:
+    """PPO / REINFORCE++: the rewards as they are (as float)."""
+    r = torch.as_tensor(rewards)
+    return r if torch.is_floating_point(r) else r.to(torch.float32)
 
 
 def _prepare(rewards, mask, values, kl, kl_coef, name):
@@ -77,6 +95,9 @@ def _token_rewards(valid, r, kl_term, zero):
     return torch.where(_last_valid_one_hot(valid), r[:, None], zero) - kl_term
 
 
+# ------------------------------------------------------------------ token steps (trainer side)
+@register_estimator("gspo", group_step=group_normalized_rewards, normalizes_group_std=True, policy_loss_kind="gspo")
+@register_estimator("grpo", group_step=group_normalized_rewards, normalizes_group_std=True)
 def outcome_broadcast_estimator(*, rewards, mask, values=None, kl=None, kl_coef=0.0, gamma=1.0, lam=1.0,
                                 whiten=True):
     """grpo / gspo: the sample's (group-normalised) reward on each of its valid tokens; returns = advantages.
@@ -88,6 +109,8 @@ def outcome_broadcast_estimator(*, rewards, mask, values=None, kl=None, kl_coef=
     return adv, adv.clone()
 
 
+@register_estimator("reinforce_plus_plus_baseline", group_step=group_mean_subtracted_rewards, uses_reward_kl=True,
+                    needs_normalize_advantages=True)
 def reinforce_plus_plus_baseline_estimator(*, rewards, mask, values=None, kl=None, kl_coef=0.0, gamma=1.0,
                                            lam=1.0, whiten=True):
     """reinforce_plus_plus_baseline: A_t = (r - group mean) - kl_coef * kl_t on valid tokens; returns = A."""
@@ -96,6 +119,8 @@ def reinforce_plus_plus_baseline_estimator(*, rewards, mask, values=None, kl=Non
     return adv, adv.clone()
 
 
+@register_estimator("reinforce_plus_plus", group_step=raw_rewards, uses_reward_kl=True, whitens_returns=True,
+                    needs_normalize_advantages=True)
 def reinforce_plus_plus_estimator(*, rewards, mask, values=None, kl=None, kl_coef=0.0, gamma=1.0, lam=1.0,
                                   whiten=True):
     """reinforce_plus_plus: discounted returns of the KL-shaped token rewards; A = whitened returns."""
@@ -105,6 +130,7 @@ def reinforce_plus_plus_estimator(*, rewards, mask, values=None, kl=None, kl_coe
     return adv, returns
 
 
+@register_estimator("ppo", group_step=raw_rewards, uses_reward_kl=True, needs_critic=True)
 def ppo_gae_estimator(*, rewards, mask, values=None, kl=None, kl_coef=0.0, gamma=1.0, lam=1.0, whiten=True):
     """ppo: GAE of the KL-shaped token rewards against the critic's values (no whitening here)."""
     if values is None:
@@ -125,27 +151,5 @@ def compute_advantages_and_returns(estimator: str, *, rewards, mask: torch.Tenso
     lam: `--lambd`; whiten: whiten REINFORCE++'s returns into its advantages (set False when the
     caller whitens across data-parallel ranks itself).
     """
-    from .registry import get_advantage_estimator
-
-    fn = get_advantage_estimator(estimator)
+    fn = get_estimator(estimator).token_step
     return fn(rewards=rewards, mask=mask, values=values, kl=kl, kl_coef=kl_coef, gamma=gamma, lam=lam, whiten=whiten)
-
-
-def group_rewards_for_estimator(estimator: str, rewards, group_size: int, normalize_std: bool = True,
-                                eps: float = 1e-6) -> torch.Tensor:
-    """The rollout-side group step for `--advantage-estimator estimator` (before the trainer batch):
-
-        grpo, gspo                    group_advantages(rewards, group_size, normalize_std, eps)
-                                      (normalize_std = not --disable-grpo-std-normalization)
-        reinforce_plus_plus_baseline  reinforce_baseline_advantages(rewards, group_size)
-        ppo, reinforce_plus_plus      the raw rewards
-    """
-    from .registry import get_advantage_estimator
-
-    get_advantage_estimator(estimator)  # validate the name with a did-you-mean
-    if estimator in ("grpo", "gspo"):
-        return group_advantages(rewards, group_size, normalize_std=normalize_std, eps=eps)
-    if estimator == "reinforce_plus_plus_baseline":
-        return reinforce_baseline_advantages(rewards, group_size)
-    r = torch.as_tensor(rewards)
-    return r if torch.is_floating_point(r) else r.to(torch.float32)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from .registry import unknown_choice_error
+
 __all__ = ["kl_k1", "kl_k2", "kl_k3", "kl_low_var", "kl_penalty"]
 
 
@@ -45,9 +47,23 @@ def kl_low_var(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str) -> torch.Tensor:
     """Per-token KL estimate of `kind` in {k1, k2, k3, low_var_kl} (see the module docstring)."""
-    from .registry import get_kl_estimator  # registry imports this module; resolve at call time
-
     if logp.shape != ref_logp.shape:
         raise ValueError(f"kl_penalty: logp has shape {tuple(logp.shape)} but ref_logp has "
                          f"{tuple(ref_logp.shape)}; they must match")
     return get_kl_estimator(kind)(logp, ref_logp)
+
+
+KL_ESTIMATORS = {
+    "k1": kl_k1,
+    "k2": kl_k2,
+    "k3": kl_k3,
+    "low_var_kl": kl_low_var,
+}
+
+
+def get_kl_estimator(name: str):
+    """The per-token KL function for `--kl-loss-type name`."""
+    try:
+        return KL_ESTIMATORS[name]
+    except (KeyError, TypeError):
+        raise unknown_choice_error("--kl-loss-type value", name, KL_ESTIMATORS) from None

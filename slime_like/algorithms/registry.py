@@ -1,25 +1,21 @@
-"""Registries keyed by flag values: `--advantage-estimator`, `--kl-loss-type`, `--loss-type`.
+"""The `--advantage-estimator` registry of estimator specs, and the unknown-choice error of every registry.
 
-    ADVANTAGE_ESTIMATORS[name]  -> fn(*, rewards, mask, values, kl, kl_coef, gamma, lam, whiten)
-                                   returning (advantages, returns)   (see estimators.py)
-    KL_ESTIMATORS[name]         -> fn(logp, ref_logp) -> per-token KL
-    LOSS_FUNCTIONS[name]        -> policy_loss / sft_loss
-    POLICY_LOSS_KIND[estimator] -> the `kind` of policy_loss that estimator trains with
+    @register_estimator("grpo", group_step=..., policy_loss_kind="ppo")   # decorates the token step
+    spec = get_estimator("grpo")          # EstimatorSpec: the steps and the traits the rest of the code asks about
 
-A lookup with an unknown key raises `UnknownChoiceError` (a ValueError and a KeyError) naming
-the flag, the value, the valid choices and the closest match.
+This module imports nothing: `estimators.py` (and `kl.py`, for `--kl-loss-type`) import it, and the package's
+__init__ imports them, so every built-in estimator is registered once the package is imported; no cycle. A lookup with an unknown key raises `UnknownChoiceError` (a ValueError
+and a KeyError) naming the flag, the value, the valid choices and the closest match.
 """
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
-
-from . import estimators, kl, losses
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 __all__ = [
-    "UnknownChoiceError", "unknown_choice_error",
-    "ADVANTAGE_ESTIMATORS", "KL_ESTIMATORS", "LOSS_FUNCTIONS", "POLICY_LOSS_KIND",
-    "get_advantage_estimator", "get_kl_estimator", "get_loss_function", "get_policy_loss_kind",
+    "UnknownChoiceError", "unknown_choice_error", "EstimatorSpec", "register_estimator", "get_estimator",
+    "estimator_names",
 ]
 
 
@@ -37,59 +33,59 @@ def unknown_choice_error(what: str, value, choices: Iterable[str]) -> UnknownCho
     return UnknownChoiceError(f"unknown {what} {value!r}; valid choices: {', '.join(choices)}.{hint}")
 
 
-ADVANTAGE_ESTIMATORS = {
-    "grpo": estimators.outcome_broadcast_estimator,
-    "gspo": estimators.outcome_broadcast_estimator,
-    "reinforce_plus_plus": estimators.reinforce_plus_plus_estimator,
-    "reinforce_plus_plus_baseline": estimators.reinforce_plus_plus_baseline_estimator,
-    "ppo": estimators.ppo_gae_estimator,
-}
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """Everything the rest of the code needs to know about one `--advantage-estimator`.
 
-# grpo, reinforce_plus_plus(_baseline) and ppo train with the token-level PPO surrogate; gspo with
-# the sequence-level ratio.
-POLICY_LOSS_KIND = {
-    "grpo": "ppo",
-    "gspo": "gspo",
-    "reinforce_plus_plus": "ppo",
-    "reinforce_plus_plus_baseline": "ppo",
-    "ppo": "ppo",
-}
-
-KL_ESTIMATORS = {
-    "k1": kl.kl_k1,
-    "k2": kl.kl_k2,
-    "k3": kl.kl_k3,
-    "low_var_kl": kl.kl_low_var,
-}
-
-LOSS_FUNCTIONS = {
-    "policy_loss": losses.policy_loss,
-    "sft_loss": losses.sft_loss,
-}
+    group_step(rewards [N], group_size, *, normalize_std) -> [N] tensor: the rollout side, per prompt group
+        (normalize_std: GRPO's std division, off with --disable-grpo-std-normalization)
+    token_step(*, rewards, mask, values, kl, kl_coef, gamma, lam, whiten) -> (advantages, returns): the trainer
+    policy_loss_kind: "ppo" (token-level ratio) or "gspo" (sequence-level ratio), see losses.policy_loss
+    needs_critic: the token step reads the critic's values (the run trains a critic)
+    uses_reward_kl: the token step subtracts kl_coef * KL(policy || reference) (--kl-coef); when False no
+        reference model is built for --kl-coef and no reference forward pass is run
+    whitens_returns: the advantages are the whitened returns (the trainer whitens over every DP rank)
+    needs_normalize_advantages: the estimator is defined with batch-whitened advantages (REINFORCE++)
+    normalizes_group_std: the group step divides by the group's std (meaningless for a group of one)
+    """
+    name: str
+    token_step: Callable
+    group_step: Callable
+    policy_loss_kind: str = "ppo"
+    needs_critic: bool = False
+    uses_reward_kl: bool = False
+    whitens_returns: bool = False
+    needs_normalize_advantages: bool = False
+    normalizes_group_std: bool = False
 
 
-def _lookup(table: dict, flag: str, key):
+_ESTIMATORS: dict[str, EstimatorSpec] = {}
+POLICY_LOSS_KINDS = ("ppo", "gspo")
+
+
+def register_estimator(name: str, *, group_step: Callable, **traits) -> Callable:
+    """Decorator: register the decorated token step under `--advantage-estimator name` with its group step and
+    traits (EstimatorSpec fields). A second registration of one name is an error, never a silent override."""
+    if traits.get("policy_loss_kind", "ppo") not in POLICY_LOSS_KINDS:
+        raise ValueError(f"estimator {name!r}: policy_loss_kind must be one of {POLICY_LOSS_KINDS}")
+
+    def register(token_step: Callable) -> Callable:
+        if name in _ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is already registered "
+                             f"(by {_ESTIMATORS[name].token_step.__module__}); pick another name")
+        _ESTIMATORS[name] = EstimatorSpec(name=name, token_step=token_step, group_step=group_step, **traits)
+        return token_step
+
+    return register
+
+
+def estimator_names() -> list[str]:
+    return list(_ESTIMATORS)
+
+
+def get_estimator(name: str) -> EstimatorSpec:
+    """The spec of `--advantage-estimator name`."""
     try:
-        return table[key]
+        return _ESTIMATORS[name]
     except (KeyError, TypeError):
-        raise unknown_choice_error(f"{flag} value", key, table) from None
-
-
-def get_advantage_estimator(name: str):
-    """The estimator function for `--advantage-estimator name`."""
-    return _lookup(ADVANTAGE_ESTIMATORS, "--advantage-estimator", name)
-
-
-def get_policy_loss_kind(name: str) -> str:
-    """`policy_loss(kind=...)` for `--advantage-estimator name` ("gspo" for gspo, else "ppo")."""
-    return _lookup(POLICY_LOSS_KIND, "--advantage-estimator", name)
-
-
-def get_kl_estimator(name: str):
-    """The per-token KL function for `--kl-loss-type name`."""
-    return _lookup(KL_ESTIMATORS, "--kl-loss-type", name)
-
-
-def get_loss_function(name: str):
-    """The loss function for `--loss-type name`."""
-    return _lookup(LOSS_FUNCTIONS, "--loss-type", name)
+        raise unknown_choice_error("--advantage-estimator value", name, _ESTIMATORS) from None

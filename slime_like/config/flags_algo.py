@@ -1,7 +1,34 @@
 """slime's algorithm (GRPO / PPO family) and reward flags."""
 from __future__ import annotations
 
-ADVANTAGE_ESTIMATORS = ["grpo", "gspo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo"]
+from typing import NamedTuple
+
+
+class EstimatorTraits(NamedTuple):
+    """What validation needs to know of an --advantage-estimator (the full spec lives in algorithms/)."""
+    needs_critic: bool = False
+    uses_reward_kl: bool = False
+    needs_normalize_advantages: bool = False
+    normalizes_group_std: bool = False
+
+
+# The registered estimators (slime_like/algorithms/estimators.py), kept here as a light copy because config/
+# imports nothing else of ours (and stays torch-free); tests/algorithms/test_estimator_specs.py checks that it
+# matches the registry name for name and trait for trait. A new estimator adds its line here too.
+ESTIMATOR_TRAITS = {
+    "grpo": EstimatorTraits(normalizes_group_std=True),
+    "gspo": EstimatorTraits(normalizes_group_std=True),
+    "reinforce_plus_plus": EstimatorTraits(uses_reward_kl=True, needs_normalize_advantages=True),
+    "reinforce_plus_plus_baseline": EstimatorTraits(uses_reward_kl=True, needs_normalize_advantages=True),
+    "ppo": EstimatorTraits(needs_critic=True, uses_reward_kl=True),
+}
+ADVANTAGE_ESTIMATORS = list(ESTIMATOR_TRAITS)
+
+
+def reference_needed(args) -> bool:
+    """Whether anything reads a reference model: the KL loss, or --kl-coef with an estimator that folds KL
+    into the reward (grpo / gspo ignore it: no reference model, no reference pass for it)."""
+    return bool(args.use_kl_loss or (args.kl_coef and ESTIMATOR_TRAITS[args.advantage_estimator].uses_reward_kl))
 
 
 def add_algorithm_group(parser):

@@ -19,6 +19,7 @@ import os
 import sys
 
 from slime_like.config.errors import ConfigError
+from slime_like.config.flags_algo import reference_needed
 from slime_like.config.preflight_files import (check_data_file, check_hf_checkpoint, check_megatron_load,
                                                check_ref_load)
 from slime_like.config.role_overrides import ROLES, apply_role
@@ -92,7 +93,7 @@ def _checkpoints(args, errors: list) -> None:
         errors += check_megatron_load(args.load, "--load", fresh_ok=True)  # slime: --load = --save on a fresh run
     if getattr(args, "critic_load", None) and args.use_critic:
         errors += check_megatron_load(args.critic_load, "--critic-load", fresh_ok=True)
-    if args.ref_load and (args.use_kl_loss or args.kl_coef):
+    if args.ref_load and reference_needed(args):
         errors += check_ref_load(args.ref_load)
 
 

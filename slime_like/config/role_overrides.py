@@ -20,6 +20,7 @@ import copy
 import os
 
 from slime_like.config.errors import ConfigError, did_you_mean, warn
+from slime_like.config.flags_algo import ESTIMATOR_TRAITS
 
 ROLES = ("actor", "critic")
 ENTRY_FIELDS = ("name", "role", "overrides", "args")
@@ -101,7 +102,7 @@ def load_role_overrides(args, parser) -> None:
         args.megatron_role_overrides[role] = converted
         args.megatron_role_entries[role] = i
     _check_topology(args, path)
-    if not (args.use_critic or args.advantage_estimator == "ppo"):
+    if not (args.use_critic or ESTIMATOR_TRAITS[args.advantage_estimator].needs_critic):
         warn(args, f"--megatron-config-path {path} is used without a critic (no --use-critic, estimator "
                    f"{args.advantage_estimator}); only the actor entry has an effect")
 

@@ -8,6 +8,7 @@ import os
 import time
 
 from slime_like.config.errors import ConfigError, warn
+from slime_like.config.flags_algo import ESTIMATOR_TRAITS, reference_needed
 from slime_like.config.hf_config import check_model_against_hf, fill_model_from_hf
 from slime_like.config.support import (check_engine_passthrough, check_flag_support, check_role_overrides_support,
                                        check_router_flags)
@@ -99,10 +100,12 @@ def _batch_identity(args):
 
 def _algorithm(args):
     est = args.advantage_estimator
-    if args.use_critic and est != "ppo":
-        raise ConfigError(f"--use-critic with --advantage-estimator {est}: only ppo uses critic values (GAE); "
-                          "use --advantage-estimator ppo or drop --use-critic")
-    if est == "ppo" and not args.use_critic:
+    traits = ESTIMATOR_TRAITS[est]
+    critic_users = [name for name, t in ESTIMATOR_TRAITS.items() if t.needs_critic]
+    if args.use_critic and not traits.needs_critic:
+        raise ConfigError(f"--use-critic with --advantage-estimator {est}: only {', '.join(critic_users)} use(s) "
+                          f"critic values (GAE); use --advantage-estimator {critic_users[0]} or drop --use-critic")
+    if traits.needs_critic and not args.use_critic:
         args.use_critic = True  # slime: the ppo estimator always trains a critic
     if args.eps_clip_high is None:
         args.eps_clip_high = args.eps_clip
@@ -113,13 +116,17 @@ def _algorithm(args):
     if args.kl_coef != 0 and args.kl_loss_coef != 0:
         raise ConfigError(f"--kl-coef {args.kl_coef} (KL in the reward) and --kl-loss-coef {args.kl_loss_coef} "
                           "(KL in the loss) are both set; use one of them")
-    if args.use_kl_loss or args.kl_coef != 0:
+    if args.kl_coef != 0 and not traits.uses_reward_kl:
+        warn(args, f"--kl-coef {args.kl_coef} has no effect with --advantage-estimator {est}: it ignores the "
+                   "reward-side KL, so no reference model and no reference forward pass are run for it "
+                   "(regularise with --use-kl-loss --kl-loss-coef instead)")
+    if reference_needed(args):
         if not args.ref_load:
             which = "--use-kl-loss" if args.use_kl_loss else f"--kl-coef {args.kl_coef}"
             raise ConfigError(f"{which} needs a reference model: set --ref-load to its checkpoint")
         if not os.path.exists(args.ref_load):
             _path_problem(args, f"--ref-load {args.ref_load}: no such file or directory (the KL reference model)")
-    if est in ("reinforce_plus_plus", "reinforce_plus_plus_baseline") and not args.normalize_advantages:
+    if traits.needs_normalize_advantages and not args.normalize_advantages:
         raise ConfigError(f"--advantage-estimator {est} needs --normalize-advantages (REINFORCE++ whitens "
                           "advantages over the batch); add the flag")
     if args.loss_type == "custom_loss" and not args.custom_loss_function_path:
@@ -127,7 +134,7 @@ def _algorithm(args):
     if args.use_rollout_logprobs and args.use_tis:
         raise ConfigError("--use-rollout-logprobs and --use-tis exclude each other: TIS corrects between rollout "
                           "and trainer log-probs, which --use-rollout-logprobs makes identical")
-    if args.n_samples_per_prompt == 1 and args.grpo_std_normalization and est in ("grpo", "gspo"):
+    if args.n_samples_per_prompt == 1 and args.grpo_std_normalization and traits.normalizes_group_std:
         args.grpo_std_normalization = False  # slime: the std of a one-sample group is undefined
         warn(args, "--n-samples-per-prompt 1: GRPO std normalisation turned off (a group of one has no std)")
     args.disable_grpo_std_normalization = not args.grpo_std_normalization

@@ -11,6 +11,7 @@ import os
 import shutil
 
 from slime_like.config.errors import ConfigError, warn
+from slime_like.config.flags_algo import reference_needed
 from slime_like.config.placement_spec import parse_placement, per_node_counts
 
 # Flags honoured on CUDA only: accepted everywhere, but said out loud on a CPU machine. Flags that are not
@@ -94,9 +95,9 @@ def _reference_worker(args, placement: dict) -> None:
     args.reference_worker = bool(ref) and ref != placement.get("actor")
     if not args.reference_worker:
         return
-    if not (args.use_kl_loss or args.kl_coef):
-        warn(args, "--placement reference:... without --use-kl-loss or --kl-coef: nothing reads the reference, "
-                   "so its worker is not started")
+    if not reference_needed(args):
+        warn(args, "--placement reference:... without --use-kl-loss or a --kl-coef the estimator uses: nothing "
+                   "reads the reference, so its worker is not started")
         args.reference_worker = False
         del placement["reference"]
         return

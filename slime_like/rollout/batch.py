@@ -1,11 +1,8 @@
 """One rollout's samples -> the trainer's columnar batch (docs/architecture.md), and its DP split.
 
-``rewards`` holds the estimator's rollout-side group step:
-    grpo, gspo                      group_advantages (std normalisation unless
-                                    --disable-grpo-std-normalization)
-    reinforce_plus_plus_baseline    reinforce_baseline_advantages (group mean subtracted)
-    ppo, reinforce_plus_plus        raw rewards (the trainer builds token-level returns)
-With --disable-rewards-normalization the raw rewards are passed for every estimator.
+``rewards`` holds the estimator's rollout-side group step (`EstimatorSpec.group_step`, algorithms/estimators.py:
+GRPO / GSPO normalise within the group, REINFORCE++-baseline subtracts the group mean, PPO / REINFORCE++ keep
+the raw reward). With --disable-rewards-normalization the raw rewards are passed for every estimator.
 """
 from __future__ import annotations
 
@@ -26,21 +23,13 @@ def _groups_in_order(samples):
 
 
 def group_step(args, raw_rewards: list[float], group_size: int) -> list[float]:
-    from ..algorithms import group_advantages, reinforce_baseline_advantages
+    """The estimator's rollout-side step over one prompt's group of rewards."""
+    from ..algorithms import get_estimator
 
-    estimator = getattr(args, "advantage_estimator", "grpo")
-    if not getattr(args, "rewards_normalization", True):
+    if not args.rewards_normalization:
         return list(raw_rewards)
-    if estimator in ("grpo", "gspo"):
-        normalize_std = (getattr(args, "grpo_std_normalization", True)
-                         and not getattr(args, "disable_grpo_std_normalization", False))
-        return group_advantages(raw_rewards, group_size, normalize_std=normalize_std).tolist()
-    if estimator == "reinforce_plus_plus_baseline":
-        return reinforce_baseline_advantages(raw_rewards, group_size).tolist()
-    if estimator in ("ppo", "reinforce_plus_plus"):
-        return list(raw_rewards)
-    raise ValueError(f"--advantage-estimator {estimator!r}: unknown to the rollout batch builder "
-                     f"(grpo, gspo, reinforce_plus_plus, reinforce_plus_plus_baseline, ppo)")
+    step = get_estimator(args.advantage_estimator).group_step
+    return step(raw_rewards, group_size, normalize_std=args.grpo_std_normalization).tolist()
 
 
 def _rewards(args, groups) -> tuple[list[float], list[float]]:

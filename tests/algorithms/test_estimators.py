@@ -9,11 +9,9 @@ import slime_like.algorithms as algos
 from slime_like.algorithms import (
     UnknownChoiceError,
     compute_advantages_and_returns,
-    get_advantage_estimator,
+    estimator_names,
+    get_estimator,
     get_kl_estimator,
-    get_loss_function,
-    get_policy_loss_kind,
-    group_rewards_for_estimator,
     kl_penalty,
 )
 
@@ -110,7 +108,7 @@ def test_ppo_hand_case_reward_lands_on_the_last_loss_token():
 
 def test_estimators_are_padding_invariant(data):
     pad = torch.zeros(data["mask"].shape[0], 3, dtype=F64)
-    for estimator in algos.ADVANTAGE_ESTIMATORS:
+    for estimator in estimator_names():
         base = compute_advantages_and_returns(estimator, rewards=data["rewards"], mask=data["mask"],
                                               values=data["values"], kl=data["kl"], kl_coef=0.1, gamma=0.9, lam=0.9)
         padded = compute_advantages_and_returns(
@@ -130,33 +128,31 @@ def test_estimator_input_errors(data):
         compute_advantages_and_returns("grpo", rewards=[1.0], mask=data["mask"])
 
 
-def test_group_rewards_for_estimator():
+def test_group_steps_of_the_specs():
     r = torch.tensor([1.0, 0.0, 3.0, 3.0])
-    assert_close(group_rewards_for_estimator("grpo", r, 2), algos.group_advantages(r, 2))
-    assert_close(group_rewards_for_estimator("gspo", r, 2, normalize_std=False), torch.tensor([0.5, -0.5, 0.0, 0.0]))
-    assert_close(group_rewards_for_estimator("reinforce_plus_plus_baseline", r, 2), torch.tensor([0.5, -0.5, 0.0, 0.0]))
-    assert torch.equal(group_rewards_for_estimator("ppo", r, 2), r)
-    assert torch.equal(group_rewards_for_estimator("reinforce_plus_plus", [1, 2], 2), torch.tensor([1.0, 2.0]))
+    step = lambda name, *a, **kw: get_estimator(name).group_step(*a, **kw)  # noqa: E731
+    assert_close(step("grpo", r, 2, normalize_std=True), algos.group_advantages(r, 2))
+    assert_close(step("gspo", r, 2, normalize_std=False), torch.tensor([0.5, -0.5, 0.0, 0.0]))
+    assert_close(step("reinforce_plus_plus_baseline", r, 2), torch.tensor([0.5, -0.5, 0.0, 0.0]))
+    assert torch.equal(step("ppo", r, 2), r)
+    assert torch.equal(step("reinforce_plus_plus", [1, 2], 2), torch.tensor([1.0, 2.0]))
 
 
 # ---------------------------------------------------------------- registries
 
 def test_registries_cover_the_flag_values():
-    assert set(algos.ADVANTAGE_ESTIMATORS) == {"grpo", "gspo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo"}
+    assert set(estimator_names()) == {"grpo", "gspo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo"}
     assert set(algos.KL_ESTIMATORS) == {"k1", "k2", "k3", "low_var_kl"}
-    assert get_loss_function("policy_loss") is algos.policy_loss
-    assert get_loss_function("sft_loss") is algos.sft_loss
-    assert get_policy_loss_kind("gspo") == "gspo" and get_policy_loss_kind("grpo") == "ppo"
+    assert get_estimator("gspo").policy_loss_kind == "gspo" and get_estimator("grpo").policy_loss_kind == "ppo"
     x, y = torch.tensor([0.3]), torch.tensor([-0.2])
     for name in algos.KL_ESTIMATORS:
         assert_close(get_kl_estimator(name)(x, y), kl_penalty(x, y, name))
 
 
 @pytest.mark.parametrize("lookup,flag,bad,suggestion", [
-    (get_advantage_estimator, "--advantage-estimator", "reinforce_plus_plus_basline", "reinforce_plus_plus_baseline"),
-    (get_advantage_estimator, "--advantage-estimator", "gpro", "grpo"),
+    (get_estimator, "--advantage-estimator", "reinforce_plus_plus_basline", "reinforce_plus_plus_baseline"),
+    (get_estimator, "--advantage-estimator", "gpro", "grpo"),
     (get_kl_estimator, "--kl-loss-type", "low_var", "low_var_kl"),
-    (get_loss_function, "--loss-type", "sft", "sft_loss"),
 ])
 def test_registry_typo_names_the_flag_choices_and_did_you_mean(lookup, flag, bad, suggestion):
     with pytest.raises(UnknownChoiceError) as info:
@@ -180,7 +176,7 @@ def test_dtypes_and_bool_masks():
     """float32 inputs give float32 outputs; a bool mask works like a 0/1 float mask."""
     mask = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.bool)
     values = torch.tensor([[0.1, 0.2, 0.0], [0.3, 0.0, 0.0]])
-    for estimator in algos.ADVANTAGE_ESTIMATORS:
+    for estimator in estimator_names():
         adv, ret = compute_advantages_and_returns(estimator, rewards=[1.0, -1.0], mask=mask, values=values)
         adv_f, ret_f = compute_advantages_and_returns(estimator, rewards=[1.0, -1.0], mask=mask.float(), values=values)
         assert adv.dtype == ret.dtype == torch.float32

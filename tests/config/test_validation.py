@@ -19,7 +19,9 @@ RULES = [
      r"--global-batch-size 4 x --num-steps-per-rollout 1 = 4; they must be equal"),
     (["--use-critic"], r"--use-critic with --advantage-estimator grpo"),
     (["--use-kl-loss"], r"--use-kl-loss needs a reference model: set --ref-load"),
-    (["--kl-coef", "0.1", "--ref-load", "/nonexistent/ref"], r"--ref-load /nonexistent/ref: no such file"),
+    (["--use-kl-loss", "--ref-load", "/nonexistent/ref"], r"--ref-load /nonexistent/ref: no such file"),
+    (["--advantage-estimator", "ppo", "--kl-coef", "0.1", "--ref-load", "/nonexistent/ref"],
+     r"--ref-load /nonexistent/ref: no such file"),
     (["--kl-coef", "0.1", "--kl-loss-coef", "0.1"], r"--kl-coef 0.1 .* and --kl-loss-coef 0.1 .* use one of them"),
     (["--save-interval", "5"], r"--save-interval 5 needs --save DIR"),
     (["--eval-interval", "5"], r"--eval-interval 5 needs eval data: add --eval-prompt-data"),
@@ -147,6 +149,16 @@ def test_model_flags_checked_against_config_json(tmp_path, base):
     assert "--norm-epsilon 1e-06 but config.json has rms_norm_eps = 1e-05" in msg
     assert "--untie-embeddings-and-output-weights False" in msg
     assert "python -m slime_like.tools.model_args" in msg
+
+
+def test_kl_coef_without_reward_kl_is_one_warning_and_needs_no_reference(base):
+    """grpo ignores the reward-side KL: --kl-coef needs no --ref-load there and says so once at start-up."""
+    a = parse(base + ["--kl-coef", "0.1"])
+    said = [w for w in a.config_warnings if "--kl-coef 0.1 has no effect with --advantage-estimator grpo" in w]
+    assert len(said) == 1 and "no reference model" in said[0]
+    a = parse(base + ["--advantage-estimator", "reinforce_plus_plus_baseline", "--normalize-advantages",
+                      "--kl-coef", "0.1", "--ref-load", a.hf_checkpoint])
+    assert not any("--kl-coef" in w for w in a.config_warnings)
 
 
 def test_cuda_only_flags_warn_on_cpu(base, capsys):

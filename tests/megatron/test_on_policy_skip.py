@@ -36,12 +36,17 @@ def skip_case(rank, world_size, port, ckpt):
 
 def decisions_case(rank, world_size, port, ckpt):
     cases = {"on_policy": (), "two_steps": ("--num-steps-per-rollout", "2", "--global-batch-size", "4"),
-             "reward_kl": ("--kl-coef", "0.1", "--ref-load", ckpt), "dropout": ("--hidden-dropout", "0.05"),
+             "reward_kl": ("--advantage-estimator", "reinforce_plus_plus_baseline", "--normalize-advantages",
+                           "--kl-coef", "0.1", "--ref-load", ckpt),
+             # grpo ignores the reward-side KL: no reference model, no extra pass for --kl-coef
+             "grpo_kl_coef": ("--kl-coef", "0.1", "--ref-load", ckpt), "dropout": ("--hidden-dropout", "0.05"),
              "rollout_logprobs_two_steps": ("--use-rollout-logprobs", "--num-steps-per-rollout", "2",
                                             "--global-batch-size", "4")}
     out = {}
     for name, flags in cases.items():
-        out[name] = _trainer(ckpt, port, *flags).old_log_probs_needed()
+        t = _trainer(ckpt, port, *flags)
+        out[name] = t.old_log_probs_needed()
+        out[name + "_ref"] = t.ref_model is not None
     return out
 
 
@@ -60,5 +65,7 @@ def test_on_policy_step_without_the_old_policy_pass_is_the_same_update(tiny_ckpt
 
 def test_old_policy_pass_is_kept_whenever_the_old_policy_differs_or_is_read(tiny_ckpt):
     out = run_ranks(decisions_case, 1, tiny_ckpt)[0]
-    assert out == {"on_policy": False, "two_steps": True, "reward_kl": True, "dropout": True,
-                   "rollout_logprobs_two_steps": False}
+    needed = {k: v for k, v in out.items() if not k.endswith("_ref")}
+    assert needed == {"on_policy": False, "two_steps": True, "reward_kl": True, "grpo_kl_coef": False,
+                      "dropout": True, "rollout_logprobs_two_steps": False}
+    assert [k[:-4] for k, v in out.items() if k.endswith("_ref") and v] == ["reward_kl"]

@@ -104,7 +104,7 @@ def policy_terms(args, output: torch.Tensor, mb: MicroBatch):
     logp, entropy = vocab_parallel_logprobs_entropy(response_logits(output, mb, args.rollout_temperature),
                                                     mb.targets, vocab_size=args.vocab_size)
     old = mb.fields.get("log_probs", logp.detach())
-    kind = alg.get_policy_loss_kind(args.advantage_estimator)  # gspo -> sequence-level ratio
+    kind = alg.get_estimator(args.advantage_estimator).policy_loss_kind  # token- or sequence-level ratio
     pg, pg_metrics = alg.policy_loss(logp, old, mb.fields["advantages"], mask, args.eps_clip,
                                      eps_clip_high=args.eps_clip_high, eps_clip_c=args.eps_clip_c, kind=kind)
     sums = {"pg_loss": (pg * mask).sum().detach(), "entropy": (entropy * mask).sum().detach()}

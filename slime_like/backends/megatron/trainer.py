@@ -61,6 +61,7 @@ class MegatronTrainer(TrainerDistMixin):
             args = fill_args_from_hf(args, args.hf_checkpoint)
         self._check_supported(args, role)
         self.args, self.role = args, role
+        self.estimator = alg.get_estimator(args.advantage_estimator)
         self.ps = parallel.init_distributed(
             rank, world_size, master_addr, master_port, tp=_get(args, "tensor_model_parallel_size", 1),
             pp=_get(args, "pipeline_model_parallel_size", 1), cp=_get(args, "context_parallel_size", 1),
@@ -96,7 +97,7 @@ class MegatronTrainer(TrainerDistMixin):
 
         self.ref_model = None
         reference_apart = _get(args, "reference_worker", False)  # then the reference worker sends ref_log_probs
-        if role == "actor" and not reference_apart and (_get(args, "use_kl_loss", False) or _get(args, "kl_coef", 0.0)):
+        if role == "actor" and not reference_apart and (args.use_kl_loss or self._reward_kl_coef()):
             ref_chunks = M.build_model(args, "ref")
             self._load_ref_weights(ref_chunks)
             for chunk in ref_chunks:
@@ -119,6 +120,10 @@ class MegatronTrainer(TrainerDistMixin):
         self._offloaded = False
 
     # ----------------------------------------------------------------- setup helpers
+    def _reward_kl_coef(self) -> float:
+        """--kl-coef where the estimator folds KL into the reward; 0 where it ignores it (grpo, gspo)."""
+        return float(self.args.kl_coef) if self.estimator.uses_reward_kl else 0.0
+
     @staticmethod
     def _check_supported(args, role):
         if _get(args, "context_parallel_size", 1) > 1:
@@ -249,7 +254,7 @@ class MegatronTrainer(TrainerDistMixin):
         args = self.args
         if self.role != "actor":
             return False
-        if _get(args, "kl_coef", 0.0):
+        if self._reward_kl_coef():
             return True
         if _get(args, "use_rollout_logprobs", False) or _get(args, "loss_type", "policy_loss") == "sft_loss":
             return False
@@ -279,17 +284,16 @@ class MegatronTrainer(TrainerDistMixin):
         return {"values": self._forward_only(self.model, batch, "values")}
 
     def compute_advantages(self, batch: dict) -> dict:
-        """`advantages`, `returns` per sample via algorithms.compute_advantages_and_returns.
+        """`advantages`, `returns` per sample: the estimator's token step (`EstimatorSpec.token_step`).
 
         Reward-side KL (--kl-coef) uses kl_penalty(log_probs, ref_log_probs, --kl-loss-type). Whitening
         (--normalize-advantages, and REINFORCE++'s built-in whitening of its returns) uses the moments of
         every valid token on every DP rank (all-reduced), so it equals whitening the whole rollout at once.
         """
-        args = self.args
-        est = _get(args, "advantage_estimator", "grpo")
-        kl_coef = float(_get(args, "kl_coef", 0.0))
+        args, spec = self.args, self.estimator
+        kl_coef = self._reward_kl_coef()
         need = ("rewards",) + (("log_probs", "ref_log_probs") if kl_coef else ()) \
-            + (("values",) if est == "ppo" else ())
+            + (("values",) if spec.needs_critic else ())
         D.validate_batch(batch, need)
         lengths = [int(r) for r in batch["response_lengths"]]
         width = max(lengths)
@@ -297,11 +301,11 @@ class MegatronTrainer(TrainerDistMixin):
         pad = lambda key: D.pad_rows(batch[key], width) if key in batch else None  # noqa: E731
         kl = alg.kl_penalty(pad("log_probs"), pad("ref_log_probs"), _get(args, "kl_loss_type", "k1")) \
             if kl_coef else None
-        adv, ret = alg.compute_advantages_and_returns(
-            est, rewards=torch.tensor([float(r) for r in batch["rewards"]]), mask=mask,
-            values=pad("values") if est == "ppo" else None, kl=kl, kl_coef=kl_coef,
+        adv, ret = spec.token_step(
+            rewards=torch.tensor([float(r) for r in batch["rewards"]]), mask=mask,
+            values=pad("values") if spec.needs_critic else None, kl=kl, kl_coef=kl_coef,
             gamma=float(_get(args, "gamma", 1.0)), lam=float(_get(args, "lambd", 1.0)), whiten=False)
-        if _get(args, "normalize_advantages", False) or est == "reinforce_plus_plus":
+        if args.normalize_advantages or spec.whitens_returns:
             moments = alg.masked_moments(adv, mask)
             moments = self._all_reduce(moments, self.ps.get_data_parallel_group())
             adv = torch.where(mask > 0, alg.whiten_from_moments(adv, moments), torch.zeros(()))

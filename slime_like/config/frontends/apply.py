@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from slime_like.config.errors import ConfigError, warn
+from slime_like.config.flags_algo import ESTIMATOR_TRAITS
 from slime_like.config.role_overrides import _convert
 
 
@@ -20,7 +21,7 @@ def apply_translation(args, parser, t) -> None:
             merged[dest] = _convert(actions[dest], value, f"{t.path} ({role} {dest})")
         # --megatron-config-path, when also given, is the more specific file: its values win
         overlay[role] = {**merged, **overlay.get(role, {})}
-        if role == "critic" and not (args.use_critic or args.advantage_estimator == "ppo"):
+        if role == "critic" and not (args.use_critic or ESTIMATOR_TRAITS[args.advantage_estimator].needs_critic):
             raise ConfigError(f"{t.path}: a critic section is given but no critic runs; set the PPO estimator "
                               "(adv_estimator: gae / adv_type: ppo) or remove the section")
     by_reason: dict = {}
