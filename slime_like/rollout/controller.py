@@ -25,7 +25,8 @@ from .data_source import RolloutDataSource
 from .debug_data import load_rollout, save_rollout
 from .engines import EnginePool, set_current_state
 from .eval import eval_datasets, eval_metrics, ks_for, pass_at_k
-from .generate import GenerateState, RolloutOutput
+from .generate import RolloutOutput
+from .generate_group import GenerateState
 from .hooks import load_function
 from .log_extras import correct_sample_metrics, multi_turn_metrics
 from .rewards import scalar_reward

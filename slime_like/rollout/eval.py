@@ -21,6 +21,7 @@ import random
 from ..sample import Status
 from .data_source import load_prompts, make_group, prompt_context_length
 from .engines import current_state
+from .generate_group import generate_group, sampling_params_from_args
 from .rewards import scalar_reward
 
 
@@ -62,8 +63,6 @@ def eval_args(args):
 
 async def eval_rollout(args, rollout_id: int) -> dict:
     """{dataset name: list of groups}; every prompt of every dataset, n samples each, scored."""
-    from .generate import generate_group, sampling_params_from_args
-
     state = current_state()
     eargs = eval_args(args)
     n = int(getattr(args, "n_samples_per_eval_prompt", 1) or 1)

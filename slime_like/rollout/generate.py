@@ -1,4 +1,5 @@
-"""Generation: asyncio requests to SGLang-protocol engines, groups, rewards, over-sampling + filters.
+"""The training rollout: groups from the data source, over-sampling, filters (one group's generation and the
+rollout-wide state are in generate_group.py; evaluation in eval.py).
 
 Hooks (slime's signatures):
   ``--rollout-function-path``: ``[async] def generate_rollout(args, rollout_id, data_source, evaluation=False)``
@@ -12,240 +13,19 @@ Hooks (slime's signatures):
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 from dataclasses import dataclass, field
 
 from ..sample import Sample, Status
-from .engines import NoEngineLeft, current_state
+from .engines import current_state
+from .eval import eval_rollout
 from .filters import decide
+from .generate_group import (  # noqa: F401  (re-exported: custom generate functions import them from here)
+    FINISHED, GenerateState, GenerationError, Slots, append_engine_output, generate_group, generate_sample,
+    reset_sample, sampling_params_from_args)
 from .hooks import load_function
-from .rewards import assign_rewards
 
 logger = logging.getLogger(__name__)
-FINISHED = (Status.COMPLETED, Status.TRUNCATED)
-
-
-class GenerationError(RuntimeError):
-    pass
-
-
-def sampling_params_from_args(args, evaluation: bool = False) -> dict:
-    """SGLang ``sampling_params`` from the rollout flags (eval overrides where set)."""
-    p = {"temperature": args.rollout_temperature, "top_p": args.rollout_top_p, "top_k": args.rollout_top_k,
-         "max_new_tokens": args.rollout_max_response_len, "stop": args.rollout_stop,
-         "stop_token_ids": args.rollout_stop_token_ids,
-         "min_new_tokens": getattr(args, "rollout_min_new_tokens", None),
-         "skip_special_tokens": bool(getattr(args, "rollout_skip_special_tokens", False)),
-         # Keep a matched stop string in the text so text and tokens agree (RL trains on the tokens).
-         "no_stop_trim": True}
-    if getattr(args, "rollout_greedy", False):  # RLinf use_greedy: argmax at the engine (SGLang: temperature 0)
-        p["temperature"] = 0.0
-    if getattr(args, "rollout_repetition_penalty", 1.0) != 1.0:  # sent only when set: 1.0 is every engine's default
-        p["repetition_penalty"] = args.rollout_repetition_penalty
-    if evaluation:
-        for key, flag in (("temperature", "eval_temperature"), ("top_p", "eval_top_p"), ("top_k", "eval_top_k"),
-                          ("max_new_tokens", "eval_max_response_len"), ("min_new_tokens", "eval_min_new_tokens")):
-            if getattr(args, flag, None) is not None:
-                p[key] = getattr(args, flag)
-    if p["max_new_tokens"] is None:
-        raise ValueError("--rollout-max-response-len is required (SGLang's max_new_tokens per response)")
-    return {k: v for k, v in p.items() if v is not None}
-
-
-class Slots:
-    """The rollout's concurrency bound, counted in samples: a batched request of k samples takes k slots.
-
-    ``async with slots`` takes one. Takers are served one at a time (FIFO), so two batches each holding part
-    of what they need can never wait on each other forever."""
-
-    def __init__(self, total: int):
-        self.total, self.free = max(1, int(total)), max(1, int(total))
-        self._turn = asyncio.Lock()
-        self._freed = asyncio.Condition()
-
-    async def acquire(self, n: int = 1) -> None:
-        if not 0 < n <= self.total:
-            raise ValueError(f"cannot take {n} of {self.total} slots")
-        async with self._turn, self._freed:
-            await self._freed.wait_for(lambda: self.free >= n)
-            self.free -= n
-
-    async def release(self, n: int = 1) -> None:
-        async with self._freed:
-            self.free += n
-            self._freed.notify_all()
-
-    async def __aenter__(self):
-        await self.acquire(1)
-
-    async def __aexit__(self, *exc):
-        await self.release(1)
-
-
-class GenerateState:
-    """Shared by every request of one rollout: engines, concurrency bound, abort flag, progress."""
-
-    def __init__(self, args, pool, tokenizer=None, progress=None):
-        self.args, self.pool, self.tokenizer, self.progress = args, pool, tokenizer, progress
-        self.semaphore = Slots(int(args.sglang_server_concurrency) * len(pool.urls))
-        self.aborted = False
-        self._rid = itertools.count()
-        path = getattr(args, "custom_generate_function_path", None)
-        self.generate_fn = load_function(path, "--custom-generate-function-path") if path else generate_sample
-
-    async def engine_generate(self, input_ids: list[int], sampling_params: dict) -> dict:
-        return await self.pool.generate(input_ids, sampling_params, rid=f"rollout-{next(self._rid)}")
-
-    async def engine_generate_batch(self, input_ids: list[list[int]], sampling_params: list[dict]) -> list[dict]:
-        """One /generate call for several prompts (SGLang's batch form); one answer per prompt, in order."""
-        rids = [f"rollout-{next(self._rid)}" for _ in input_ids]
-        # One dict when every prompt shares it: smaller request, parsed once by the engine.
-        params = sampling_params[0] if all(p == sampling_params[0] for p in sampling_params) else sampling_params
-        outs = await self.pool.generate(input_ids, params, rid=rids)
-        if not isinstance(outs, list) or len(outs) != len(input_ids):
-            raise GenerationError(f"batched /generate of {len(input_ids)} prompts answered "
-                                  f"{len(outs) if isinstance(outs, list) else type(outs).__name__}")
-        return outs
-
-    async def abort(self) -> None:
-        """Stop everything: queued samples are not sent, running ones come back with finish_reason abort."""
-        self.aborted = True
-        await self.pool.abort_all()
-
-
-def append_engine_output(sample: Sample, out: dict, loss_mask_value: int = 1) -> int:
-    """Append one /generate answer to the sample (tokens, log-probs, mask, text, status); returns #tokens."""
-    meta = out.get("meta_info") or {}
-    lp = meta.get("output_token_logprobs")
-    if lp is None:
-        raise GenerationError(f"engine answer has no meta_info.output_token_logprobs (return_logprob was set); "
-                              f"keys: {sorted(meta)}")
-    new_ids = [int(t) for _, t, *_ in lp]
-    new_lps = [float(v) for v, *_ in lp]
-    sample.tokens += new_ids
-    sample.response_length += len(new_ids)
-    sample.loss_mask += [loss_mask_value] * len(new_ids)
-    sample.rollout_log_probs += new_lps
-    sample.response += out.get("text", "")
-    kind = (meta.get("finish_reason") or {}).get("type")
-    sample.status = {"length": Status.TRUNCATED, "abort": Status.ABORTED}.get(kind, Status.COMPLETED)
-    return len(new_ids)
-
-
-def _request_params(args, sample: Sample, sampling_params: dict) -> dict | None:
-    """This sample's sampling params (what is left of its budget); None when nothing is left."""
-    params = dict(sampling_params)
-    params["max_new_tokens"] = params["max_new_tokens"] - sample.response_length
-    context = getattr(args, "rollout_max_context_len", None)
-    if context:                                    # prompt + response must fit the context limit
-        params["max_new_tokens"] = min(params["max_new_tokens"], context - len(sample.tokens))
-    return params if params["max_new_tokens"] > 0 else None
-
-
-async def generate_sample(args, sample: Sample, sampling_params: dict) -> Sample:
-    """The default per-sample generate: one /generate call, continuing a partial response if any."""
-    params = _request_params(args, sample, sampling_params)
-    if params is None:
-        sample.status = Status.TRUNCATED
-        return sample
-    out = await current_state().engine_generate(sample.tokens, params)
-    append_engine_output(sample, out)
-    return sample
-
-
-def reset_sample(sample: Sample) -> None:
-    """Drop the response (back to a fresh prompt)."""
-    del sample.tokens[sample.prompt_length:]
-    sample.response_length, sample.response, sample.reward = 0, "", None
-    sample.loss_mask, sample.rollout_log_probs, sample.status = [], [], Status.PENDING
-
-
-def _start(args, sample: Sample) -> None:
-    """A sample is about to be (re)generated."""
-    if sample.response_length and getattr(args, "mask_offpolicy_in_partial_rollout", False):
-        sample.loss_mask = [0] * sample.response_length   # generated by older weights
-    sample.status = Status.PENDING
-
-
-async def _generate_one(args, sample: Sample, sampling_params: dict) -> Sample:
-    """One sample through the (possibly custom) generate function, under one concurrency slot."""
-    state = current_state()
-    async with state.semaphore:
-        if state.aborted:
-            sample.status = Status.ABORTED
-            return sample
-        _start(args, sample)
-        try:
-            out = await state.generate_fn(args, sample, sampling_params)
-        except NoEngineLeft:
-            raise
-        except Exception as exc:
-            raise GenerationError(f"generation failed for prompt index {sample.group_index} (sample "
-                                  f"{sample.index}): {type(exc).__name__}: {exc}") from exc
-    if not isinstance(out, Sample):
-        raise GenerationError(f"{state.generate_fn.__module__}.{state.generate_fn.__name__} returned "
-                              f"{type(out).__name__}, expected the Sample")
-    if state.progress is not None:
-        state.progress.update(1)
-    return out
-
-
-async def _generate_batch(args, samples: list[Sample], sampling_params: dict) -> None:
-    """The default generate for several samples of one group in ONE /generate call (SGLang's batch form).
-
-    Same per-sample outcome as ``generate_sample`` on each (a sample is only updated from a successful
-    answer, aborted ones keep their partial output), at a fraction of the HTTP and engine overhead."""
-    state = current_state()
-    await state.semaphore.acquire(len(samples))
-    try:
-        if state.aborted:
-            for s in samples:
-                s.status = Status.ABORTED
-            return
-        todo, params = [], []
-        for s in samples:
-            _start(args, s)
-            p = _request_params(args, s, sampling_params)
-            if p is None:
-                s.status = Status.TRUNCATED
-            else:
-                todo.append(s)
-                params.append(p)
-        if todo:
-            try:
-                outs = await state.engine_generate_batch([s.tokens for s in todo], params)
-                for s, out in zip(todo, outs):
-                    append_engine_output(s, out)
-            except NoEngineLeft:
-                raise
-            except Exception as exc:
-                raise GenerationError(f"generation failed for prompt index {samples[0].group_index} (samples "
-                                      f"{[s.index for s in todo]}): {type(exc).__name__}: {exc}") from exc
-    finally:
-        await state.semaphore.release(len(samples))
-    if state.progress is not None:
-        state.progress.update(len(samples))
-
-
-async def generate_group(args, group: list[Sample], sampling_params: dict) -> list[Sample]:
-    """Generate every unfinished sample of one prompt's group, then score the group (if all finished).
-
-    With the default generate function the group's samples go to the engine as one batched request
-    (in chunks no larger than the concurrency bound); a custom generate function runs per sample."""
-    state = current_state()
-    todo = [s for s in group if s.status not in FINISHED]   # finished ones: from an earlier rollout (partial)
-    if state.generate_fn is generate_sample:
-        size = state.semaphore.total
-        await asyncio.gather(*(_generate_batch(args, todo[i:i + size], sampling_params)
-                               for i in range(0, len(todo), size)))
-    else:
-        done = await asyncio.gather(*(_generate_one(args, s, sampling_params) for s in todo))
-        replaced = {id(old): new for old, new in zip(todo, done)}
-        group[:] = [replaced.get(id(s), s) for s in group]
-    if all(s.status in FINISHED for s in group):
-        await assign_rewards(args, group)
-    return group
 
 
 @dataclass
@@ -260,7 +40,6 @@ class RolloutOutput:
 async def generate_rollout(args, rollout_id: int, data_source, evaluation: bool = False):
     """Default ``--rollout-function-path``: ``--rollout-batch-size`` kept groups (see module doc)."""
     if evaluation:
-        from .eval import eval_rollout
         return await eval_rollout(args, rollout_id)
     state = current_state()
     target = int(args.rollout_batch_size)
