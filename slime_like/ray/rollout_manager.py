@@ -62,6 +62,9 @@ class RolloutManager:
     def state_dict(self):
         return self.controller.state_dict()
 
+    def close(self):
+        self.controller.close()
+
     def load_state_dict(self, state):
         self.controller.load_state_dict(state)
 

@@ -217,7 +217,8 @@ class Run:
     def shutdown(self):
         """Stop engines first (they are child processes), then the actors; leave no orphans."""
         groups = self._trainers() + ([self.reference] if self.reference is not None else [])
-        for step in (self.engines.stop, lambda: ray.kill(self.rollout), *(g.kill for g in groups),
+        for step in (self.engines.stop, lambda: ray.get(self.rollout.close.remote(), timeout=30),
+                     lambda: ray.kill(self.rollout), *(g.kill for g in groups),
                      self.placement.remove):
             try:
                 step()

@@ -35,22 +35,26 @@ class EnginePool:
         self.dead: dict[str, str] = dead if dead is not None else {}   # url -> last error, shared across runs
         self._timeout = timeout
         self._api_key = api_key
-        self._session: aiohttp.ClientSession | None = None
+        self._sessions: list[aiohttp.ClientSession] = []
         self.clients: dict[str, EngineClient] = {}
         self.in_flight = {u: 0 for u in self.urls}
         self._rr = itertools.count()
         self.tokens_generated = 0          # output tokens of successful answers (for tokens/s)
 
     async def __aenter__(self):
-        # One connection pool for all engines; no per-connection limit (the semaphore bounds concurrency).
-        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                              timeout=aiohttp.ClientTimeout(total=self._timeout))
-        self.clients = {u: EngineClient(u, session=self._session, timeout=self._timeout,
-                                       api_key=self._api_key) for u in self.urls}
+        # One connection pool per engine, kept open as long as the pool (the rollout controller keeps it for
+        # the run); no per-connection limit (the rollout's semaphore bounds concurrency).
+        for u in self.urls:
+            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                            timeout=aiohttp.ClientTimeout(total=self._timeout))
+            self._sessions.append(session)
+            self.clients[u] = EngineClient(u, session=session, timeout=self._timeout, api_key=self._api_key)
         return self
 
     async def __aexit__(self, *exc):
-        await self._session.close()
+        for session in self._sessions:
+            await session.close()
+        self._sessions = []
 
     @property
     def alive(self) -> list[str]:

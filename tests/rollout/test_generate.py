@@ -41,10 +41,17 @@ def test_groups_statuses_logprobs(engine_url, prompt_file, make_args):
     assert metrics["rollout/groups_kept"] == 3 and metrics["rollout/num_samples"] == 6
     assert metrics["rollout/reward"] == pytest.approx(sum(s.response_length for s in samples) / 6)
     assert metrics["rollout/response_len/max"] <= 6 and metrics["rollout/tokens_per_s"] > 0
-    # the next rollout continues with the next prompts
-    samples2, _ = ctl.generate(1)
+    # the next rollout continues with the next prompts, on the same event loop and engine connections
+    loop, pool = ctl._loop, ctl._pool
+    conns = pool.clients[engine_url]._session.connector._conns  # the engine's kept-alive connections
+    assert sum(map(len, conns.values())) >= 1
+    samples2, metrics2 = ctl.generate(1)
+    assert ctl._loop is loop and ctl._pool is pool and not pool.clients[engine_url]._session.closed
+    assert metrics2["rollout/tokens_per_s"] > 0  # counted per rollout
     assert sorted({s.group_index for s in samples2}) == [3, 4, 5]
     assert [s.prompt for s in samples2[::2]] == [r["q"] for r in ROWS[3:]]
+    ctl.close()
+    assert loop.is_closed() and ctl._pool is None
 
 
 def test_over_sampling_filter_bookkeeping(engine_url, prompt_file, make_args):
