@@ -34,6 +34,7 @@ class Sample:
     rollout_log_probs: list[float] = field(default_factory=list)  # len == response_length, from the engine
     reward: Any = None                   # float, or dict (select with --reward-key)
     status: Status = Status.PENDING
+    remove_sample: bool = False          # set by --rollout-sample-filter-path: kept for group statistics, not trained
 
     @property
     def prompt_length(self) -> int:

@@ -85,7 +85,7 @@ def to_train_batch(args, samples) -> dict:
                              f"{len(s.rollout_log_probs)} must be equal")
         batch["tokens"].append(list(s.tokens))
         batch["response_lengths"].append(s.response_length)
-        batch["loss_masks"].append([0] * s.response_length if getattr(s, "remove_sample", False)
+        batch["loss_masks"].append([0] * s.response_length if s.remove_sample
                                    else list(s.loss_mask))
         batch["rewards"].append(float(adv))
         batch["raw_rewards"].append(float(r))

@@ -7,7 +7,6 @@ import os
 import pytest
 
 from slime_like.utils.metrics import MetricsLogger, flatten_metrics, format_console_line, read_metrics
-from slime_like.utils.timer import Timer
 
 
 def _args(run_dir, **kw):
@@ -97,24 +96,6 @@ def test_console_line_with_the_loops_key_names():
         "eval/arith/accuracy 0.300 | eval/arith/reward 0.300")
     # a custom eval without accuracy / reward still shows what it has
     assert format_console_line(5, {"eval/x/f1": 0.5}) == "rollout 5 | eval/x/f1 0.500"
-
-
-def test_timer_sections_add_up_and_pop():
-    timer = Timer()
-
-    @timer("train")
-    def step():
-        return 1
-
-    with timer("generate"):
-        sum(range(10000))
-    step()
-    step()
-    first = timer.pop()
-    assert set(first) == {"time/generate", "time/train"} and all(v > 0 for v in first.values())
-    assert timer.pop() == {}
-    with pytest.raises(ValueError):
-        timer("")
 
 
 def test_tensorboard_event_file_readable(tmp_path):
