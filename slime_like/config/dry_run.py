@@ -10,8 +10,7 @@ from slime_like.config.role_overrides import apply_role
 _INTERNAL = {"config_warnings", "config_path_problems", "megatron_role_entries", "preflight_notes", "cli_dests",
              "launch_refusals", "megatron_role_overrides", "sglang_server_args", "sglang_passthrough_mode", "router_args",
              "config_translation", "placement_map", "reference_worker",
-             "rollout_engine_requested", "role", "model_args_from_hf", "rollout_external",
-             "disable_grpo_std_normalization", "disable_bias_linear"}
+             "rollout_engine_requested", "role", "model_args_from_hf", "rollout_external"}
 
 
 def _fmt(v) -> str:

@@ -244,7 +244,7 @@ _HF_FIELDS = {
     "qk_layernorm": lambda c: family_of(c).qk_norm,
     "swiglu": lambda c: c.get("hidden_act", "silu") == "silu",
     "normalization": lambda c: "RMSNorm",
-    "disable_bias_linear": lambda c: not c.get("mlp_bias", False),
+    "add_bias_linear": lambda c: bool(c.get("mlp_bias", False)),
     "num_experts": lambda c: c.get("num_experts") or c.get("num_local_experts"),
     "moe_router_topk": lambda c: c.get("num_experts_per_tok", 2),
     "moe_ffn_hidden_size": lambda c: c.get("moe_intermediate_size"),

@@ -137,7 +137,6 @@ def _algorithm(args):
     if args.n_samples_per_prompt == 1 and args.grpo_std_normalization and traits.normalizes_group_std:
         args.grpo_std_normalization = False  # slime: the std of a one-sample group is undefined
         warn(args, "--n-samples-per-prompt 1: GRPO std normalisation turned off (a group of one has no std)")
-    args.disable_grpo_std_normalization = not args.grpo_std_normalization
     if args.num_critic_only_steps and not args.use_critic:
         raise ConfigError(f"--num-critic-only-steps {args.num_critic_only_steps} needs a critic "
                           "(--advantage-estimator ppo)")
@@ -280,9 +279,6 @@ def _model(args):
             args.ffn_hidden_size = int(4 * h * 2 / 3 / 64) * 64 if args.swiglu else 4 * h
     if args.use_rotary_position_embeddings:
         args.position_embedding_type = "rope"
-    # Megatron's store_false dest is add_bias_linear; mirror it under the flag's own name for readers
-    # that look for `disable_bias_linear` (same convention as disable_grpo_std_normalization).
-    args.disable_bias_linear = not args.add_bias_linear
     if (args.attention_dropout or args.hidden_dropout) and args.loss_type != "sft_loss":
         warn(args, f"--attention-dropout {args.attention_dropout} / --hidden-dropout {args.hidden_dropout} (Megatron's "
                    "defaults are 0.1): the trainer's log-probs will not match the rollout engine's; RL recipes pass "

@@ -169,7 +169,7 @@ def test_cuda_only_flags_warn_on_cpu(base, capsys):
 
 def test_dropout_off_when_model_comes_from_config_json_and_warned_otherwise(base):
     a = parse(base)
-    assert (a.attention_dropout, a.hidden_dropout) == (0.0, 0.0) and a.disable_bias_linear and not a.add_bias_linear
+    assert (a.attention_dropout, a.hidden_dropout) == (0.0, 0.0) and not a.add_bias_linear
     a = parse(base + ["--hidden-dropout", "0.05"])  # a value the user set is kept (and warned about)
     assert (a.attention_dropout, a.hidden_dropout) == (0.0, 0.05)
     assert any("log-probs will not match" in w for w in a.config_warnings)

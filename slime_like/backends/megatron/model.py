@@ -54,8 +54,7 @@ def transformer_config_from_args(args):
         kv_channels=_get(args, "kv_channels"),
         normalization=_get(args, "normalization", "LayerNorm"), layernorm_epsilon=_get(args, "norm_epsilon", 1e-5),
         gated_linear_unit=swiglu, activation_func=F.silu if swiglu else F.gelu,
-        # the parser's dest is add_bias_linear (store_false of --disable-bias-linear); plain Namespaces may use either
-        add_bias_linear=_get(args, "add_bias_linear", not _get(args, "disable_bias_linear", False)),
+        add_bias_linear=_get(args, "add_bias_linear", True),  # dest of --disable-bias-linear (store_false)
         add_qkv_bias=_get(args, "add_qkv_bias", False),
         qk_layernorm=_get(args, "qk_layernorm", False),
         hidden_dropout=_get(args, "hidden_dropout", 0.1), attention_dropout=_get(args, "attention_dropout", 0.1),
