@@ -188,9 +188,9 @@ def _load_sglang_config(path: str, generated_fields) -> dict:
 
 def _refuse_framework_config(path: str, data: dict) -> None:
     """An RLinf / ROLL training config passed here would become meaningless --sglang-cluster, ... settings."""
-    from slime_like.config.frontends import rlinf, roll
+    from slime_like.config.frontends.top_keys import RLINF_TOP_KEYS, ROLL_TOP_KEYS
 
-    for fmt, keys in (("RLinf", rlinf.TOP_KEYS), ("ROLL", roll.TOP_KEYS)):
+    for fmt, keys in (("RLinf", RLINF_TOP_KEYS), ("ROLL", ROLL_TOP_KEYS)):
         hits = [k for k in data if k in keys]
         if len(hits) >= 2:
             raise ConfigError(f"--sglang-config {path}: this is an {fmt} training config (top-level "

@@ -7,10 +7,9 @@ Flags before `--config` lose to the file, flags after it win (argparse keeps the
 """
 from __future__ import annotations
 
-import functools
-
 from slime_like.config.errors import ConfigError
 from slime_like.config.frontends.common import Translation, load, split_overrides
+from slime_like.config.frontends.common import parser_options as _parser_options
 
 FORMATS = ("rlinf", "roll")
 
@@ -116,13 +115,6 @@ def _drop_unbuilt(t, after: list) -> None:
         if (flag, value) in kept:
             raise ConfigError(f"{t.path}: {key}: a setting of {flag} {value}, whose own flags this translation does "
                               "not map yet; set the equivalent flag after the file and remove the key")
-
-
-@functools.lru_cache(maxsize=1)
-def _parser_options() -> dict:
-    from slime_like.config.parser import build_parser
-
-    return build_parser()[0]._option_string_actions
 
 
 def _takes_value(flag: str) -> bool:

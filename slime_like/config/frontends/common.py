@@ -16,6 +16,8 @@ is an error naming its dotted path and the closest real key.
 """
 from __future__ import annotations
 
+import functools
+
 import os
 import re
 
@@ -332,3 +334,11 @@ def devices_text(devices: list) -> str:
             parts.append(f"{start}-{d}" if d != start else f"{d}")
             start = None
     return ",".join(parts)
+
+
+@functools.lru_cache(maxsize=1)
+def parser_options() -> dict:
+    """The parser's option strings -> actions (which flags exist, which take a value); built once."""
+    from slime_like.config.parser import build_parser
+
+    return build_parser()[0]._option_string_actions

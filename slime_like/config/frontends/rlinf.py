@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from slime_like.config.errors import ConfigError
 from slime_like.config.frontends import megatron_keys as mk
+from slime_like.config.frontends.top_keys import RLINF_TOP_KEYS
 from slime_like.config.frontends.common import Free, Map, NoEffect, Read, Refuse, get, walk
 
-TOP_KEYS = ("cluster", "runner", "algorithm", "inference", "rollout", "data", "actor", "reward", "critic")
+TOP_KEYS = RLINF_TOP_KEYS
 _GPU = "a GPU kernel / memory setting of the engine"
 _LOG = "logging detail of RLinf's runner"
 _NAME = "a label of an RLinf worker group; workers here are named by role"
@@ -267,7 +268,8 @@ def _inference(cfg, t):
 def _backends(cfg, t):
     backend = t.facts.get("training_backend", "megatron")
     if backend == "fsdp":
-        from slime_like.config.frontends import _parser_options, fsdp_keys
+        from slime_like.config.frontends import fsdp_keys
+        from slime_like.config.frontends.common import parser_options as _parser_options
 
         t.flag("--train-backend", "fsdp")
         if fsdp_keys.available(_parser_options()):
@@ -291,7 +293,7 @@ def _backends(cfg, t):
 
 
 def _engine_settings(cfg, t, engine):
-    from slime_like.config.frontends import _parser_options
+    from slime_like.config.frontends.common import parser_options as _parser_options
 
     flags = {"gpu_memory_utilization": ("--sglang-mem-fraction-static", "--vllm-gpu-memory-utilization"),
              "enforce_eager": ("--sglang-disable-cuda-graph", "--vllm-enforce-eager")}

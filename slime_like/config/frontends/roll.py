@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from slime_like.config.errors import ConfigError
 from slime_like.config.frontends import megatron_keys as mk
+from slime_like.config.frontends.top_keys import ROLL_TOP_KEYS
 from slime_like.config.frontends.common import (Free, Map, NoEffect, Read, Refuse, devices_text, get, parse_devices,
                                                 walk)
 
-TOP_KEYS = ("actor_train", "actor_infer", "reference", "rollout_batch_size", "num_return_sequences_in_group",
-            "prompt_length", "response_length")
+TOP_KEYS = ROLL_TOP_KEYS
 _LOG = "logging detail of ROLL's pipeline"
 _TRAIN_STRATEGIES = ("megatron_train", "fsdp2_train")
 _INFER_STRATEGIES = ("vllm", "sglang", "hf_infer")
@@ -301,7 +301,8 @@ def _strategies(cfg, t):
                           f"{' or '.join(_TRAIN_STRATEGIES)}")
     train_cfg = get(cfg, "actor_train.strategy_args.strategy_config", {})
     if train == "fsdp2_train":
-        from slime_like.config.frontends import _parser_options, fsdp_keys
+        from slime_like.config.frontends import fsdp_keys
+        from slime_like.config.frontends.common import parser_options as _parser_options
 
         t.flag("--train-backend", "fsdp")
         if fsdp_keys.available(_parser_options()):
@@ -341,7 +342,7 @@ _ENGINE_KEYS = {"gpu_memory_utilization": ("--sglang-mem-fraction-static", "--vl
 def _engine_settings(cfg, t, infer):
     """The engine's own settings go to its own flags: --sglang-* (sglang, hf_infer -> the CPU engine, which warns
     about what it does not use) or --vllm-* (once the vLLM engine is on main; "not built yet" before)."""
-    from slime_like.config.frontends import _parser_options
+    from slime_like.config.frontends.common import parser_options as _parser_options
 
     prefix = "actor_infer.strategy_args.strategy_config"
     vllm = infer == "vllm"
