@@ -238,3 +238,24 @@ def test_train_async_takes_a_config_file(paths):
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "gpu 1 (bundle   1): engine0" in r.stdout and "Traceback" not in r.stderr
+
+
+def test_every_schema_rule_gives_its_reason():
+    """The three-way contract of the flags, for file keys: each accepted-but-unused or refused key says why."""
+    from slime_like.config.frontends import rlinf, roll
+    from slime_like.config.frontends.common import Free, Map, NoEffect, Read, Refuse
+
+    def leaves(node, path=""):
+        if isinstance(node, Free):
+            yield from leaves(node.rule, path + ".*")
+        elif isinstance(node, dict):
+            for key, child in node.items():
+                yield from leaves(child, f"{path}.{key}" if path else key)
+        else:
+            yield path, node
+
+    for schema in (rlinf.SCHEMA, roll.SCHEMA):
+        for path, rule in leaves(schema):
+            assert isinstance(rule, (Map, Read, NoEffect, Refuse)), path
+            if not isinstance(rule, Map):
+                assert len(rule.why) > 10, f"{path}: {type(rule).__name__} needs a reason"
