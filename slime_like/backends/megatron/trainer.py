@@ -39,11 +39,6 @@ POLICY_FIELDS = ("log_probs", "advantages", "ref_log_probs", "rollout_log_probs"
 VALUE_FIELDS = ("values", "returns")
 
 
-def _get(args, name, default=None):
-    value = getattr(args, name, None)
-    return default if value is None else value
-
-
 class MegatronTrainer(TrainerDistMixin):
     """Implements `slime_like.backends.trainer_api.TrainerBackend` (`--train-backend megatron`)."""
 
@@ -57,16 +52,16 @@ class MegatronTrainer(TrainerDistMixin):
         from slime_like.backends.megatron import parallel
 
         args = copy.copy(args)  # our view; the caller's namespace is never mutated
-        if _get(args, "hf_checkpoint"):
+        if args.hf_checkpoint:
             args = fill_args_from_hf(args, args.hf_checkpoint)
         self._check_supported(args, role)
         self.args, self.role = args, role
         self.estimator = alg.get_estimator(args.advantage_estimator)
         self.ps = parallel.init_distributed(
-            rank, world_size, master_addr, master_port, tp=_get(args, "tensor_model_parallel_size", 1),
-            pp=_get(args, "pipeline_model_parallel_size", 1), cp=_get(args, "context_parallel_size", 1),
-            ep=_get(args, "expert_model_parallel_size", 1), etp=_get(args, "expert_tensor_parallel_size"),
-            seed=_get(args, "seed", 1234), timeout_minutes=_get(args, "distributed_timeout_minutes", 10))
+            rank, world_size, master_addr, master_port, tp=args.tensor_model_parallel_size,
+            pp=args.pipeline_model_parallel_size, cp=args.context_parallel_size,
+            ep=args.expert_model_parallel_size, etp=args.expert_tensor_parallel_size,
+            seed=args.seed, timeout_minutes=args.distributed_timeout_minutes)
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
         self.use_te = M._use_te()
 
@@ -75,7 +70,7 @@ class MegatronTrainer(TrainerDistMixin):
             return
         # Model, then the weights it starts from, then DDP / optimizer / schedule, then a resume.
         self.chunks = M.build_model(args, role)
-        resume = self._has_megatron_checkpoint(_get(args, "load"))
+        resume = self._has_megatron_checkpoint(args.load)
         if not resume:
             self._load_initial_weights(self.chunks, role)
         self.model = O.wrap_for_training(args, self.chunks)
@@ -85,18 +80,18 @@ class MegatronTrainer(TrainerDistMixin):
         if resume:
             from slime_like.backends.megatron import checkpoint
 
-            load_optim = not _get(args, "no_load_optim", False) and not _get(args, "finetune", False)
+            load_optim = not args.no_load_optim and not args.finetune
             self.loaded_rollout_id = checkpoint.load_checkpoint(
                 args.load, self.chunks, optimizer=self.optimizer if load_optim else None,
                 scheduler=self.scheduler if load_optim else None, load_optim=load_optim,
-                iteration=_get(args, "resume_iteration", None))  # the run's iteration, same for every role
+                iteration=getattr(args, "resume_iteration", None))  # the run's iteration, same for every role
             if not load_optim:
                 self.optimizer.reload_model_params()  # fp32 main copies follow the loaded weights
-            if _get(args, "finetune", False):
+            if args.finetune:
                 self.loaded_rollout_id = None
 
         self.ref_model = None
-        reference_apart = _get(args, "reference_worker", False)  # then the reference worker sends ref_log_probs
+        reference_apart = args.reference_worker  # then the reference worker sends ref_log_probs
         if role == "actor" and not reference_apart and (args.use_kl_loss or self._reward_kl_coef()):
             ref_chunks = M.build_model(args, "ref")
             self._load_ref_weights(ref_chunks)
@@ -126,25 +121,25 @@ class MegatronTrainer(TrainerDistMixin):
 
     @staticmethod
     def _check_supported(args, role):
-        if _get(args, "context_parallel_size", 1) > 1:
+        if args.context_parallel_size > 1:
             raise NotImplementedError("--context-parallel-size > 1 is not supported by the Megatron trainer yet "
                                       "(the loss does not split responses across CP ranks); use 1")
-        loss_type = _get(args, "loss_type", "policy_loss")
+        loss_type = args.loss_type
         if role == "actor" and loss_type not in ("policy_loss", "sft_loss"):
             raise NotImplementedError(f"--loss-type {loss_type} is not supported by the Megatron trainer; "
                                       "use policy_loss or sft_loss")
         unsupported = {"custom_tis_function_path": "--custom-tis-function-path"}
         for dest, flag in unsupported.items():
-            if _get(args, dest):
+            if getattr(args, dest):
                 raise NotImplementedError(f"{flag} is not implemented by the Megatron trainer yet; remove it")
         for dest, flag in (("log_probs_chunk_size", "--log-probs-chunk-size"),
                            ("recompute_loss_function", "--recompute-loss-function")):
-            value = _get(args, dest)
+            value = getattr(args, dest)
             if value not in (None, False, -1):  # memory knobs only: results are the same without them
                 log.warning("%s %s has no effect in the Megatron trainer yet (memory optimisation only)", flag, value)
-        if _get(args, "use_dynamic_batch_size", False) and not _get(args, "max_tokens_per_gpu"):
+        if args.use_dynamic_batch_size and not args.max_tokens_per_gpu:
             raise ValueError("--use-dynamic-batch-size needs --max-tokens-per-gpu (e.g. 4096)")
-        if not _get(args, "rollout_temperature", 1.0) > 0:
+        if not args.rollout_temperature > 0:
             raise ValueError(f"--rollout-temperature must be > 0, got {args.rollout_temperature}")
 
     @staticmethod
@@ -171,15 +166,15 @@ class MegatronTrainer(TrainerDistMixin):
         """
         from slime_like.backends.megatron import checkpoint
 
-        load = _get(self.args, "load")
+        load = self.args.load
         source = load if load and checkpoint.is_hf_dir(load) else None
-        source = source or _get(self.args, "ref_load") or _get(self.args, "hf_checkpoint")
+        source = source or self.args.ref_load or self.args.hf_checkpoint
         if not source:
             raise ValueError(f"{role}: no weights to start from: set --load, --ref-load or --hf-checkpoint")
         self._load_weights_from(chunks, source)
 
     def _load_ref_weights(self, chunks):
-        source = _get(self.args, "ref_load") or _get(self.args, "hf_checkpoint")
+        source = self.args.ref_load or self.args.hf_checkpoint
         if not source:
             raise ValueError("the reference model (--use-kl-loss / --kl-coef) needs --ref-load or --hf-checkpoint")
         self._load_weights_from(chunks, source)
@@ -187,7 +182,7 @@ class MegatronTrainer(TrainerDistMixin):
     # ----------------------------------------------------------------- micro-batches
     def _micro_batches(self, batch, indices, field_keys=(), max_tokens=None):
         args = self.args
-        packed = bool(_get(args, "use_dynamic_batch_size", False))
+        packed = bool(args.use_dynamic_batch_size)
         if packed:
             lengths = [len(t) for t in batch["tokens"]]
             groups = D.packed_micro_batches(indices, lengths, max_tokens or args.max_tokens_per_gpu)
@@ -195,7 +190,7 @@ class MegatronTrainer(TrainerDistMixin):
             # Similar lengths share a micro-batch, so rows carry less padding (demo shape: ~16% fewer tokens).
             # The step's loss is a token sum over all its micro-batches: grouping changes only float rounding.
             by_length = sorted(indices, key=lambda i: len(batch["tokens"][i]))
-            groups = D.fixed_micro_batches(by_length, _get(args, "micro_batch_size", 1))
+            groups = D.fixed_micro_batches(by_length, args.micro_batch_size)
         return [D.build_micro_batch(batch, g, packed=packed, use_te=self.use_te, field_keys=field_keys,
                                     device=self.device) for g in groups]
 
@@ -216,9 +211,9 @@ class MegatronTrainer(TrainerDistMixin):
     def _forward_only(self, model, batch, kind):
         """Per-sample response log-probs (kind "logp", temperature-scaled) or values (kind "values")."""
         n = D.num_samples(batch)
-        max_tokens = _get(self.args, "log_probs_max_tokens_per_gpu") or _get(self.args, "max_tokens_per_gpu")
+        max_tokens = self.args.log_probs_max_tokens_per_gpu or self.args.max_tokens_per_gpu
         mbs = self._micro_batches(batch, list(range(n)), max_tokens=max_tokens)
-        temperature = float(_get(self.args, "rollout_temperature", 1.0))
+        temperature = float(self.args.rollout_temperature)
         modes = [chunk.training for chunk in model]
         for chunk in model:
             chunk.eval()  # no dropout when scoring; the frozen reference model stays in eval mode
@@ -256,10 +251,10 @@ class MegatronTrainer(TrainerDistMixin):
             return False
         if self._reward_kl_coef():
             return True
-        if _get(args, "use_rollout_logprobs", False) or _get(args, "loss_type", "policy_loss") == "sft_loss":
+        if args.use_rollout_logprobs or args.loss_type == "sft_loss":
             return False
-        dropout = _get(args, "attention_dropout", 0.0) or _get(args, "hidden_dropout", 0.0)
-        return int(_get(args, "num_steps_per_rollout", 1)) > 1 or bool(dropout)
+        dropout = args.attention_dropout or args.hidden_dropout
+        return int(args.num_steps_per_rollout) > 1 or bool(dropout)
 
     def compute_log_probs(self, batch: dict, old_policy: bool = True) -> dict:
         """Actor: old-policy `log_probs` (and `ref_log_probs` with a reference model), logits / temperature.
@@ -299,12 +294,12 @@ class MegatronTrainer(TrainerDistMixin):
         width = max(lengths)
         mask = D.pad_rows(batch["loss_masks"], width)
         pad = lambda key: D.pad_rows(batch[key], width) if key in batch else None  # noqa: E731
-        kl = alg.kl_penalty(pad("log_probs"), pad("ref_log_probs"), _get(args, "kl_loss_type", "k1")) \
+        kl = alg.kl_penalty(pad("log_probs"), pad("ref_log_probs"), args.kl_loss_type) \
             if kl_coef else None
         adv, ret = spec.token_step(
             rewards=torch.tensor([float(r) for r in batch["rewards"]]), mask=mask,
             values=pad("values") if spec.needs_critic else None, kl=kl, kl_coef=kl_coef,
-            gamma=float(_get(args, "gamma", 1.0)), lam=float(_get(args, "lambd", 1.0)), whiten=False)
+            gamma=float(args.gamma), lam=float(args.lambd), whiten=False)
         if args.normalize_advantages or spec.whitens_returns:
             moments = alg.masked_moments(adv, mask)
             moments = self._all_reduce(moments, self.ps.get_data_parallel_group())
@@ -323,21 +318,21 @@ class MegatronTrainer(TrainerDistMixin):
         if self.role == "critic":
             kind, fields = "value", VALUE_FIELDS
             need = VALUE_FIELDS
-        elif _get(args, "loss_type", "policy_loss") == "sft_loss":
+        elif args.loss_type == "sft_loss":
             kind, fields, need = "sft", (), ()
         else:
             kind, fields = "policy", POLICY_FIELDS
-            rollout_lp = any(_get(args, k, False) for k in ("use_tis", "use_rollout_logprobs", "get_mismatch_metrics"))
-            need = ("advantages",) + (("ref_log_probs",) if _get(args, "use_kl_loss", False) else ()) \
+            rollout_lp = any(getattr(args, k) for k in ("use_tis", "use_rollout_logprobs", "get_mismatch_metrics"))
+            need = ("advantages",) + (("ref_log_probs",) if args.use_kl_loss else ()) \
                 + (("rollout_log_probs",) if rollout_lp else ())
-            if _get(args, "use_rollout_logprobs", False):  # the engine's log-probs are the old policy
+            if args.use_rollout_logprobs:  # the engine's log-probs are the old policy
                 batch = dict(batch, log_probs=batch["rollout_log_probs"])
         D.validate_batch(batch, need)
         dp = self.ps.get_data_parallel_world_size()
-        steps = D.split_steps(D.num_samples(batch), int(_get(args, "num_steps_per_rollout", 1)),
-                              _get(args, "global_batch_size"), dp)
-        per_token = bool(_get(args, "calculate_per_token_loss", False))
-        if _get(args, "reset_optimizer_states", False):  # slime resets at the start of each rollout's training
+        steps = D.split_steps(D.num_samples(batch), int(args.num_steps_per_rollout),
+                              args.global_batch_size, dp)
+        per_token = bool(args.calculate_per_token_loss)
+        if args.reset_optimizer_states:  # slime resets at the start of each rollout's training
             O.reset_optimizer_states(self.optimizer)
         history = []
         for indices in steps:
@@ -369,7 +364,7 @@ class MegatronTrainer(TrainerDistMixin):
             ci_checks.check_step(args, self.role, rollout_id, len(history), len(steps), step,
                                  writer=torch.distributed.get_rank() == 0)
             history.append(step)
-        interval = _get(args, "ref_update_interval")
+        interval = args.ref_update_interval
         if self.ref_model is not None and interval and (rollout_id + 1) % interval == 0:
             self._update_reference()
         return self._average_steps(history)
@@ -386,14 +381,14 @@ class MegatronTrainer(TrainerDistMixin):
         """torch_dist checkpoint of this role into its --save directory (the critic's role view has its own)."""
         from slime_like.backends.megatron import checkpoint
 
-        save_dir = _get(self.args, "save")
+        save_dir = self.args.save
         if not save_dir:
             raise ValueError(f"{self.role}: save() needs --save (critic: its role's save dir, e.g. --critic-save "
                              "or a YAML override)")
         if not self._weights_finite():
             raise RuntimeError(f"{self.role}: refusing to save rollout {rollout_id}: the weights hold NaN/inf values "
                                f"(the last good checkpoint in {save_dir} stays the latest)")
-        with_optim = not _get(self.args, "no_save_optim", False)
+        with_optim = not self.args.no_save_optim
         checkpoint.save_checkpoint(save_dir, rollout_id, self.chunks,
                                    optimizer=self.optimizer if with_optim else None,
                                    scheduler=self.scheduler if with_optim else None,
