@@ -39,7 +39,8 @@ def add_cluster_group(parser):
     a("--offload-rollout", action=argparse.BooleanOptionalAction, default=None,
       help="Release the engines' GPU memory while training (default on with --colocate).")
     a("--ray-address", default=None,
-      help="(slime_like) Join this Ray cluster (auto = the one Ray finds, or HOST:PORT) instead of starting a "
+      help="(slime_like) Join this Ray cluster (HOST:PORT, or auto = RAY_ADDRESS / the address file of the last "
+           "`ray start`) instead of starting a "
            "private one; RAY_ADDRESS (set by `ray job submit`) does the same. A plan spanning several nodes "
            "always joins the running cluster.")
     a("--placement", nargs="+", default=None, metavar="COMPONENTS:GPUS",

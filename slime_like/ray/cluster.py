@@ -128,12 +128,15 @@ _START_FIRST = ("Start the cluster first (scripts/ray/start-head.sh, start-worke
 
 
 def _resolve(address: str) -> str:
-    """auto -> the HOST:PORT Ray would pick (RAY_ADDRESS, else the address file of its default temp dir)."""
+    """auto -> RAY_ADDRESS, else the address file the last `ray start` wrote in Ray's default temp dir.
+
+    Never Ray's legacy fallback of `auto` (connect to any GCS process found running on the machine): on a
+    shared host that would be someone else's cluster."""
     from ray._private.services import get_ray_address_from_environment
 
     if address != "auto":
         return address
-    found = get_ray_address_from_environment("auto", None)
+    found = get_ray_address_from_environment(None, None)
     if not found or found == "local":
         raise RayClusterError("the plan spans several nodes (or --ray-address auto) but no running Ray cluster was "
                               f"found (RAY_ADDRESS unset, no address file of a live head). {_START_FIRST}")

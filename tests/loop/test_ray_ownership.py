@@ -132,6 +132,11 @@ def test_foreign_head_and_stale_address_file_change_nothing_and_ray_address_join
     join_env = {**user_env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": foreign_head["env"]["RAY_AUTH_TOKEN"]}
     out = _start_ray(join_env, tiny_run("joined", "--ray-address", foreign_head["address"]))
     assert f"joined the Ray cluster at {foreign_head['address']} (1 node(s), 4 GPUs)" in out
+    # a plan that needs more GPU slots than the joined cluster declares: one line, no resource counts passed
+    big = tiny_run("big", "--ray-address", foreign_head["address"], "--num-gpus-per-node", "8",
+                   "--actor-num-gpus-per-node", "8")
+    r = _start_ray(join_env, big, expect_rc=3)
+    assert "declares 4 GPU(s) on 1 node(s) but the plan needs 8 GPU slots" in r, r
 
     # the head dies the hard way: its address file stays behind; a run starts its own Ray regardless. This run's
     # reward function raises inside the rollout actor: one short block names the actor, the root cause and the
@@ -148,9 +153,15 @@ def test_foreign_head_and_stale_address_file_change_nothing_and_ray_address_join
     assert out.count("the reward model exploded on purpose") == 1 and "Traceback" not in out, out[-3000:]
     assert "ValueError: the reward model exploded on purpose" in log.read_text()
     # and asking to join the dead head is one clear line, not a traceback
-    r = subprocess.run([sys.executable, "-c", _START_RAY, *tiny_run("x", "--ray-address", foreign_head["address"])],
-                       env=join_env, cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 3 and f"cannot reach the Ray cluster at {foreign_head['address']}" in r.stderr, r.stderr
+    r = _start_ray(join_env, tiny_run("x", "--ray-address", foreign_head["address"]), expect_rc=3)
+    assert f"cannot reach the Ray cluster at {foreign_head['address']}" in r, r
+    # a plan spanning two nodes joins the cluster Ray finds: here only the dead head's file, then nothing at all
+    two_nodes = ("--actor-num-nodes", "2", "--actor-num-gpus-per-node", "4")
+    r = _start_ray(user_env, tiny_run("y", *two_nodes), expect_rc=3)
+    assert f"cannot reach the Ray cluster at {foreign_head['address']}" in r, r
+    os.remove(foreign_head["file"])
+    r = _start_ray(user_env, tiny_run("z", *two_nodes), expect_rc=3)
+    assert "the plan spans several nodes (or --ray-address auto) but no running Ray cluster was found" in r, r
 
 
 # train.py's own start-up path up to Ray (parse -> plan -> init_ray), then one task on the cluster: the same
@@ -170,8 +181,12 @@ print("task:", ray.get(ray.remote(lambda: 41 + 1).remote()))
 """
 
 
-def _start_ray(env, argv) -> str:
+def _start_ray(env, argv, expect_rc=0) -> str:
+    """Run _START_RAY; returns stdout on success, stderr (the one-line error) when `expect_rc` is 3."""
     r = subprocess.run([sys.executable, "-c", _START_RAY, *argv], env=env, cwd=REPO, capture_output=True, text=True,
                        timeout=300)
+    if expect_rc:
+        assert r.returncode == expect_rc and "Traceback" not in r.stderr, r.stdout + r.stderr
+        return r.stderr
     assert r.returncode == 0 and "task: 42" in r.stdout, r.stdout + r.stderr
     return r.stdout
