@@ -48,7 +48,7 @@ SIZES = {  # batch shape and steps per size; the model comes from model_dir()
 }
 SHAPE_100M = dict(arch="qwen2", hidden_size=768, num_layers=12, num_heads=12, num_kv_heads=12, ffn_hidden_size=3072,
                   tie_embeddings=True, vocab_multiple=16)
-ENV = dict(RAY_AUTH_MODE="disabled", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+ENV = dict(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
            OMP_NUM_THREADS="1", WANDB_DISABLED="true")
 
 

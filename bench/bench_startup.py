@@ -51,7 +51,7 @@ def train_first_token(model_dir: str, data_dir: str, work: str) -> dict:
            "--lr-decay-style", "constant", "--clip-grad", "1.0", "--micro-batch-size", "128", "--colocate",
            "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "1", "--num-gpus-per-node", "1",
            "--run-dir", run_dir]
-    env = dict(os.environ, RAY_AUTH_MODE="disabled", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1", **{STAMP_ENV: stamps},
                PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "bench"), ROOT, os.environ.get("PYTHONPATH", "")]))
     t0 = time.time()

@@ -90,7 +90,7 @@ def _loopback_node():
             os.environ[_SINGLE_MACHINE_VAR] = saved_env
 
 
-def _enable_token_auth() -> None:
+def enable_token_auth() -> None:
     """Token authentication with a secret of this process (children inherit it; nothing is written to disk).
 
     Ray reads RAY_AUTH_MODE into its C++ config when imported and caches the token, so both are reloaded
@@ -110,7 +110,7 @@ def _reload_auth_mode(mode: str) -> None:
 
 
 def _start_private(args) -> str:
-    _enable_token_auth()
+    enable_token_auth()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     temp_dir = _private_temp_dir()
     kwargs = dict(address="local", include_dashboard=False, runtime_env=_runtime_env(), log_to_driver=True,

@@ -1,5 +1,4 @@
 """Placement on a real Ray cluster of two simulated nodes with four declared GPU slots each."""
-import os
 
 import pytest
 
@@ -11,7 +10,9 @@ from slime_like.ray.placement import create_placement  # noqa: E402
 
 @pytest.fixture(scope="module")
 def two_node_cluster():
-    os.environ["RAY_AUTH_MODE"] = "disabled"
+    from slime_like.ray.cluster import enable_token_auth
+
+    enable_token_auth()  # the test cluster's nodes inherit this process's token, as a run's private Ray does
     if ray.is_initialized():
         ray.shutdown()
     cluster = Cluster(initialize_head=True, head_node_args=dict(num_cpus=1, num_gpus=4, include_dashboard=False,

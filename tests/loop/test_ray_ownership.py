@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from conftest import REPO, loop_argv
+from slime_like.utils.net import free_port
 
 pytestmark = pytest.mark.slow
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
@@ -54,9 +55,15 @@ def foreign_head():
     env.pop("RAY_ADDRESS", None)
     head = {"env": env, "tmp": tmp, "file": os.path.join(tmp, "ray", "ray_current_cluster")}
     try:
-        subprocess.run([RAY, "start", "--head", "--port=0", "--num-cpus=2", "--num-gpus=4",
-                        "--include-dashboard=false", "--disable-usage-stats"],
-                       env=env, check=True, timeout=180, capture_output=True)
+        for attempt in range(2):  # `ray start` gives a node 30 s (hard-coded) to register: a loaded host can miss it
+            # its own agent port: Ray's default (52365) may be held by another head on a shared machine
+            started = subprocess.run([RAY, "start", "--head", "--port=0", "--num-cpus=2", "--num-gpus=4",
+                                      f"--dashboard-agent-listen-port={free_port()}", "--include-dashboard=false",
+                                      "--disable-usage-stats"], env=env, timeout=180, capture_output=True, text=True)
+            if started.returncode == 0 or "timed out during startup" not in started.stdout + started.stderr:
+                break
+            _kill(_processes_under(tmp))
+        assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
         head["address"] = open(head["file"]).read().strip()
         # what a plain ray.init() in this environment would connect to: this head
         probe = ("from ray._private.services import get_ray_address_from_environment as f; "
