@@ -232,11 +232,6 @@ class MegatronTrainer(TrainerDistMixin):
         return self._from_last_stage(result)
 
     # ----------------------------------------------------------------- public API
-    def parallel_info(self) -> dict:
-        ps = self.ps
-        return dict(dp_rank=ps.get_data_parallel_rank(), dp_size=ps.get_data_parallel_world_size(),
-                    tp_rank=ps.get_tensor_model_parallel_rank(), pp_rank=ps.get_pipeline_model_parallel_rank())
-
     def old_log_probs_needed(self) -> bool:
         """Whether train_step needs the old policy's log-probs from a separate forward pass.
 
@@ -368,14 +363,6 @@ class MegatronTrainer(TrainerDistMixin):
         if self.ref_model is not None and interval and (rollout_id + 1) % interval == 0:
             self._update_reference()
         return self._average_steps(history)
-
-    def _update_reference(self):
-        """--ref-update-interval: the reference model becomes a copy of the current actor weights."""
-        with torch.no_grad():
-            for actor, ref in zip(self.chunks, self.ref_chunks):
-                ref_params = dict(ref.named_parameters())
-                for name, p in actor.named_parameters():
-                    ref_params[name].copy_(p)
 
     def save(self, rollout_id: int) -> str:
         """torch_dist checkpoint of this role into its --save directory (the critic's role view has its own)."""

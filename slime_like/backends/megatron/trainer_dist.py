@@ -1,5 +1,6 @@
-"""The collective plumbing of MegatronTrainer: results off the last pipeline stage, DP-averaged metrics,
-and offload / onload of accelerator memory for colocated runs.
+"""The collective plumbing of MegatronTrainer: its place in the parallel layout, the reference-model refresh,
+results off the last pipeline stage, DP-averaged metrics, and offload / onload of accelerator memory for
+colocated runs.
 
 Kept apart from trainer.py so the training logic reads top to bottom without the bookkeeping.
 """
@@ -12,7 +13,23 @@ import torch.distributed as dist
 
 
 class TrainerDistMixin:
-    """Needs `self.ps` (megatron parallel_state), `self.model`, `self.optimizer`, `self.ref_model`."""
+    """Needs `self.ps` (megatron parallel_state), `self.model`, `self.optimizer`, `self.ref_model` (and
+    `self.chunks` / `self.ref_chunks` for _update_reference)."""
+
+    # ----------------------------------------------------------------- this rank's place, the reference copy
+    def parallel_info(self) -> dict:
+        """TrainerBackend.parallel_info: dp_rank, dp_size, tp_rank, pp_rank of this rank."""
+        ps = self.ps
+        return dict(dp_rank=ps.get_data_parallel_rank(), dp_size=ps.get_data_parallel_world_size(),
+                    tp_rank=ps.get_tensor_model_parallel_rank(), pp_rank=ps.get_pipeline_model_parallel_rank())
+
+    def _update_reference(self):
+        """--ref-update-interval: the reference model becomes a copy of the current actor weights."""
+        with torch.no_grad():
+            for actor, ref in zip(self.chunks, self.ref_chunks):
+                ref_params = dict(ref.named_parameters())
+                for name, p in actor.named_parameters():
+                    ref_params[name].copy_(p)
 
     # ----------------------------------------------------------------- pipeline / data parallel results
     def _from_last_stage(self, obj):
