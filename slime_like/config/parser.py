@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 
 from slime_like.config import (flags_algo, flags_misc, flags_model, flags_rl, flags_slime, flags_train,
-                               sglang_passthrough)
+                               sglang_passthrough, vllm_passthrough)
 from slime_like.config.errors import ConfigError, did_you_mean
 
 GROUP_ORDER = ["cluster", "model", "model (MoE)", "checkpoint", "rollout", "data", "eval", "perf/parallelism",
-               "algorithm (GRPO/PPO)", "optimizer & LR schedule", "SGLang", "reward",
+               "algorithm (GRPO/PPO)", "optimizer & LR schedule", "SGLang", "vLLM", "reward",
                "logging (wandb / tensorboard)", "debug", flags_slime.GROUP]
 
 
@@ -27,8 +27,9 @@ class SlimeArgumentParser(argparse.ArgumentParser):
         raise ConfigError(message)
 
 
-def build_parser(prog: str = "train.py", generated_sglang: bool = False):
-    """-> (parser, generated ServerArgs field names or empty set)."""
+def build_parser(prog: str = "train.py", generated_sglang: bool = False, vllm_spec: list | None = None):
+    """-> (parser, generated ServerArgs field names or empty set); with `vllm_spec`, also the --vllm-* flags
+    generated from it (their {dest: vLLM option} in `parser.vllm_options`)."""
     p = SlimeArgumentParser(
         prog=prog, allow_abbrev=False, usage="%(prog)s [FLAGS ...]   (python %(prog)s --help lists them by group)",
         description="RL post-training with Megatron-core trainers and SGLang / CPU rollout engines. "
@@ -44,12 +45,17 @@ def build_parser(prog: str = "train.py", generated_sglang: bool = False):
     flags_train.add_optimizer_group(p)
     flags_misc.add_sglang_group(p)
     sglang_group = p._action_groups[-1]
+    flags_misc.add_vllm_group(p)
+    vllm_group = p._action_groups[-1]
     flags_algo.add_reward_group(p)
     flags_misc.add_logging_group(p)
     flags_misc.add_debug_group(p)
     flags_slime.add_slime_group(p)
     flags_misc.add_unsupported_group(p)
     fields = set()
+    p.vllm_options = {}
+    if vllm_spec:
+        p.vllm_options = vllm_passthrough.add_generated_flags(vllm_group, vllm_spec, set(p._option_string_actions))
     if generated_sglang:
         fields = sglang_passthrough.add_generated_flags(p, sglang_group)
     return p, fields
@@ -80,8 +86,11 @@ def group_of(parser) -> dict:
 def parse_namespace(argv: list, prog: str = "train.py"):
     """argv -> (Namespace, parser); raises ConfigError for unknown flags and bad values."""
     generated = sglang_passthrough.want_generated(argv)
-    parser, fields = build_parser(prog, generated)
-    generic = {}
+    vllm_spec = vllm_passthrough.load_spec() if vllm_passthrough.want_generated(argv) else None
+    parser, fields = build_parser(prog, generated, vllm_spec)
+    generic = vllm_generic = {}
+    if not parser.vllm_options:
+        argv, vllm_generic = vllm_passthrough.extract_generic(argv, parser._option_string_actions)
     if not fields:
         argv, generic = sglang_passthrough.extract_generic(argv, parser._option_string_actions)
     argv, router = sglang_passthrough.extract_router_args(argv, parser._option_string_actions)
@@ -90,6 +99,7 @@ def parse_namespace(argv: list, prog: str = "train.py"):
         raise ConfigError(_unknown_message(extras, parser))
     sglang_passthrough.collect(args, parser, fields, generic)
     args.router_args = router  # --router-NAME VALUE: passed to sglang_router.launch_router as --NAME VALUE
+    vllm_passthrough.collect(args, parser.vllm_options, vllm_generic)
     return args, parser
 
 

