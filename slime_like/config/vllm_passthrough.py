@@ -43,11 +43,17 @@ def vllm_venv() -> str:
     return os.path.normpath(os.path.join(here, "..", "..", "bench", ".venv-vllm"))
 
 
-def load_spec() -> list[dict] | None:
-    """vLLM's argument spec: from vllm itself when importable here, else the dumped file, else None."""
+def vllm_importable() -> bool:
+    """vLLM installed in this interpreter (a namespace package such as a `vllm/` test folder does not count)."""
     import importlib.util
 
-    if importlib.util.find_spec("vllm") is not None and os.environ.get("SLIME_LIKE_VLLM_PASSTHROUGH") != "file":
+    spec = importlib.util.find_spec("vllm")
+    return spec is not None and spec.origin is not None
+
+
+def load_spec() -> list[dict] | None:
+    """vLLM's argument spec: from vllm itself when importable here, else the dumped file, else None."""
+    if vllm_importable() and os.environ.get("SLIME_LIKE_VLLM_PASSTHROUGH") != "file":
         return dump_spec()
     path = os.path.join(vllm_venv(), SPEC_FILE)
     if not os.path.isfile(path) or os.environ.get("SLIME_LIKE_VLLM_PASSTHROUGH") == "generic":

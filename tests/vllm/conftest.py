@@ -51,7 +51,7 @@ def engine_args(ckpt, **kw):
 
 
 def start_vllm(ckpt, log_dir, **kw):
-    from slime_like.backends.sglang.launcher import start_engine
+    from slime_like.backends.engine_api.launcher import start_engine
 
     return start_engine(engine_args(ckpt, **kw), kind="vllm", port=free_port(), log_dir=str(log_dir),
                         health_timeout=600, env={"OMP_NUM_THREADS": "1"})

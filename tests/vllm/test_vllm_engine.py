@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from conftest import free_port, start_vllm
-from slime_like.backends.sglang import weight_sync
-from slime_like.backends.sglang.client import EngineClient, EngineError
+from slime_like.backends.engine_api import weight_sync
+from slime_like.backends.engine_api.client import EngineClient, EngineError
 
 pytestmark = pytest.mark.slow
 PROMPT = [3 + (i * 7) % 120 for i in range(300)]   # fills 2 prefix-cache blocks (128 tokens on CPU): stale KV shows
@@ -83,7 +83,7 @@ def test_generate_token_ids_and_logprobs_match_transformers(served, hf, vllm_ckp
 
 
 def test_greedy_tokens_equal_the_cpu_engines(served, vllm_ckpts, tmp_path):
-    from slime_like.backends.sglang.launcher import start_engine
+    from slime_like.backends.engine_api.launcher import start_engine
     from conftest import engine_args
 
     cpu = start_engine(engine_args(vllm_ckpts[0]), kind="cpu", port=free_port(), log_dir=str(tmp_path),

@@ -61,6 +61,7 @@ class Engine(ABC):
 _BUILTIN = {
     "sglang": "slime_like.backends.sglang.engine:SGLangEngine",
     "cpu": "slime_like.backends.cpu_engine.launch:CPUEngineServer",
+    "vllm": "slime_like.backends.vllm.engine:VLLMEngine",
 }
 _REGISTRY: dict[str, str | type] = dict(_BUILTIN)
 

