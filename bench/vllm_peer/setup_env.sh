@@ -43,3 +43,10 @@ PY
 PYTHONPATH="$(cd .. && pwd)" VLLM_LOGGING_LEVEL=ERROR "$VENV/bin/python" -m slime_like.config.vllm_passthrough \
     --dump "$VENV/slime_like_vllm_cli.json" 2>&1 | grep -v "^WARNING: Location\|Triton" || true
 test -s "$VENV/slime_like_vllm_cli.json"
+# SGLang as an oracle for our SGLang side (tests/sglang_peer): its ServerArgs and request classes import on CPU
+# without its GPU dependencies. --no-deps keeps vLLM's stack untouched; these few light packages are enough.
+SGLANG_VERSION=0.5.23
+if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('sglang') != '$SGLANG_VERSION')" 2>/dev/null; then
+    "$VENV/bin/python" -m pip install -q --no-deps "sglang==$SGLANG_VERSION"
+    "$VENV/bin/python" -m pip install -q IPython traitlets orjson gguf 2>&1 | grep -v "^WARNING: Location\|requires\|incompatible" || true
+fi

@@ -47,6 +47,7 @@ class _Prefixing:
 
     def __init__(self, group, taken: set, dests: set):
         self.group, self.taken, self.dests = group, taken, dests
+        self.options: dict = {}   # ServerArgs field -> SGLang's option string (may differ from the field name)
 
     def add_argument(self, *names, **kwargs):
         longs = [n for n in names if n.startswith("--")]
@@ -61,6 +62,7 @@ class _Prefixing:
             kwargs["help"] = kwargs["help"].replace("%", "%%")  # argparse formats help with %-interpolation
         self.taken.update(new_names)
         self.dests.add(dest)
+        self.options.setdefault(dest, longs[0])   # a later alias of the same field (deprecated spelling) maps to it
         return self.group.add_argument(*new_names, dest="sglang_" + dest, **kwargs)
 
     def add_argument_group(self, *a, **k):
@@ -78,7 +80,9 @@ def add_generated_flags(parser, group) -> set:
     from sglang.srt.server_args import ServerArgs
 
     dests: set = set()
-    ServerArgs.add_cli_args(_Prefixing(group, set(parser._option_string_actions), dests))
+    prefixing = _Prefixing(group, set(parser._option_string_actions), dests)
+    ServerArgs.add_cli_args(prefixing)
+    parser.sglang_options = prefixing.options
     return dests
 
 
@@ -154,6 +158,7 @@ def collect(args, parser, generated_fields, generic_values: dict) -> None:
     for name, value in chosen.items():
         setattr(args, "sglang_" + name, value)
     args.sglang_server_args = chosen
+    args.sglang_cli_options = {k: v for k, v in getattr(parser, "sglang_options", {}).items() if k in chosen}
     args.sglang_passthrough_mode = "generated" if generated_fields else "generic"
 
 

@@ -261,6 +261,7 @@ _ABSENT = object()
 CPU_ENGINE_SGLANG_KEYS = ("dtype", "max_running_requests", "context_length")
 # --sglang-* names the rollout client reads itself (launcher.CLIENT_SIDE): never sent to a server.
 SGLANG_CLIENT_SIDE = ("server_concurrency", "router_ip", "router_port", "router_request_timeout_secs", "config",
+                      "cli_options",
                       "server_args", "passthrough_mode", "router_policy")
 
 

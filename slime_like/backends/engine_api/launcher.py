@@ -22,6 +22,7 @@ from slime_like.utils.auth import API_KEY_ENV, auth_headers, resolve_api_key
 
 # slime_like's own --sglang-* flags that configure the rollout client or router, not the server.
 CLIENT_SIDE = frozenset({"server_concurrency", "router_ip", "router_port", "router_request_timeout_secs", "config",
+                         "cli_options",
                          "server_args", "passthrough_mode", "router_policy"})
 
 

@@ -24,9 +24,12 @@ class SGLangEngine(Engine):
         return build_sglang_command(args, port=port, host=host, base_gpu_id=int(gpu_ids[0]), tp_size=len(gpu_ids))
 
 
-def server_flag(name: str, value) -> list[str]:
-    """One ServerArgs value as CLI tokens: True -> bare flag, False -> omitted, list -> repeated values."""
-    flag = "--" + name.replace("_", "-")
+def server_flag(name: str, value, option: str | None = None) -> list[str]:
+    """One ServerArgs value as CLI tokens: True -> bare flag, False -> omitted, list -> repeated values.
+
+    `option` is SGLang's own spelling when the flags were generated from ServerArgs (a field's option string
+    can differ from its name: fp8_gemm_runner_backend is --fp8-gemm-backend)."""
+    flag = option or "--" + name.replace("_", "-")
     if value is True:
         return [flag]
     if value is False:
@@ -61,6 +64,7 @@ def build_sglang_command(args, *, port: int, host: str = "127.0.0.1", base_gpu_i
         if not dist_init_addr:
             raise ValueError(f"an engine spanning {nnodes} nodes needs dist_init_addr (host:port of its node 0)")
         cmd += ["--dist-init-addr", dist_init_addr, "--nnodes", str(nnodes), "--node-rank", str(node_rank)]
+    options = getattr(args, "sglang_cli_options", None) or {}
     for name, value in sorted(sglang_server_args(args).items()):
-        cmd += server_flag(name, value)
+        cmd += server_flag(name, value, options.get(name))
     return cmd

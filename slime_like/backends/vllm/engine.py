@@ -38,6 +38,11 @@ class VLLMEngine(Engine):
     def launch_command(self, args, *, host: str, port: int, gpu_ids: list[int]) -> list[str]:
         return build_vllm_command(args, host=host, port=port, gpu_ids=gpu_ids)
 
+    def api_key_args(self, api_key: str) -> list[str]:
+        # The adapter reads the run's secret from $SLIME_LIKE_ENGINE_API_KEY (never argv: ps shows argv), requires
+        # it on its own routes and hands it to vLLM as $VLLM_API_KEY (vLLM's --api-key from the environment).
+        return []
+
 
 def vllm_python() -> str:
     """The interpreter that runs vLLM: $SLIME_LIKE_VLLM_VENV/bin/python, bench/.venv-vllm, or this one."""
