@@ -18,6 +18,7 @@ import torch
 from conftest import free_port, start_vllm
 from slime_like.backends.engine_api import weight_sync
 from slime_like.backends.engine_api.client import EngineClient, EngineError
+from slime_like.utils.auth import auth_headers
 
 pytestmark = pytest.mark.slow
 PROMPT = [3 + (i * 7) % 120 for i in range(300)]   # fills 2 prefix-cache blocks (128 tokens on CPU): stale KV shows
@@ -58,14 +59,17 @@ def gap(model, prompt, out, temperature=1.0) -> float:
 
 def post(url, path, body=None, timeout=60):
     req = urllib.request.Request(url + path, json.dumps(body or {}).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json", **auth_headers()})
     with urllib.request.urlopen(req, timeout=timeout) as r:
         text = r.read().decode()
         return json.loads(text) if text else None
 
 
 def upstream(served) -> str:
-    return asyncio.run(EngineClient(served.url).get_server_info())["upstream"]
+    """vLLM's own server behind the adapter (loopback), for the facts checked on vLLM itself."""
+    req = urllib.request.Request(served.url + "/get_server_info", headers=auth_headers())
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())["upstream"]
 
 
 def test_generate_token_ids_and_logprobs_match_transformers(served, hf, vllm_ckpts):
@@ -141,7 +145,7 @@ def test_abort_one_request_returns_its_partial_output(served):
         c = EngineClient(served.url)
         task = asyncio.ensure_future(c.generate(SHORT, {"max_new_tokens": 400, "min_new_tokens": 400,
                                                          "temperature": 1.0}, rid="long-one"))
-        await asyncio.sleep(1.0)
+        await _running(served)
         await c.abort("long-one")
         return await asyncio.wait_for(task, 60)
 
@@ -155,7 +159,7 @@ def test_pause_abort_then_continue(served):
     async def run():
         c = EngineClient(served.url)
         task = asyncio.ensure_future(c.generate(SHORT, {"max_new_tokens": 400, "min_new_tokens": 400}))
-        await asyncio.sleep(1.0)
+        await _running(served)
         await c.pause_generation("abort")
         first = await asyncio.wait_for(task, 60)
         await c.continue_generation()
@@ -164,6 +168,16 @@ def test_pause_abort_then_continue(served):
     first, second = asyncio.run(run())
     assert first["meta_info"]["finish_reason"]["type"] == "abort"
     assert len(second["output_ids"]) == 3
+
+
+async def _running(served):
+    """Return once vLLM is generating a request (so an abort / pause finds it in flight)."""
+    up = await asyncio.to_thread(upstream, served)
+    for _ in range(600):
+        if await asyncio.to_thread(_metric, up, "vllm:num_requests_running"):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the request never started running")
 
 
 def test_client_disconnect_aborts_the_request_in_vllm(served):
