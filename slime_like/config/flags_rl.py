@@ -116,8 +116,12 @@ def add_rollout_group(parser):
            "a fresh one per run for the engines the run starts; give the one your --rollout-external-engine-addrs "
            "engines were started with (or set SLIME_LIKE_ENGINE_API_KEY, which keeps it off the command line).")
     a("--use-fault-tolerance", action="store_true", help="Health-check engines and restart failed ones.")
-    a("--rollout-health-check-interval", type=float, default=30.0, help="Seconds between engine health checks.")
+    a("--rollout-health-check-interval", type=float, default=30.0,
+      help="Seconds between engine health checks during a rollout (0: none); a failed engine's requests move on.")
     a("--rollout-health-check-timeout", type=float, default=30.0, help="Seconds before a silent engine is failed.")
+    a("--rollout-request-timeout", type=float, default=None,
+      help="(slime_like) Seconds one /generate request may take before its engine counts as hung; default "
+           "120 + 0.25 x --rollout-max-response-len (the expected decode time, generously).")
     return parser
 
 

@@ -188,8 +188,6 @@ NO_EFFECT_HERE = {
     "tokenizer_model": "the tokenizer is always read from --hf-checkpoint (as slime does)",
     "model_name": "HF weight names follow --hf-checkpoint's config.json model_type",
     "cp_comm_type": "context parallelism is not supported, so its communication type is unused",
-    "rollout_health_check_interval": "engine health checks belong to --use-fault-tolerance, not implemented",
-    "rollout_health_check_timeout": "engine health checks belong to --use-fault-tolerance, not implemented",
     "log_interval": "the driver logs one console line per rollout",  # pending: utils
     "overlap_cpu_optimizer_d2h_h2d": "optimizer states are not offloaded to the CPU during a step (see "
                                      "--optimizer-cpu-offload), so there are no copies to overlap",

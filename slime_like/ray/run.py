@@ -20,6 +20,7 @@ from slime_like.ray.run_checkpoint import CheckpointMismatch, resume_iteration, 
 from slime_like.ray.trainer_group import TrainerGroup
 from slime_like.utils.json_dump import write_json
 from slime_like.utils.auth import new_secret, resolve_api_key
+from slime_like.utils.shm import sweep_orphaned_segments
 
 # Fractions of one GPU slot when trainer and engine share it (colocated): together < 1.
 TRAINER_SHARE_COLOCATED, ENGINE_SHARE_COLOCATED = 0.4, 0.2
@@ -52,6 +53,9 @@ class Run:
         # Every role resumes from the same iteration: the run's marker, written after all roles saved (checked
         # before Ray starts: a stray critic checkpoint is refused in a second, not after the cluster is up).
         args.resume_iteration = resume_iteration(args.load, role_args(args, "critic").load if args.use_critic else None)
+        swept = sweep_orphaned_segments()   # weight buffers of a run killed before its clean-up (SIGKILL)
+        if swept:
+            say(f"removed {len(swept)} shared-memory segment(s) left by a killed run (e.g. {swept[0]})")
         say(init_ray(args, plan))
         placement = create_placement(plan.num_slots)
         started = []  # what to tear down if a later step fails: no leaked GPU slots or engine processes

@@ -23,7 +23,7 @@ import time
 from ..sample import Status
 from .data_source import RolloutDataSource
 from .debug_data import load_rollout, save_rollout
-from .engines import EnginePool, set_current_state
+from .engines import EnginePool, request_timeout, set_current_state
 from .eval import eval_datasets, eval_metrics, ks_for, pass_at_k
 from .generate import RolloutOutput
 from .generate_group import GenerateState
@@ -111,15 +111,22 @@ class RolloutController:
 
     async def _run(self, fn, rollout_id: int, evaluation: bool, progress):
         if self._pool is None:
-            self._pool = await EnginePool(self.engine_urls, dead=self.dead_engines,
-                                          api_key=getattr(self.args, "engine_api_key", None)).__aenter__()
+            self._pool = await EnginePool(
+                self.engine_urls, dead=self.dead_engines, timeout=request_timeout(self.args),
+                api_key=getattr(self.args, "engine_api_key", None),
+                health_interval=getattr(self.args, "rollout_health_check_interval", None),
+                health_timeout=getattr(self.args, "rollout_health_check_timeout", None) or 30.0).__aenter__()
         pool = self._pool
         pool.tokens_generated = 0  # this rollout's count
         state = GenerateState(self.args, pool, self.tokenizer, progress)
         set_current_state(state)
-        out = fn(self.args, rollout_id, self.data_source, evaluation=evaluation)
-        if inspect.isawaitable(out):
-            out = await out
+        pool.start_watchdog()   # a hung engine is found while this rollout waits on it
+        try:
+            out = fn(self.args, rollout_id, self.data_source, evaluation=evaluation)
+            if inspect.isawaitable(out):
+                out = await out
+        finally:
+            await pool.stop_watchdog()
         return out, pool.tokens_generated
 
     def _call(self, fn, rollout_id: int, evaluation: bool, total: int, desc: str):

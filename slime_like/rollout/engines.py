@@ -6,6 +6,12 @@ dead for the rest of the run and the request is sent again, unchanged, to anothe
 sample is only updated from a successful answer, so a retried request is never counted twice.
 When no engine is left the rollout fails naming every dead address and its last error.
 An engine that answers with an HTTP error (a bad request) is not retried: that error is raised.
+
+A hung engine (e.g. SIGSTOPped: its port accepts connections but nothing answers) is caught twice: every
+request has a timeout derived from its decode length (``request_timeout``, or --rollout-request-timeout), and
+a watchdog asks every live engine for ``/health`` each --rollout-health-check-interval seconds; one silent
+for --rollout-health-check-timeout seconds is marked dead and its in-flight requests move to a live engine
+at once (with one engine, the rollout fails with NoEngineLeft naming it instead of hanging).
 """
 from __future__ import annotations
 
@@ -25,9 +31,18 @@ class NoEngineLeft(RuntimeError):
     pass
 
 
+def request_timeout(args) -> float:
+    """Seconds one /generate may take: --rollout-request-timeout, else derived from the expected decode time
+    (a generous 0.25 s per token of --rollout-max-response-len, queueing behind a full batch included, + 120 s)."""
+    explicit = getattr(args, "rollout_request_timeout", None)
+    if explicit:
+        return float(explicit)
+    return 120.0 + 0.25 * float(getattr(args, "rollout_max_response_len", None) or 1024)
+
+
 class EnginePool:
     def __init__(self, urls: list[str], dead: dict | None = None, timeout: float | None = 3600.0,
-                 api_key: str | None = None):
+                 api_key: str | None = None, health_interval: float | None = None, health_timeout: float = 30.0):
         if not urls:
             raise ValueError("no rollout engine URLs (the engines did not start, or "
                              "--rollout-external-engine-addrs is empty)")
@@ -40,6 +55,9 @@ class EnginePool:
         self.in_flight = {u: 0 for u in self.urls}
         self._rr = itertools.count()
         self.tokens_generated = 0          # output tokens of successful answers (for tokens/s)
+        self._health = (health_interval, health_timeout)
+        self._dead_events: dict[str, asyncio.Event] = {}
+        self._watchdog: asyncio.Task | None = None
 
     async def __aenter__(self):
         # One connection pool per engine, kept open as long as the pool (the rollout controller keeps it for
@@ -49,12 +67,57 @@ class EnginePool:
                                             timeout=aiohttp.ClientTimeout(total=self._timeout))
             self._sessions.append(session)
             self.clients[u] = EngineClient(u, session=session, timeout=self._timeout, api_key=self._api_key)
+        self._dead_events = {u: asyncio.Event() for u in self.urls}
         return self
 
     async def __aexit__(self, *exc):
+        await self.stop_watchdog()
         for session in self._sessions:
             await session.close()
         self._sessions = []
+
+    def start_watchdog(self) -> None:
+        """Health-check the live engines until stop_watchdog (the controller runs it for each rollout)."""
+        if self._health[0] and self._watchdog is None:
+            self._watchdog = asyncio.ensure_future(self._watch())
+
+    async def stop_watchdog(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            await asyncio.gather(self._watchdog, return_exceptions=True)
+            self._watchdog = None
+
+    def _mark_dead(self, url: str, reason: str) -> None:
+        if url not in self.dead:
+            self.dead[url] = reason
+            logger.error("rollout engine %s stopped answering (%s); %d engine(s) left, retrying its requests there",
+                         url, reason, len(self.alive))
+        self._dead_events[url].set()   # wakes the requests waiting on it
+
+    async def _watch(self) -> None:
+        interval, timeout = self._health
+        while True:
+            await asyncio.sleep(interval)
+            alive = self.alive
+
+            async def probe(url):
+                if not await self.clients[url].health(generate=False, timeout=timeout):
+                    self._mark_dead(url, f"no answer to /health within {timeout:g}s (--rollout-health-check-timeout)")
+            await asyncio.gather(*(probe(u) for u in alive))
+
+    async def _on(self, url: str, coro):
+        """Await `coro` (a request to `url`) unless `url` is marked dead first: then EngineUnreachable."""
+        request = asyncio.ensure_future(coro)
+        dead = asyncio.ensure_future(self._dead_events[url].wait())
+        try:
+            await asyncio.wait({request, dead}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            dead.cancel()
+            if not request.done():
+                request.cancel()
+        if not request.done() or request.cancelled():
+            raise EngineUnreachable(url, self.dead.get(url, "marked dead"))
+        return request.result()
 
     @property
     def alive(self) -> list[str]:
@@ -76,15 +139,13 @@ class EnginePool:
             url = self._pick()
             self.in_flight[url] += n
             try:
-                out = await self.clients[url].generate(input_ids, sampling_params, return_logprob=True, rid=rid)
+                out = await self._on(url, self.clients[url].generate(input_ids, sampling_params,
+                                                                     return_logprob=True, rid=rid))
                 for o in (out if isinstance(out, list) else [out]):
                     self.tokens_generated += int((o.get("meta_info") or {}).get("completion_tokens") or 0)
                 return out
             except EngineUnreachable as exc:
-                if url not in self.dead:
-                    self.dead[url] = str(exc)
-                    logger.error("rollout engine %s stopped answering (%s); %d engine(s) left, retrying its "
-                                 "requests there", url, exc, len(self.alive))
+                self._mark_dead(url, str(exc))
             finally:
                 self.in_flight[url] -= n
 

@@ -38,7 +38,7 @@ BAD_BODIES = [
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_ckpt, tmp_path_factory):
+def engine_proc(tiny_ckpt, tmp_path_factory):
     import argparse
     import socket
 
@@ -48,8 +48,13 @@ def engine(tiny_ckpt, tmp_path_factory):
     args = argparse.Namespace(hf_checkpoint=tiny_ckpt, seed=0, save=None, sglang_server_args={})
     proc = start_engine(args, kind="cpu", port=port, log_dir=str(tmp_path_factory.mktemp("logs")),
                         env={"OMP_NUM_THREADS": "1"})
-    yield proc.url
+    yield proc
     proc.stop()
+
+
+@pytest.fixture(scope="module")
+def engine(engine_proc):
+    return engine_proc.url
 
 
 def _post(url, path, body, timeout=60):
@@ -117,3 +122,29 @@ def test_client_that_disconnects_has_its_requests_aborted(engine):
     time.sleep(1.5)
     assert generated() == settled, "the engine kept decoding for a client that left"
     assert settled - before < 64 * 250, (before, settled)
+
+
+def test_a_sigstopped_engine_is_detected_within_the_health_timeout(engine_proc):
+    """Issue 19, finding 10 (runs last: it stops the module's engine). One engine, SIGSTOPped mid-request: the
+    watchdog marks it dead within --rollout-health-check-timeout and the rollout fails naming it, not hanging."""
+    import os
+    import signal
+
+    from slime_like.rollout.engines import EnginePool, NoEngineLeft
+
+    body = {"max_new_tokens": 250, "ignore_eos": True, "temperature": 1.0}
+
+    async def rollout():
+        async with EnginePool([engine_proc.url], timeout=600, health_interval=0.5, health_timeout=2.0) as pool:
+            pool.start_watchdog()
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.2, os.kill, engine_proc.popen.pid, signal.SIGSTOP)
+            return await pool.generate([[2, 3, 4]] * 128, body)   # seconds of decoding: stopped mid-request
+
+    t = time.perf_counter()
+    try:
+        with pytest.raises(NoEngineLeft, match=r"no answer to /health within 2s"):
+            asyncio.run(rollout())
+        assert time.perf_counter() - t < 15, time.perf_counter() - t
+    finally:
+        os.kill(engine_proc.popen.pid, signal.SIGCONT)

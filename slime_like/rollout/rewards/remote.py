@@ -4,7 +4,7 @@ Request body (slime's): ``{"prompt", "response", "label"}`` plus ``"metadata"``;
 is the reward (a number, or a dict selected with ``--reward-key``).
 Timeout per attempt ``--rm-timeout`` seconds (default 60); up to ``--rm-max-retries`` attempts per sample
 (default 10) with exponential back-off ``--rm-retry-backoff * 2**attempt`` seconds (default 0.5, capped at 30)
-plus jitter, because reward servers are often briefly overloaded. Across one rollout (one event loop) the
+plus jitter, because reward servers are often briefly overloaded. Across one rollout the
 retries share a budget (``--rm-retry-budget``, default twice the rollout's samples) and a circuit breaker
 opens after ``--rm-circuit-breaker`` failures in a row with no success between them (default 20): a server
 failing 30 % of its requests completes the run, a dead one stops it in seconds. Retry warnings are
@@ -23,7 +23,7 @@ import aiohttp
 
 logger = logging.getLogger(__name__)
 WARN_EVERY_S = 10.0
-_BUDGETS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # event loop (one rollout) -> _Breaker
+_BUDGETS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # one rollout -> its _Breaker
 
 
 class RemoteRewardError(RuntimeError):
@@ -62,8 +62,19 @@ class _Breaker:
             self.last_warn, self.unreported = now, 0
 
 
+def _rollout_key():
+    """What one rollout shares: its GenerateState (the controller keeps one event loop for the whole run), or
+    the event loop when rewards are computed outside a rollout."""
+    from ..engines import current_state
+
+    try:
+        return current_state()
+    except RuntimeError:
+        return asyncio.get_running_loop()
+
+
 def _breaker(args, url: str) -> _Breaker:
-    loop = asyncio.get_running_loop()
+    loop = _rollout_key()
     if loop not in _BUDGETS:
         budget = getattr(args, "rm_retry_budget", None)
         if budget is None:
