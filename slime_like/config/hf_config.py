@@ -34,6 +34,9 @@ class ModelFamily:
     qkv_bias: bool = False         # bias on the q/k/v projections (Qwen2) even without attention_bias
     qk_norm: bool = False          # RMSNorm on queries and keys per head (Qwen3)
     glm_sandwich: bool = False     # GLM-4: norms after attention and MLP, RoPE on interleaved pairs
+    # DeepSeek-V3-style router: sigmoid scores + a per-expert correction bias (HF e_score_correction_bias) for the
+    # choice, group-limited top-k, renormalised top-k weights times routed_scaling_factor, shared experts
+    biased_router: bool = False
     trainable: bool = False        # the Megatron trainer builds it and maps its HF weights (hf_weights.py)
 
 
@@ -45,7 +48,8 @@ MODEL_FAMILIES = {
     "qwen3": ModelFamily(qk_norm=True, trainable=True),
     "qwen3_moe": ModelFamily(qk_norm=True, trainable=True),
     "glm4": ModelFamily(glm_sandwich=True),
-    "glm4_moe": ModelFamily(glm_sandwich=True),
+    "glm4_moe": ModelFamily(biased_router=True, trainable=True),  # GLM-4.5/4.6: no sandwich norms (unlike glm4)
+    "deepseek_v3": ModelFamily(biased_router=True, trainable=True),  # + multi-latent attention (kv_lora_rank)
 }
 _GENERIC = ModelFamily()  # an unknown model_type: MODEL_ARGS from the sizes alone (tools/model_args)
 
@@ -74,6 +78,9 @@ def read_hf_config(path: str, *, for_training: bool = False) -> dict:
     if for_training and not family_of(cfg).trainable:
         raise ConfigError(f"{file}: model_type {cfg.get('model_type')!r} is not supported by the trainer; "
                           f"supported: {', '.join(trainable_model_types())}")
+    if for_training and "kv_lora_rank" in cfg and not cfg.get("rope_interleave", True):
+        raise ConfigError(f"{file}: rope_interleave false: megatron-core's multi-latent attention rotates "
+                          "interleaved RoPE pairs (DeepSeek's layout) only")
     return cfg
 
 
@@ -83,6 +90,11 @@ def _rope(cfg: dict):
     theta = cfg.get("rope_theta", params.get("rope_theta", 10000.0))
     scaling = cfg.get("rope_scaling") or (params if params.get("rope_type", "default") != "default" else None)
     return theta, scaling
+
+
+def partial_rotary(cfg: dict) -> float:
+    """Fraction of each head's dims that get RoPE (transformers 5 may keep it in rope_parameters)."""
+    return float(cfg.get("partial_rotary_factor", (cfg.get("rope_parameters") or {}).get("partial_rotary_factor", 1.0)))
 
 
 def model_flags_from_hf(cfg: dict) -> list:
@@ -98,14 +110,16 @@ def model_flags_from_hf(cfg: dict) -> list:
     if kv != heads:
         out += ["--group-query-attention", "--num-query-groups", kv]
     head_dim = cfg.get("head_dim")
-    if head_dim and (head_dim != hidden // heads or family.qk_norm):
+    if "kv_lora_rank" in cfg:
+        out += _mla_flags(cfg)
+    elif head_dim and (head_dim != hidden // heads or family.qk_norm):
         out += ["--kv-channels", head_dim]
     out += ["--use-rotary-position-embeddings"]
     if not cfg.get("mlp_bias", False):
         out.append("--disable-bias-linear")
     if family.qkv_bias or cfg.get("attention_bias", False):
         out.append("--add-qkv-bias")
-    if family.qk_norm:
+    if family.qk_norm or cfg.get("use_qk_norm", False):
         out.append("--qk-layernorm")
     if "rms_norm_eps" in cfg:
         out += ["--normalization", "RMSNorm", "--norm-epsilon", _num(cfg["rms_norm_eps"])]
@@ -113,8 +127,8 @@ def model_flags_from_hf(cfg: dict) -> list:
         out += ["--normalization", "LayerNorm", "--norm-epsilon", _num(cfg.get("layer_norm_eps", 1e-5))]
     theta, scaling = _rope(cfg)
     out += ["--rotary-base", int(theta)]
-    if cfg.get("partial_rotary_factor", 1.0) != 1.0:
-        out += ["--rotary-percent", _num(cfg["partial_rotary_factor"])]
+    if partial_rotary(cfg) != 1.0:
+        out += ["--rotary-percent", _num(partial_rotary(cfg))]
     if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3":
         out += ["--use-rope-scaling", "--rope-scaling-factor", _num(scaling.get("factor", 8.0))]
     if family.glm_sandwich:
@@ -129,17 +143,62 @@ def model_flags_from_hf(cfg: dict) -> list:
         out += ["--num-experts", n_exp, "--moe-router-topk", cfg["num_experts_per_tok"],
                 "--moe-ffn-hidden-size", cfg["moe_intermediate_size"],
                 "--moe-layer-freq", _layer_freq_expr(moe_layer_pattern_from_hf(cfg))]
-        if cfg.get("shared_expert_intermediate_size"):
-            out += ["--moe-shared-expert-intermediate-size", cfg["shared_expert_intermediate_size"]]
-        if not cfg.get("norm_topk_prob", True):
-            out.append("--moe-router-pre-softmax")  # softmax over all experts, no renormalisation over the top-k
-        out += ["--moe-router-score-function", "softmax", "--moe-aux-loss-coeff", _num(cfg.get("router_aux_loss_coef", 0.0))]
+        shared = cfg.get("shared_expert_intermediate_size") or \
+            cfg.get("n_shared_experts", 0) * cfg["moe_intermediate_size"]
+        if shared:
+            out += ["--moe-shared-expert-intermediate-size", shared]
+        out += _router_flags(cfg)
     return [str(t) for t in out]
 
 
+def _mla_flags(cfg: dict) -> list:
+    """Multi-latent attention (DeepSeek-V3, Kimi-K2, Moonlight): low-rank q / kv, per-part head dims, norms on the
+    latents (--qk-layernorm builds them); RoPE on a separate head part (HF rope_interleave: see hf_weights.py)."""
+    out = ["--multi-latent-attention", "--kv-lora-rank", cfg["kv_lora_rank"], "--qk-head-dim", cfg["qk_nope_head_dim"],
+           "--qk-pos-emb-head-dim", cfg["qk_rope_head_dim"], "--v-head-dim", cfg["v_head_dim"], "--qk-layernorm"]
+    if cfg.get("q_lora_rank"):
+        out += ["--q-lora-rank", cfg["q_lora_rank"]]
+    _, scaling = _rope(cfg)
+    if scaling and scaling.get("rope_type", scaling.get("type")) == "yarn":
+        out += ["--rotary-scaling-factor", _num(scaling["factor"]), "--mscale", _num(scaling.get("mscale", 1.0)),
+                "--mscale-all-dim", _num(scaling.get("mscale_all_dim", 0.0))]
+    else:  # Megatron's MLA default is 1 (no scaling); our shared dest defaults to Llama 3.1's 8
+        out += ["--rotary-scaling-factor", "1.0"]
+    return out
+
+
+def router_settings(cfg: dict) -> dict:
+    """dest -> value of the MoE router flags config.json implies."""
+    if family_of(cfg).biased_router:
+        # bias update rate 0: fine-tuning keeps the published correction bias (slime's recipes do the same);
+        # megatron-core renormalises sigmoid top-k weights, which is HF's norm_topk_prob = true
+        return dict(moe_router_score_function="sigmoid", moe_router_enable_expert_bias=True,
+                    moe_router_bias_update_rate=0.0, moe_router_num_groups=cfg.get("n_group") or 1,
+                    moe_router_group_topk=cfg.get("topk_group") or 1,
+                    moe_router_topk_scaling_factor=float(cfg.get("routed_scaling_factor", 1.0)), moe_aux_loss_coeff=0.0)
+    # norm_topk_prob false: softmax over all experts, no renormalisation over the top-k
+    return dict(moe_router_pre_softmax=not cfg.get("norm_topk_prob", True), moe_router_score_function="softmax",
+                moe_aux_loss_coeff=float(cfg.get("router_aux_loss_coef", 0.0)))
+
+
+def _router_flags(cfg: dict) -> list:
+    out = []
+    for dest, value in router_settings(cfg).items():
+        flag = "--" + dest.replace("_", "-")
+        if isinstance(value, bool):
+            out += [flag] if value else []
+        else:
+            out += [flag, _num(value) if isinstance(value, float) else value]
+    return out
+
+
 def moe_layer_pattern_from_hf(cfg: dict) -> list:
-    """Per layer 1 (MoE) or 0 (dense), from Qwen-MoE's decoder_sparse_step / mlp_only_layers."""
+    """Per layer 1 (MoE) or 0 (dense), from Qwen-MoE's decoder_sparse_step / mlp_only_layers or DeepSeek / GLM's
+    first_k_dense_replace."""
     n, step = cfg["num_hidden_layers"], cfg.get("decoder_sparse_step", 1) or 1
+    if "first_k_dense_replace" in cfg:
+        k = cfg["first_k_dense_replace"]
+        return [0] * k + [1] * (n - k)
     dense = set(cfg.get("mlp_only_layers") or [])
     return [1 if (i not in dense and (i + 1) % step == 0) else 0 for i in range(n)]
 
@@ -147,6 +206,9 @@ def moe_layer_pattern_from_hf(cfg: dict) -> list:
 def _layer_freq_expr(pattern: list) -> str:
     if all(pattern):
         return f"[1]*{len(pattern)}"
+    dense = pattern.index(1) if 1 in pattern else len(pattern)
+    if all(pattern[dense:]):  # first k dense layers (DeepSeek / GLM's first_k_dense_replace), slime's spelling
+        return f"[0]*{dense}+[1]*{len(pattern) - dense}"
     return "[" + ",".join(str(v) for v in pattern) + "]"
 
 
@@ -212,8 +274,9 @@ def fill_model_from_hf(args) -> None:
 
     parser, _ = build_parser()
     derived, _ = parser.parse_known_args(model_flags_from_hf(cfg))
-    for dest, group in group_of(parser).items():
-        if group.startswith("model") and getattr(derived, dest) != parser.get_default(dest):
+    for dest, group in group_of(parser).items():  # a value the user set (not the default) wins, e.g. a bias rate
+        default = parser.get_default(dest)
+        if group.startswith("model") and getattr(derived, dest) != default and getattr(args, dest) == default:
             setattr(args, dest, getattr(derived, dest))
     # HF decoder LMs train without hidden dropout; Megatron's 0.1 defaults would make the trainer's log-probs
     # differ from the engine's. slime recipes pass both as 0.0 explicitly. A value the user set is kept.
@@ -241,17 +304,37 @@ _HF_FIELDS = {
     "max_position_embeddings": lambda c: c.get("max_position_embeddings", 4096),
     "untie_embeddings_and_output_weights": lambda c: not c.get("tie_word_embeddings", False),
     "add_qkv_bias": lambda c: family_of(c).qkv_bias or bool(c.get("attention_bias")),
-    "qk_layernorm": lambda c: family_of(c).qk_norm,
+    "qk_layernorm": lambda c: family_of(c).qk_norm or bool(c.get("use_qk_norm")),
+    "rotary_percent": lambda c: partial_rotary(c),
     "swiglu": lambda c: c.get("hidden_act", "silu") == "silu",
     "normalization": lambda c: "RMSNorm",
     "add_bias_linear": lambda c: bool(c.get("mlp_bias", False)),
-    "num_experts": lambda c: c.get("num_experts") or c.get("num_local_experts"),
+    "num_experts": lambda c: _num_experts(c),
     "moe_router_topk": lambda c: c.get("num_experts_per_tok", 2),
     "moe_ffn_hidden_size": lambda c: c.get("moe_intermediate_size"),
-    "moe_shared_expert_intermediate_size": lambda c: c.get("shared_expert_intermediate_size") or None,
+    "moe_shared_expert_intermediate_size": lambda c: c.get("shared_expert_intermediate_size")
+    or c.get("n_shared_experts", 0) * (c.get("moe_intermediate_size") or 0) or None,
+    "moe_layer_freq": lambda c: moe_layer_pattern_from_hf(c) if _num_experts(c) else None,
     "attention_dropout": lambda c: c.get("attention_dropout", 0.0),
     "hidden_dropout": lambda c: 0.0,  # HF decoder LMs of these families train without hidden dropout
 }
+
+
+def _num_experts(cfg: dict):
+    return cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts")
+
+
+def _fill_router_and_mla(out, cfg: dict) -> None:
+    """Router settings and multi-latent attention dims a Namespace still lacks (the empty-Namespace path)."""
+    if _num_experts(cfg):
+        for name, value in router_settings(cfg).items():
+            if getattr(out, name, None) is None:
+                setattr(out, name, value)
+    if "kv_lora_rank" in cfg and getattr(out, "multi_latent_attention", None) is None:
+        out.multi_latent_attention, out.qk_layernorm = True, True
+        out.q_lora_rank, out.kv_lora_rank = cfg.get("q_lora_rank"), cfg["kv_lora_rank"]
+        out.qk_head_dim, out.qk_pos_emb_head_dim = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"]
+        out.v_head_dim = cfg["v_head_dim"]
 
 
 def fill_args_from_hf(args, hf_dir: str):
@@ -266,13 +349,14 @@ def fill_args_from_hf(args, hf_dir: str):
     if args is not None and getattr(out, "num_layers", None) is None and hasattr(out, "add_bias_linear"):
         out.hf_checkpoint = hf_dir
         fill_model_from_hf(out)
-        if cfg.get("num_experts") or cfg.get("num_local_experts"):
+        if _num_experts(cfg):
             # Megatron's default "allgather" cannot run under PP with variable lengths; slime's MoE recipes
             # use alltoall, and so does a model taken whole from config.json
             out.moe_token_dispatcher_type = "alltoall"
     for name, read in _HF_FIELDS.items():
         if getattr(out, name, None) is None:
             setattr(out, name, read(cfg))
+    _fill_router_and_mla(out, cfg)
     if getattr(out, "use_rotary_position_embeddings", False):
         out.position_embedding_type = "rope"
     if not getattr(out, "group_query_attention", False):

@@ -54,25 +54,16 @@ UNSUPPORTED = {
     # pending: megatron
     "padded_vocab_size": "the trainer pads the vocabulary itself (--make-vocab-size-divisible-by x TP); "
                          "drop it or set --make-vocab-size-divisible-by",
-    "multi_latent_attention": f"multi-latent attention (DeepSeek): {_ARCH}",
-    "q_lora_rank": "an MLA dimension; multi-latent attention is not implemented",
-    "kv_lora_rank": "an MLA dimension; multi-latent attention is not implemented",
-    "qk_head_dim": "an MLA dimension; multi-latent attention is not implemented",
-    "qk_pos_emb_head_dim": "an MLA dimension; multi-latent attention is not implemented",
-    "v_head_dim": "an MLA dimension; multi-latent attention is not implemented",
-    "mscale": "an MLA YaRN setting; multi-latent attention is not implemented",  # pending: models
-    "mscale_all_dim": "an MLA YaRN setting; multi-latent attention is not implemented",  # pending: models
+    "rope_scaling_factor": "YaRN RoPE scaling of multi-latent attention is not verified against transformers yet; "
+                           "MLA models are built without RoPE scaling (--rotary-scaling-factor 1)",
+    "mscale": "a YaRN setting of multi-latent attention, which is built without RoPE scaling here",
+    "mscale_all_dim": "a YaRN setting of multi-latent attention, which is built without RoPE scaling here",
     "attention_output_gate": f"gated attention (Qwen3-Next / Qwen3.5): {_ARCH}",  # pending: models
     "use_gated_attention": f"gated attention (Qwen3-Next / Qwen3.5): {_ARCH}",  # pending: models
     "moe_shared_expert_gate": f"the shared-expert sigmoid gate: {_ARCH}",  # pending: models
     "custom_model_provider_path": f"custom model providers: {_MEGATRON}",  # pending: megatron
     "spec": f"custom layer specs: {_MEGATRON}",  # pending: megatron
     # MoE routing / MTP
-    "moe_router_num_groups": _MOE_ROUTER,  # pending: megatron
-    "moe_router_group_topk": _MOE_ROUTER,  # pending: megatron
-    "moe_router_topk_scaling_factor": _MOE_ROUTER,  # pending: megatron
-    "moe_router_enable_expert_bias": _MOE_ROUTER,  # pending: megatron
-    "moe_router_bias_update_rate": _MOE_ROUTER,  # pending: megatron
     "moe_z_loss_coeff": _MOE_ROUTER,  # pending: megatron
     "moe_input_jitter_eps": _MOE_ROUTER,  # pending: megatron
     "moe_token_drop_policy": _MOE_ROUTER,  # pending: megatron
@@ -244,6 +235,9 @@ ROLE_EXTRA_KEYS = ("micro_batch_size", "update_weight_buffer_size")
 
 # dest -> predicate(args_view, value): the rule applies only when this is true.
 APPLIES_WHEN = {
+    "rope_scaling_factor": lambda a, v: a.multi_latent_attention and v != 1.0,  # Llama 3.1's scaling is honoured
+    "mscale": lambda a, v: a.multi_latent_attention and a.rope_scaling_factor != 1.0,
+    "mscale_all_dim": lambda a, v: a.multi_latent_attention and a.rope_scaling_factor != 1.0,
     "add_position_embedding": lambda a, v: a.position_embedding_type == "learned_absolute"
     and not a.use_rotary_position_embeddings,
     "tokenizer_model": lambda a, v: v != a.hf_checkpoint,

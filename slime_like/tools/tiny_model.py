@@ -4,7 +4,7 @@ Tests, the demo and the benchmarks use these instead of downloading anything. Th
 character-level (one token per character, built with the `tokenizers` library), so any text over its
 alphabet round-trips exactly and token counts are easy to reason about.
 
-    python -m slime_like.tools.tiny_model OUT_DIR [--arch qwen2|qwen3|llama] [--hidden-size 64] ...
+    python -m slime_like.tools.tiny_model OUT_DIR [--arch qwen2|qwen3|qwen3_moe|llama|glm4_moe] [--hidden-size 64] ...
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import os
 import string
 
 PAD, EOS = "<pad>", "<eos>"
+ARCHS = ("qwen2", "qwen3", "qwen3_moe", "llama", "glm4_moe", "deepseek_v3", "moonlight")
 # ChatML-style turns, written with plain characters so the char tokenizer covers them.
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -72,12 +73,33 @@ def build_tiny_checkpoint(out_dir: str, arch: str = "qwen2", hidden_size: int = 
                                           num_experts_per_tok=moe_topk, moe_intermediate_size=ffn_hidden_size,
                                           decoder_sparse_step=1, norm_topk_prob=True, **common)
         cls = transformers.Qwen3MoeForCausalLM
+    elif arch == "glm4_moe":  # GLM-4.5 style: one dense layer, then MoE with a biased sigmoid router
+        cfg = transformers.Glm4MoeConfig(head_dim=hidden_size // num_heads, n_routed_experts=num_experts or 4,
+                                         num_experts_per_tok=moe_topk, moe_intermediate_size=ffn_hidden_size // 4,
+                                         n_shared_experts=1, n_group=2, topk_group=1, routed_scaling_factor=2.5,
+                                         norm_topk_prob=True, first_k_dense_replace=1, partial_rotary_factor=0.5,
+                                         use_qk_norm=True, attention_bias=True, **common)
+        cls = transformers.Glm4MoeForCausalLM
+    elif arch in ("deepseek_v3", "moonlight"):  # multi-latent attention + GLM-4.5's router; Moonlight: no q low
+        head, moonlight = hidden_size // num_heads, arch == "moonlight"  # rank, one expert group, 2 shared experts
+        cfg = transformers.DeepseekV3Config(n_routed_experts=num_experts or 4, num_experts_per_tok=moe_topk,
+                                            moe_intermediate_size=ffn_hidden_size // 4,
+                                            n_shared_experts=2 if moonlight else 1, n_group=1 if moonlight else 2,
+                                            topk_group=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+                                            first_k_dense_replace=1, q_lora_rank=None if moonlight else 2 * head,
+                                            kv_lora_rank=head,
+                                            qk_nope_head_dim=head, qk_rope_head_dim=head // 2, v_head_dim=head,
+                                            rope_interleave=True, **dict(common, num_key_value_heads=num_heads))
+        cls = transformers.DeepseekV3ForCausalLM
     elif arch == "llama":
         cfg, cls = transformers.LlamaConfig(attention_bias=False, mlp_bias=False, **common), transformers.LlamaForCausalLM
     else:
-        raise ValueError(f"unknown tiny arch {arch!r}; choose qwen2, qwen3, qwen3_moe or llama")
+        raise ValueError(f"unknown tiny arch {arch!r}; choose {', '.join(ARCHS)}")
     torch.manual_seed(seed)
     model = cls(cfg).to(torch.float32)
+    for name, buf in model.named_buffers():  # HF initialises the routers' correction bias to zeros: make it matter
+        if name.endswith("e_score_correction_bias"):
+            buf.copy_(torch.randn(buf.shape, generator=torch.Generator().manual_seed(seed + 1)) * 0.1)
     os.makedirs(out_dir, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)
     tok.save_pretrained(out_dir)
@@ -87,7 +109,7 @@ def build_tiny_checkpoint(out_dir: str, arch: str = "qwen2", hidden_size: int = 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out_dir")
-    p.add_argument("--arch", default="qwen2", choices=["qwen2", "qwen3", "qwen3_moe", "llama"])
+    p.add_argument("--arch", default="qwen2", choices=ARCHS)
     p.add_argument("--hidden-size", type=int, default=64)
     p.add_argument("--num-layers", type=int, default=2)
     p.add_argument("--num-attention-heads", type=int, default=4)

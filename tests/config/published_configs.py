@@ -50,6 +50,51 @@ PUBLISHED = {
                 "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
                 "vocab_size": 151552, "rope_theta": 10000.0, "rms_norm_eps": 1e-05, "partial_rotary_factor": 0.5,
                 "attention_bias": True, "tie_word_embeddings": False},
+    # GLM-4.5-Air: transformers' Glm4MoeConfig defaults (its docstring's GLM-4.5-Air architecture) with the published
+    # values the defaults lack (attention_bias, rope_theta 1e6, head_dim 128); every value cross-checked with slime's
+    # scripts/models/glm4.5-106B-A12B.sh at 624b824
+    "glm4.5-106B-A12B": {"model_type": "glm4_moe", "hidden_act": "silu", "hidden_size": 4096,
+                         "intermediate_size": 10944, "moe_intermediate_size": 1408, "num_hidden_layers": 46,
+                         "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151552,
+                         "rope_theta": 1000000.0, "rms_norm_eps": 1e-05, "partial_rotary_factor": 0.5,
+                         "attention_bias": True, "use_qk_norm": False, "tie_word_embeddings": False,
+                         "n_routed_experts": 128, "n_shared_experts": 1, "num_experts_per_tok": 8,
+                         "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1, "routed_scaling_factor": 1.0,
+                         "norm_topk_prob": True, "num_nextn_predict_layers": 1},
+    # GLM-4.5 (355B-A32B): the values of slime's scripts/models/glm4.5-355B-A32B.sh at 624b824 (3 dense + 89 MoE
+    # layers, 160 experts, qk-norm, routed_scaling_factor 2.5) in config.json keys
+    "glm4.5-355B-A32B": {"model_type": "glm4_moe", "hidden_act": "silu", "hidden_size": 5120,
+                         "intermediate_size": 12288, "moe_intermediate_size": 1536, "num_hidden_layers": 92,
+                         "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151552,
+                         "rope_theta": 1000000.0, "rms_norm_eps": 1e-05, "partial_rotary_factor": 0.5,
+                         "attention_bias": True, "use_qk_norm": True, "tie_word_embeddings": False,
+                         "n_routed_experts": 160, "n_shared_experts": 1, "num_experts_per_tok": 8,
+                         "first_k_dense_replace": 3, "n_group": 1, "topk_group": 1, "routed_scaling_factor": 2.5,
+                         "norm_topk_prob": True, "num_nextn_predict_layers": 1},
+    # DeepSeek-V3 (and R1, same architecture): transformers' DeepseekV3Config defaults (its docstring's DeepSeek-V3)
+    # with the published YaRN rope_scaling; cross-checked with slime's scripts/models/deepseek-v3.sh at 624b824
+    "deepseek-v3": {"model_type": "deepseek_v3", "hidden_act": "silu", "hidden_size": 7168, "intermediate_size": 18432,
+                    "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 128,
+                    "num_key_value_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                    "qk_rope_head_dim": 64, "v_head_dim": 128, "head_dim": 64, "vocab_size": 129280,
+                    "rms_norm_eps": 1e-06, "rope_theta": 10000.0, "tie_word_embeddings": False,
+                    "attention_bias": False, "n_routed_experts": 256, "n_shared_experts": 1,
+                    "num_experts_per_tok": 8, "first_k_dense_replace": 3, "n_group": 8, "topk_group": 4,
+                    "routed_scaling_factor": 2.5, "norm_topk_prob": True, "rope_interleave": True,
+                    "num_nextn_predict_layers": 1, "max_position_embeddings": 163840,
+                    "rope_scaling": {"type": "yarn", "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                                     "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1}},
+    # moonshotai/Moonlight-16B-A3B (model_type deepseek_v3, no q low rank, no RoPE scaling): the values of slime's
+    # scripts/models/moonlight.sh at 624b824 in config.json keys
+    "moonlight-16B-A3B": {"model_type": "deepseek_v3", "hidden_act": "silu", "hidden_size": 2048,
+                          "intermediate_size": 11264, "moe_intermediate_size": 1408, "num_hidden_layers": 27,
+                          "num_attention_heads": 16, "num_key_value_heads": 16, "q_lora_rank": None,
+                          "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+                          "vocab_size": 163840, "rms_norm_eps": 1e-05, "rope_theta": 50000.0,
+                          "tie_word_embeddings": False, "attention_bias": False, "n_routed_experts": 64,
+                          "n_shared_experts": 2, "num_experts_per_tok": 6, "first_k_dense_replace": 1, "n_group": 1,
+                          "topk_group": 1, "routed_scaling_factor": 2.446, "norm_topk_prob": True,
+                          "rope_interleave": True, "rope_scaling": None},
     # slime_like.tools.tiny_model.build_tiny_checkpoint() defaults
     "tiny-qwen2": {"model_type": "qwen2", "hidden_act": "silu", "hidden_size": 64, "intermediate_size": 128,
                    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128,

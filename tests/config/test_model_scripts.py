@@ -92,3 +92,29 @@ def test_tool_errors_cleanly(tmp_path):
     r = subprocess.run([sys.executable, "-m", "slime_like.tools.model_args", str(tmp_path)], capture_output=True,
                        text=True)
     assert r.returncode == 2 and "config.json has no" in r.stderr and "Traceback" not in r.stderr
+
+
+# ours -> slime's scripts/models file of the same model (flag lists recorded in slime_recipes/recipes.json)
+SLIME_TWINS = {"glm4.5-106B-A12B": "glm4.5-106B-A12B.sh", "glm4.5-355B-A32B": "glm4.5-355B-A32B.sh",
+               "qwen3-30B-A3B": "qwen3-30B-A3B.sh", "qwen3-4B": "qwen3-4B.sh", "deepseek-v3": "deepseek-v3.sh",
+               "moonlight-16B-A3B": "moonlight.sh"}
+
+
+@pytest.mark.parametrize("name", sorted(SLIME_TWINS))
+def test_shipped_file_agrees_with_slimes_own(name):
+    """Every architecture value slime's model file sets (non-default) is the value our file sets."""
+    recipes = json.load(open(os.path.join(ROOT, "tests", "config", "slime_recipes", "recipes.json")))["recipes"]
+    theirs = model_view(recipes["models/" + SLIME_TWINS[name]]["argv"])
+    ours = model_view(sourced_model_args(os.path.join(MODELS, name + ".sh")))
+    defaults = model_view([])
+    kernel_choices = {"moe_grouped_gemm", "moe_permute_fusion", "moe_token_dispatcher_type", "moe_router_dtype",
+                      "moe_router_load_balancing_type", "moe_router_pre_softmax", "position_embedding_type",
+                      "add_position_embedding", "apply_rope_fusion", "use_rotary_position_embeddings",
+                      "moe_token_drop_policy"}
+    if theirs["multi_latent_attention"]:  # MLA takes head widths from the --qk-* / --v-head-dim flags
+        kernel_choices.add("kv_channels")
+        if theirs["rope_scaling_factor"] == 1.0:  # YaRN's attention scales mean nothing without YaRN
+            kernel_choices |= {"mscale", "mscale_all_dim"}
+    differ = {d: (theirs[d], ours[d]) for d in theirs
+              if theirs[d] != defaults[d] and d not in kernel_choices and theirs[d] != ours[d]}
+    assert differ == {}

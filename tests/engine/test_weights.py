@@ -276,3 +276,22 @@ def test_tensor_sender_keeps_one_buffer_for_two_engines(engine_w, tiny_ckpt, tin
         sender.close()
         other.stop()
     assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"torch_{os.getpid()}_")]
+
+
+def test_router_correction_bias_is_a_weight_the_engine_takes(tmp_path):
+    """GLM-4.5 / DeepSeek-V3 routers keep e_score_correction_bias in a buffer; the trainer exports it (and may
+    update it), so the CPU engine loads it like a parameter. Non-persistent buffers (RoPE tables) are not weights."""
+    from transformers import AutoModelForCausalLM
+
+    from slime_like.backends.cpu_engine import weights
+    from slime_like.backends.cpu_engine.sampling import BadRequest
+    from slime_like.tools.tiny_model import build_tiny_checkpoint
+
+    ckpt = build_tiny_checkpoint(str(tmp_path / "glm"), arch="glm4_moe", num_experts=4)
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
+    name = "model.layers.1.mlp.gate.e_score_correction_bias"
+    new = torch.arange(4, dtype=torch.float32)
+    assert weights.load_named_tensors(model, [(name, new)]) == 1
+    assert torch.equal(dict(model.named_buffers())[name], new)
+    with pytest.raises(BadRequest, match="is not a parameter"):
+        weights.load_named_tensors(model, [("model.rotary_emb.inv_freq", torch.zeros(4))])

@@ -71,6 +71,23 @@ def test_round_trip_pp2_qwen3_moe_sharded_export(tiny_ckpts, tmp_path):
     assert_identical_and_loads(tiny_ckpts["qwen3_moe"], back)
 
 
+@pytest.mark.slow
+def test_round_trip_tp2_glm4_moe(tiny_ckpts, tmp_path):
+    # GLM-4.5 style: shared experts split over TP, the routers' correction bias (a buffer) saved and exported
+    _, back = round_trip(tiny_ckpts["glm4_moe"], tmp_path, ["--tensor-model-parallel-size", 2], [])
+    assert "model.layers.1.mlp.gate.e_score_correction_bias" in hf_tensors(back)
+    assert_identical_and_loads(tiny_ckpts["glm4_moe"], back)
+
+
+@pytest.mark.slow
+def test_round_trip_pp2_deepseek_v3(tiny_ckpts, tmp_path):
+    # multi-latent attention: saved at PP=2 (layer 0 dense, layer 1 MoE), exported at TP=2
+    _, back = round_trip(tiny_ckpts["deepseek_v3"], tmp_path, ["--pipeline-model-parallel-size", 2],
+                         ["--tensor-model-parallel-size", 2])
+    assert "model.layers.0.self_attn.kv_a_proj_with_mqa.weight" in hf_tensors(back)
+    assert_identical_and_loads(tiny_ckpts["deepseek_v3"], back)
+
+
 def test_bad_input_fails_before_spawning(tiny_ckpts, tmp_path):
     r = run_tool("convert_hf_to_megatron.py", "--hf-checkpoint", tiny_ckpts["qwen2"])
     assert r.returncode != 0 and "--save OUT are required" in r.stderr

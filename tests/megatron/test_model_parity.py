@@ -2,7 +2,10 @@
 and iter_hf_weights gives back every HF tensor bit-identical.
 
 Each topology runs in spawned gloo ranks (real megatron-core, CPU patches): TP=1, TP=2, PP=2, and EP=2 for
-MoE. Every run covers qwen2 (tied and untied), qwen3 (tied), llama (untied) and qwen3_moe (tied, local MoE layer).
+MoE. Every run covers qwen2 (tied and untied), qwen3 (tied), llama (untied), qwen3_moe (tied, local MoE layer) and
+glm4_moe (GLM-4.5 style, untied: dense then MoE layer, sigmoid router with correction bias and 2 expert groups,
+shared expert, partial RoPE, qk-norm, QKV bias) and deepseek_v3 (multi-latent attention with low-rank q and kv,
+interleaved RoPE part, then the same MoE as glm4_moe).
 """
 import os
 import subprocess
@@ -12,7 +15,7 @@ import pytest
 import torch
 from _dist import run_ranks, tiny_ckpts  # noqa: F401  (tiny_ckpts is a fixture)
 
-ARCHS = ["qwen2", "qwen2_untied", "qwen3", "llama", "qwen3_moe"]
+ARCHS = ["qwen2", "qwen2_untied", "qwen3", "llama", "qwen3_moe", "glm4_moe", "deepseek_v3"]
 
 
 def forward_logits(chunks, ids):
@@ -120,8 +123,9 @@ def test_parity_tp1(tiny_ckpts):
 
 @pytest.mark.slow
 def test_parity_tp2(tiny_ckpts):
-    # + "qwen2_parsed": scripts/models/tiny-qwen2.sh MODEL_ARGS through parse_args (the CLI path)
-    archs = ARCHS + ["qwen2_parsed"]
+    # + "qwen2_parsed": scripts/models/tiny-qwen2.sh MODEL_ARGS through parse_args (the CLI path); + "moonlight":
+    # MLA without the q low rank (linear_q_proj split over TP), one expert group, two shared experts
+    archs = ARCHS + ["qwen2_parsed", "moonlight"]
     merged = _check(run_ranks(parity_rank, 2, tiny_ckpts, 2, 1, 1, archs), len(archs))
     # vocab 128 is padded to a multiple of 128 * TP = 256: the padding path is exercised
     assert all(d["padded_cols"] == 128 for d in merged.values())
@@ -135,7 +139,8 @@ def test_parity_pp2(tiny_ckpts):
 @pytest.mark.slow
 def test_parity_moe_ep2(tiny_ckpts):
     # EP=2 over 2 data-parallel ranks: each rank holds 2 of the 4 experts; both ranks check their logits
-    results = run_ranks(parity_rank, 2, tiny_ckpts, 1, 1, 2, ["qwen3_moe"])
-    _check(results, 1)
+    moe = ["qwen3_moe", "glm4_moe", "deepseek_v3"]
+    results = run_ranks(parity_rank, 2, tiny_ckpts, 1, 1, 2, moe)
+    _check(results, len(moe))
     for diffs, _ in results:
-        assert diffs["qwen3_moe"]["diff"] < 1e-5, diffs
+        assert all(diffs[a]["diff"] < 1e-5 for a in moe), diffs

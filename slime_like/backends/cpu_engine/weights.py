@@ -27,8 +27,15 @@ def eos_token_ids(model, tokenizer) -> set[int]:
 
 
 def _params(model) -> dict[str, torch.nn.Parameter]:
-    # remove_duplicate=False: a tied lm_head is reachable under both of its names.
-    return dict(model.named_parameters(remove_duplicate=False))
+    # remove_duplicate=False: a tied lm_head is reachable under both of its names. Persistent buffers are weights
+    # too (DeepSeek-V3 / GLM-4.5 routers' e_score_correction_bias, which the trainer may update).
+    buffers = {n: b for n, b in model.named_buffers() if n.rsplit(".", 1)[-1] not in _non_persistent(model, n)}
+    return {**buffers, **dict(model.named_parameters(remove_duplicate=False))}
+
+
+def _non_persistent(model, name: str) -> set:
+    owner = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
+    return owner._non_persistent_buffers_set
 
 
 @torch.no_grad()

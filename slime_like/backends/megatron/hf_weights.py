@@ -1,4 +1,5 @@
-"""Hugging Face <-> megatron-core weights for Qwen2/2.5, Qwen3, Llama 3 and Qwen3-MoE, at any TP/PP/EP.
+"""Hugging Face <-> megatron-core weights for Qwen2/2.5, Qwen3, Llama 3, Qwen3-MoE and GLM-4.5-style MoE, at any
+TP/PP/EP.
 
 One table (`_rule`) maps each mcore parameter of a chunk to the HF tensor(s) it is made of:
 
@@ -8,6 +9,7 @@ One table (`_rule`) maps each mcore parameter of a chunk to the HF tensor(s) it 
   input_layernorm | linear_qkv.layer_norm_weight (TE)      <- input_layernorm
   pre_mlp_layernorm | linear_fc1.layer_norm_weight (TE)    <- post_attention_layernorm
   q_layernorm / k_layernorm <- q_norm / k_norm (Qwen3);  router <- mlp.gate;  experts.E <- experts.E (MoE)
+  router.expert_bias (a buffer) <- mlp.gate.e_score_correction_bias;  shared_experts <- shared_experts (GLM-4.5)
 
 Layer indices are global (`layer.layer_number - 1`), so PP stages load/export their own layers.
 Loading builds the full mcore-layout tensor, then takes this rank's TP slice along the parameter's
@@ -41,6 +43,24 @@ _SIMPLE = {  # layer-relative mcore name -> layer-relative HF name
     "mlp.linear_fc2.weight": "mlp.down_proj.weight",
     "mlp.linear_fc2.bias": "mlp.down_proj.bias",
     "mlp.router.weight": "mlp.gate.weight",
+    "mlp.router.expert_bias": "mlp.gate.e_score_correction_bias",  # a buffer (DeepSeek-V3 / GLM-4.5 routers)
+    "mlp.shared_experts.linear_fc2.weight": "mlp.shared_experts.down_proj.weight",
+}
+
+
+# multi-latent attention (DeepSeek-V3): layer-relative mcore name -> (kind, HF name); TE fuses the latent norms.
+# Tensors copy unchanged: HF's rope_interleave rotates interleaved pairs of the RoPE part and megatron-core's MLA
+# does the same (it de-interleaves q_pe / k_pe before rotating halves).
+_MLA = {
+    "self_attention.linear_q_down_proj.weight": ("copy", "self_attn.q_a_proj.weight"),
+    "self_attention.q_layernorm.weight": ("copy", "self_attn.q_a_layernorm.weight"),
+    "self_attention.linear_q_up_proj.layer_norm_weight": ("copy", "self_attn.q_a_layernorm.weight"),
+    "self_attention.linear_q_up_proj.weight": ("copy", "self_attn.q_b_proj.weight"),
+    "self_attention.linear_q_proj.weight": ("copy", "self_attn.q_proj.weight"),
+    "self_attention.linear_kv_down_proj.weight": ("copy", "self_attn.kv_a_proj_with_mqa.weight"),
+    "self_attention.kv_layernorm.weight": ("copy", "self_attn.kv_a_layernorm.weight"),
+    "self_attention.linear_kv_up_proj.layer_norm_weight": ("copy", "self_attn.kv_a_layernorm.weight"),
+    "self_attention.linear_kv_up_proj.weight": ("copy", "self_attn.kv_b_proj.weight"),
 }
 
 
@@ -68,6 +88,8 @@ def _rule(name: str, chunk, args):
         raise KeyError(f"no HF mapping for megatron parameter {name!r}")
     layer = chunk.decoder.layers[int(m.group(1))].layer_number - 1  # global index (PP offset)
     rest, pre = m.group(2), f"model.layers.{layer}."
+    if getattr(args, "multi_latent_attention", False) and rest in _MLA:
+        return _MLA[rest][0], [pre + _MLA[rest][1]]
     if rest in _SIMPLE:
         return "copy", [pre + _SIMPLE[rest]]
     if rest.startswith("self_attention.linear_qkv.") and rest.rsplit(".", 1)[1] in ("weight", "bias"):
@@ -76,6 +98,8 @@ def _rule(name: str, chunk, args):
     if rest in ("mlp.linear_fc1.weight", "mlp.linear_fc1.bias"):
         kind = rest.rsplit(".", 1)[1]
         return "gate_up", [f"{pre}mlp.gate_proj.{kind}", f"{pre}mlp.up_proj.{kind}"]
+    if rest == "mlp.shared_experts.linear_fc1.weight":
+        return "gate_up", [f"{pre}mlp.shared_experts.gate_proj.weight", f"{pre}mlp.shared_experts.up_proj.weight"]
     e = _LOCAL_EXPERT.match(rest) or _GROUPED_EXPERT.match(rest)
     if e:
         if e.re is _LOCAL_EXPERT:
@@ -93,6 +117,14 @@ def _global_expert(local: int, args) -> int:
     from megatron.core import parallel_state as ps
 
     return ps.get_expert_model_parallel_rank() * (args.num_experts // ps.get_expert_model_parallel_world_size()) + local
+
+
+def _tensors(chunk):
+    """(name, tensor) of every parameter and of the buffers that are weights (the routers' expert bias)."""
+    yield from chunk.named_parameters()
+    for name, buf in chunk.named_buffers():
+        if name.endswith("router.expert_bias") and buf is not None:
+            yield name, buf
 
 
 def _tp_group(name: str):
@@ -198,7 +230,7 @@ def load_hf_weights(model_chunks, hf_dir: str, args):
                          f"{padded_vocab_size(args)}; fix --vocab-size")
     reader = _HFReader(hf_dir)
     for chunk in map(unwrap, model_chunks):
-        for name, param in chunk.named_parameters():
+        for name, param in _tensors(chunk):
             kind, hf_names = _rule(name, chunk, args)
             if kind == "skip":
                 continue
@@ -225,7 +257,7 @@ def iter_hf_weights(model_chunks, args, hf_vocab_size: int | None = None):
     emits = ps.get_tensor_model_parallel_rank() == 0 and ps.get_data_parallel_rank(with_context_parallel=True) == 0
     tied = not getattr(args, "untie_embeddings_and_output_weights", False)
     for chunk in map(unwrap, model_chunks):
-        for name, param in chunk.named_parameters():
+        for name, param in _tensors(chunk):
             kind, hf_names = _rule(name, chunk, args)
             if kind == "skip" or (name == "output_layer.weight" and tied):
                 continue  # tied: the HF model has no lm_head tensor

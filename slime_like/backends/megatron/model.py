@@ -1,4 +1,5 @@
-"""Build megatron-core GPTModel chunks from Megatron-style args (Qwen2/2.5, Qwen3, Llama 3, Qwen3-MoE).
+"""Build megatron-core GPTModel chunks from Megatron-style args (Qwen2/2.5, Qwen3, Llama 3, Qwen3-MoE, GLM-4.5-style
+MoE, DeepSeek-V3-style multi-latent attention).
 
 Args use Megatron-LM dest names (num_layers, hidden_size, ...). Flags left unset are filled from an HF
 config.json by `slime_like.config.hf_config.fill_args_from_hf` (the trainer and the conversion tools call it).
@@ -101,8 +102,47 @@ def transformer_config_from_args(args):
                   moe_router_pre_softmax=_get(args, "moe_router_pre_softmax", False),
                   moe_grouped_gemm=cuda and _get(args, "moe_grouped_gemm", False),
                   moe_router_dtype=_get(args, "moe_router_dtype"),
-                  moe_permute_fusion=fuse("moe_permute_fusion", False))
+                  moe_permute_fusion=fuse("moe_permute_fusion", False), **_router_kwargs(args))
+    if _get(args, "multi_latent_attention", False):
+        return _mla_config(args, kw)
     return TransformerConfig(**kw)
+
+
+def _mla_config(args, kw):
+    """Multi-latent attention (DeepSeek-V3 / Kimi-K2 / Moonlight). RoPE lives inside the attention (GPTModel builds
+    none); YaRN scaling is refused until verified against transformers."""
+    from megatron.core.transformer.transformer_config import MLATransformerConfig
+
+    factor = _get(args, "rope_scaling_factor", 1.0)
+    if factor != 1.0:
+        raise ValueError(f"--rotary-scaling-factor {factor}: YaRN RoPE for multi-latent attention is not verified "
+                         "against transformers yet; slime_like builds MLA models without RoPE scaling only "
+                         "(--rotary-scaling-factor 1)")
+    kw.pop("kv_channels", None)
+    kw.update(q_lora_rank=_get(args, "q_lora_rank"), kv_lora_rank=args.kv_lora_rank, qk_head_dim=args.qk_head_dim,
+              qk_pos_emb_head_dim=args.qk_pos_emb_head_dim, v_head_dim=args.v_head_dim, rope_type="rope",
+              rotary_base=_get(args, "rotary_base", 10000), rotary_percent=1.0, rotary_scaling_factor=1.0,
+              apply_rope_fusion=False, num_query_groups=None)
+    return MLATransformerConfig(**kw)
+
+
+def _router_kwargs(args) -> dict:
+    """DeepSeek-V3 / GLM-4.5 routing: expert-bias correction, group-limited top-k, scaled top-k weights."""
+    kw = dict(moe_router_enable_expert_bias=bool(_get(args, "moe_router_enable_expert_bias", False)),
+              moe_router_bias_update_rate=_get(args, "moe_router_bias_update_rate", 1e-3),
+              moe_router_num_groups=_get(args, "moe_router_num_groups"),
+              moe_router_group_topk=_get(args, "moe_router_group_topk"),
+              moe_router_topk_scaling_factor=_get(args, "moe_router_topk_scaling_factor"))
+    groups, group_topk = kw["moe_router_num_groups"], kw["moe_router_group_topk"]
+    topk = _get(args, "moe_router_topk", 2)
+    if groups and groups > 1 and group_topk and topk // group_topk != 2:
+        # megatron-core scores a group by its top (topk // group_topk) experts; HF's DeepSeek-V3 / GLM-4.5 by its
+        # top 2
+        raise ValueError(f"--moe-router-num-groups {groups} --moe-router-group-topk {group_topk} with "
+                         f"--moe-router-topk {topk}: megatron-core ranks groups by their top {topk // group_topk} "
+                         "experts, the HF models by their top 2, so routing would differ; it needs "
+                         "topk = 2 x group-topk")
+    return kw
 
 
 def _use_te() -> bool:
@@ -121,12 +161,19 @@ def layer_spec(config, args):
                                                           get_gpt_layer_local_spec,
                                                           get_gpt_layer_with_transformer_engine_spec)
 
-    te = _use_te()
+    te, mla = _use_te(), config.multi_latent_attention
     if config.num_moe_experts:  # a block spec: dense and MoE layers may alternate (moe_layer_freq)
-        return get_gpt_decoder_block_spec(config, use_transformer_engine=te, normalization=config.normalization)
-    if te:
-        return get_gpt_layer_with_transformer_engine_spec(qk_layernorm=config.qk_layernorm)
-    return get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm, normalization=config.normalization)
+        spec = get_gpt_decoder_block_spec(config, use_transformer_engine=te, normalization=config.normalization)
+    elif te:
+        return get_gpt_layer_with_transformer_engine_spec(qk_layernorm=config.qk_layernorm, multi_latent_attention=mla)
+    else:
+        spec = get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm, normalization=config.normalization,
+                                        multi_latent_attention=mla)
+    if mla and not te:
+        from slime_like.backends.megatron.mla import use_local_mla_attention
+
+        spec = use_local_mla_attention(spec)
+    return spec
 
 
 class ValueHead(torch.nn.Module):
