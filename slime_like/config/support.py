@@ -107,28 +107,16 @@ UNSUPPORTED = {
     "ckpt_format": "checkpoints are written and read as torch_dist only",  # pending: megatron
     # algorithm
     "custom_loss_function_path": f"custom losses (--loss-type custom_loss): {_MEGATRON}",  # pending: megatron
-    # pending: megatron
-    "custom_advantage_function_path": "custom advantage functions are not called; use an --advantage-estimator",
     "compute_advantages_and_returns": "advantages are always computed by the trainer",  # pending: megatron
-    # pending: megatron
-    "custom_tis_function_path": f"custom TIS functions: {_MEGATRON}; use --use-tis with --tis-clip",
     "use_rollout_entropy": f"entropy from rollout log-probs: {_MEGATRON}",  # pending: megatron
     "keep_old_actor": f"a copy of the rollout-time weights: {_MEGATRON}",  # pending: megatron
     # rollout / data
-    "buffer_filter_path": "buffer filters: partial-rollout groups are reused in FIFO order",  # pending: rollout
-    "rollout_data_postprocess_path": "the post-log-prob rollout hook is not called",  # pending: ray
-    # pending: rollout
-    "custom_convert_samples_to_train_data_path": "samples -> train data is fixed (slime_like.rollout.batch)",
     "use_fault_tolerance": "engine health checks and restarts: a failed engine stops the run",  # pending: ray
     "multimodal_keys": "multimodal prompts: prompts are text (or chat messages) only",
     "train_env_vars": "environment variables for the trainer processes are not forwarded; export them "  # pending: ray
                       "before `ray start` instead",
     # slime features another issue is adding (issue 18)
-    "custom_megatron_init_path": f"the custom Megatron init hook: {_ISSUE18}",  # pending: feat
-    "custom_megatron_before_log_prob_hook_path": f"the before-log-prob hook: {_ISSUE18}",  # pending: feat
-    "custom_megatron_before_train_step_hook_path": f"the before-train-step hook: {_ISSUE18}",  # pending: feat
     "custom_pg_loss_reducer_function_path": f"custom policy-loss reducers: {_ISSUE18}",  # pending: feat
-    "rollout_sample_hook_path": f"rollout sample hooks: {_ISSUE18}",  # pending: feat
     "loss_mask_type": f"chat-template loss-mask types: {_ISSUE18}",  # pending: feat
     "load_forge_rollout_data": f"replaying dumped rollouts through forge_load: {_ISSUE18}",  # pending: feat
     "opd_teacher_ckpt_step": f"on-policy distillation: {_ISSUE18}",  # pending: feat

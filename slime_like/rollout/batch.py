@@ -67,12 +67,51 @@ def _check_finite(groups, raw: list[float], shaped: list[float]) -> None:
                              f"--custom-reward-post-process-path, or pass --on-nonfinite-reward skip|zero")
 
 
+REQUIRED_KEYS = ("tokens", "response_lengths", "loss_masks", "rewards")
+
+
+def custom_train_batch(args, samples, path: str) -> dict:
+    """slime's ``--custom-convert-samples-to-train-data-path``: ``fn(args, samples) -> dict`` of per-sample
+    lists replaces ``to_train_batch``. Needs tokens, response_lengths, loss_masks and rewards (the group step
+    already applied, as in our own batch); slime's ``raw_reward`` is accepted for ``raw_rewards``; missing
+    raw_rewards / sample_indices / truncated / rollout_log_probs are filled (rewards, 0.., 0, none)."""
+    from .hooks import load_hook
+
+    fn = load_hook(path, "--custom-convert-samples-to-train-data-path", "fn(args, samples)", "args", "samples")
+    data = fn(args, samples)
+    flag = f"--custom-convert-samples-to-train-data-path {path}"
+    if not isinstance(data, dict):
+        raise TypeError(f"{flag} returned {type(data).__name__}; expected a dict of per-sample lists")
+    data = dict(data)
+    if "raw_rewards" not in data and "raw_reward" in data:
+        data["raw_rewards"] = data.pop("raw_reward")
+    missing = [k for k in REQUIRED_KEYS if k not in data]
+    if missing:
+        raise ValueError(f"{flag} returned no {missing} (keys: {sorted(data)})")
+    n = len(data["tokens"])
+    data.setdefault("raw_rewards", list(data["rewards"]))
+    data.setdefault("sample_indices", list(range(n)))
+    data.setdefault("truncated", [0] * n)
+    data.setdefault("rollout_log_probs", [[] for _ in range(n)])
+    bad = {k: len(v) for k, v in data.items() if not isinstance(v, (list, tuple)) or len(v) != n}
+    if bad:
+        raise ValueError(f"{flag}: every value must be a list with one entry per sample ({n}); got {bad}")
+    nonfinite = [i for i, r in enumerate(data["rewards"]) if not math.isfinite(float(r))]
+    if nonfinite:  # the same last guard as _check_finite: a NaN reward would make every weight NaN
+        raise ValueError(f"{flag}: rewards of samples {nonfinite[:5]} are not finite; non-finite values are never "
+                         "trained on")
+    return {k: list(v) for k, v in data.items()}
+
+
 def to_train_batch(args, samples) -> dict:
     """Columnar dict, one entry per sample, groups kept contiguous (group order = first appearance).
 
     A sample marked ``remove_sample = True`` (by ``--rollout-sample-filter-path``, as in slime) stays in
     the batch with an all-zero loss mask, so group statistics are unchanged but it is not trained on.
     """
+    path = getattr(args, "custom_convert_samples_to_train_data_path", None)
+    if path:
+        return custom_train_batch(args, samples, path)
     batch = {k: [] for k in BATCH_KEYS}
     groups = _groups_in_order(samples)
     raw_all, shaped_all = _rewards(args, groups)

@@ -18,6 +18,7 @@ import os
 import random
 
 from ..sample import Sample, Status
+from .hooks import load_hook
 from .serialize import sample_from_dict, sample_to_dict
 
 logger = logging.getLogger(__name__)
@@ -245,10 +246,30 @@ class RolloutDataSource:
 
     def get_samples(self, num_groups: int) -> list[list[Sample]]:
         """``num_groups`` groups: buffered (partial) ones first, then fresh prompts."""
-        taken, self.buffer = self.buffer[:num_groups], self.buffer[num_groups:]
+        taken = self._from_buffer(num_groups)
         while len(taken) < num_groups:
             taken.append(make_group(self._next_record(), self.next_group_index, self.n_samples))
             self.next_group_index += 1
+        return taken
+
+    def _from_buffer(self, num_groups: int) -> list[list[Sample]]:
+        """FIFO, or slime's ``--buffer-filter-path``: ``filter(args, rollout_id, buffer, num_samples)`` returns
+        at most ``num_samples`` groups of the buffer (rollout_id is None, as in slime). The groups it returns
+        leave the buffer here, whether or not the filter removed them itself (slime's pop_first does)."""
+        path = getattr(self.args, "buffer_filter_path", None)
+        if not path or not self.buffer or not num_groups:
+            taken, self.buffer = self.buffer[:num_groups], self.buffer[num_groups:]
+            return taken
+        fn = load_hook(path, "--buffer-filter-path", "filter(args, rollout_id, buffer, num_samples)",
+                       "args", "rollout_id", "buffer", "num_samples")
+        buffered = list(self.buffer)
+        taken = list(fn(self.args, None, self.buffer, num_groups) or [])
+        known = {id(g) for g in buffered}
+        if len(taken) > num_groups or any(id(g) not in known for g in taken):
+            raise ValueError(f"--buffer-filter-path {path}: must return at most {num_groups} groups taken from the "
+                             f"buffer, got {len(taken)} (some not from the buffer)")
+        chosen = {id(g) for g in taken}
+        self.buffer = [g for g in buffered if id(g) not in chosen]
         return taken
 
     def add_samples(self, groups: list[list[Sample]]) -> None:

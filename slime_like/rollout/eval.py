@@ -81,7 +81,7 @@ async def eval_rollout(args, rollout_id: int) -> dict:
         if getattr(args, "eval_shuffle", False):  # RLinf validation_shuffle: the order only; every prompt is scored
             random.Random(f"{args.rollout_seed}:{rollout_id}:{name}").shuffle(records)
         groups = [make_group(rec, i, n) for i, rec in enumerate(records)]
-        out[name] = await asyncio.gather(*(generate_group(eargs, g, params) for g in groups))
+        out[name] = await asyncio.gather(*(generate_group(eargs, g, params, None, True) for g in groups))
     return out
 
 

@@ -56,7 +56,7 @@ async def generate_rollout(args, rollout_id: int, data_source, evaluation: bool 
         while len(result.groups) < target:
             while len(result.groups) + len(pending) < target:     # top up from the data source
                 for g in data_source.get_samples(over):
-                    pending[asyncio.ensure_future(generate_group(args, g, params))] = g
+                    pending[asyncio.ensure_future(generate_group(args, g, params, rollout_id))] = g
                     submitted += 1
             done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             for task in done:

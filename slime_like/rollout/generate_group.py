@@ -14,6 +14,7 @@ from ..sample import Sample, Status
 from .engines import NoEngineLeft, current_state
 from .hooks import load_function
 from .rewards import assign_rewards
+from .sample_hooks import apply_sample_hooks, sample_hooks
 
 logger = logging.getLogger(__name__)
 FINISHED = (Status.COMPLETED, Status.TRUNCATED)
@@ -221,7 +222,8 @@ async def _generate_batch(args, samples: list[Sample], sampling_params: dict) ->
         state.progress.update(len(samples))
 
 
-async def generate_group(args, group: list[Sample], sampling_params: dict) -> list[Sample]:
+async def generate_group(args, group: list[Sample], sampling_params: dict, rollout_id: int | None = None,
+                         evaluation: bool = False) -> list[Sample]:
     """Generate every unfinished sample of one prompt's group, then score the group (if all finished).
 
     With the default generate function the group's samples go to the engine as one batched request
@@ -237,5 +239,9 @@ async def generate_group(args, group: list[Sample], sampling_params: dict) -> li
         replaced = {id(old): new for old, new in zip(todo, done)}
         group[:] = [replaced.get(id(s), s) for s in group]
     if all(s.status in FINISHED for s in group):
+        hooks = sample_hooks(args)
+        if hooks:   # --rollout-sample-hook-path: once per generated sample, right before its reward
+            group[:] = [await apply_sample_hooks(args, s, hooks, rollout_id=rollout_id, evaluation=evaluation)
+                        if s.reward is None else s for s in group]
         await assign_rewards(args, group)
     return group

@@ -1,44 +1,7 @@
-"""Loading user functions named on the command line (``--custom-rm-path pkg.mod.func`` etc.).
-
-Errors name the flag, the value, and what was found instead (did-you-mean for typos), before any
-rollout starts.
-"""
+"""Loading user functions named on the command line: see slime_like/utils/user_functions.py (the trainer
+backends load theirs there too; this module keeps the rollout side's historical import path)."""
 from __future__ import annotations
 
-import difflib
-import importlib
-import inspect
+from ..utils.user_functions import call_maybe_async, load_function, load_hook
 
-from slime_like.config.slime_paths import resolve
-
-
-def load_function(path: str, flag: str = "function path"):
-    """Import ``module.sub.func`` and return the callable; clear errors for every way it can be wrong.
-
-    slime's built-in functions named by their slime path resolve to slime_like's own (config/slime_paths.py)."""
-    path = resolve(path)
-    if not isinstance(path, str) or "." not in path:
-        raise ValueError(f"{flag} {path!r}: expected 'module.function' (e.g. my_pkg.rewards.score)")
-    module_name, attr = path.rsplit(".", 1)
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise ValueError(f"{flag} {path!r}: cannot import module {module_name!r} ({exc}); "
-                         f"is it on PYTHONPATH?") from exc
-    if not hasattr(module, attr):
-        names = [n for n in dir(module) if not n.startswith("_")]
-        close = difflib.get_close_matches(attr, names, n=3)
-        hint = f"; did you mean {', '.join(module_name + '.' + c for c in close)}?" if close else ""
-        raise ValueError(f"{flag} {path!r}: module {module_name!r} has no attribute {attr!r}{hint}")
-    fn = getattr(module, attr)
-    if not callable(fn):
-        raise ValueError(f"{flag} {path!r}: {attr!r} is a {type(fn).__name__}, not a function")
-    return fn
-
-
-async def call_maybe_async(fn, *args, **kwargs):
-    """Call a user hook that may be sync or async."""
-    out = fn(*args, **kwargs)
-    if inspect.isawaitable(out):
-        out = await out
-    return out
+__all__ = ["call_maybe_async", "load_function", "load_hook"]

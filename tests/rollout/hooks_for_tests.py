@@ -55,3 +55,34 @@ def post_process_double(args, samples):
 async def generate_ignore_eos(args, sample, sampling_params):
     """The default generate with eos ignored: every response runs to max_new_tokens (timing tests)."""
     return await generate_sample(args, sample, dict(sampling_params, ignore_eos=True))
+
+
+HOOKED = []
+
+
+def record_sample(args, sample, rollout_id):
+    HOOKED.append((rollout_id, sample.index))
+
+
+async def relabel_sample(args, sample, **kwargs):
+    """A replacing hook: returns a new Sample whose label the reward below checks."""
+    import dataclasses
+
+    return dataclasses.replace(sample, label="hooked", metadata=dict(sample.metadata, evaluation=kwargs["evaluation"]))
+
+
+def reward_label_is_hooked(args, sample):
+    return 1.0 if sample.label == "hooked" else 0.0
+
+
+def newest_first(args, rollout_id, buffer, num_samples):
+    """A buffer filter: the most recently returned groups go first (slime's default is FIFO)."""
+    taken = buffer[-num_samples:][::-1]
+    del buffer[-num_samples:]
+    return taken
+
+
+def train_data_with_doubled_rewards(args, samples):
+    return {"tokens": [s.tokens for s in samples], "response_lengths": [s.response_length for s in samples],
+            "loss_masks": [s.loss_mask for s in samples], "rewards": [2.0 * s.reward for s in samples],
+            "raw_reward": [s.reward for s in samples], "my_key": [s.index for s in samples]}

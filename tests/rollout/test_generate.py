@@ -198,3 +198,34 @@ def test_slime_post_rollout_hooks_and_passrate(engine_url, prompt_file, make_arg
     assert batch["loss_masks"][1] == [1] * samples[1].response_length
     args.custom_rollout_log_function_path = f"{H}.log_everything_myself"
     assert ctl.generate(1)[1] == {}                   # the hook logged: nothing left to log
+
+
+def test_slime_sample_hooks_buffer_filter_and_train_data_conversion(engine_url, prompt_file, make_args):
+    from rollout import hooks_for_tests
+    from slime_like.rollout.batch import to_train_batch
+    from slime_like.rollout.data_source import RolloutDataSource
+
+    hooks_for_tests.HOOKED.clear()
+    args = make_args(prompt_file(ROWS), "--rollout-batch-size", 2, "--n-samples-per-prompt", 2,
+                     "--custom-rm-path", f"{H}.reward_label_is_hooked",
+                     "--rollout-sample-hook-path", f"{H}.record_sample", "--rollout-sample-hook-path",
+                     f"{H}.relabel_sample",
+                     "--custom-convert-samples-to-train-data-path", f"{H}.train_data_with_doubled_rewards")
+    ctl = RolloutController(args, [engine_url])
+    samples, _ = ctl.generate(5)
+    assert sorted(hooks_for_tests.HOOKED) == [(5, i) for i in range(4)]   # each sample once, with rollout_id
+    assert all(s.reward == 1.0 and s.metadata["evaluation"] is False for s in samples)  # hooked before reward
+    batch = to_train_batch(args, samples)
+    assert batch["rewards"] == [2.0] * 4 and batch["raw_rewards"] == [1.0] * 4
+    assert batch["my_key"] == [s.index for s in samples] and batch["truncated"] == [0] * 4
+
+    args.buffer_filter_path = f"{H}.newest_first"
+    ds = RolloutDataSource(args, ctl.tokenizer)
+    groups = ds.get_samples(3)
+    ds.add_samples(groups)                                                # returned, e.g. aborted
+    assert [g[0].group_index for g in ds.get_samples(2)] == [2, 1]        # the filter's order, not FIFO
+    assert [g[0].group_index for g in ds.get_samples(2)] == [0, 3]        # the rest of the buffer, then new
+    args.buffer_filter_path = f"{H}.reward_length"                        # wrong signature: named in the error
+    ds.add_samples([groups[0]])
+    with pytest.raises(ValueError, match=r"--buffer-filter-path .*filter\(args, rollout_id, buffer, num_samples\)"):
+        ds.get_samples(1)

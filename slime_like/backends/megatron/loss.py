@@ -20,6 +20,7 @@ import torch
 
 from slime_like import algorithms as alg
 from slime_like.backends.megatron.data import MicroBatch
+from slime_like.backends.megatron.hooks import custom_tis as custom_tis_call
 
 
 def _tp():
@@ -90,7 +91,7 @@ def response_values(output: torch.Tensor, mb: MicroBatch) -> torch.Tensor:
     return output[mb.rows, mb.cols, 0].float()
 
 
-def policy_terms(args, output: torch.Tensor, mb: MicroBatch):
+def policy_terms(args, output: torch.Tensor, mb: MicroBatch, hooks: dict | None = None):
     """Per-token actor loss `[n, R]` and metric sums for one micro-batch.
 
         l_t = w_t * pg_t + kl_loss_coef * kl_t - entropy_coef * H_t
@@ -113,7 +114,11 @@ def policy_terms(args, output: torch.Tensor, mb: MicroBatch):
             and "rollout_log_probs" in mb.fields:
         diff = (old - mb.fields["rollout_log_probs"]).abs()
         sums["train_rollout_logprob_abs_diff"] = (diff * mask).sum().detach()
-    if args.use_tis:
+    custom_tis = (hooks or {}).get("custom_tis_function_path")
+    if custom_tis and (args.use_tis or getattr(args, "get_mismatch_metrics", False)):   # slime's condition
+        pg, _, tis_sums = custom_tis_call(custom_tis, args, pg, old, mb.fields["rollout_log_probs"], mb)  # rejected: 0
+        sums.update(tis_sums)
+    elif args.use_tis:
         weights = alg.tis_weights(old, mb.fields["rollout_log_probs"], mask, args.tis_clip,
                                   getattr(args, "tis_clip_low", 0.0) or 0.0)
         sums["tis_weight"] = (weights * mask).sum().detach()
@@ -168,14 +173,17 @@ def sft_terms(args, output: torch.Tensor, mb: MicroBatch):
 TERMS = {"policy": policy_terms, "value": value_terms, "sft": sft_terms}
 
 
-def make_loss_func(kind: str, args, mb: MicroBatch, scale: float, per_token: bool, weights=None):
+def make_loss_func(kind: str, args, mb: MicroBatch, scale: float, per_token: bool, weights=None,
+                   hooks: dict | None = None):
     """The `loss_func(output_tensor)` that mcore's forward_step calls on the last pipeline stage.
 
     `weights` ([n, R], from algorithms.step_token_weights, already times the schedule's factor) replace the
-    token-mean `scale` for --loss-agg-mode seq-mean-* and --loss-micro-batch-mean."""
+    token-mean `scale` for --loss-agg-mode seq-mean-* and --loss-micro-batch-mean. `hooks`: the trainer's
+    loaded slime hooks (the policy terms call --custom-tis-function-path)."""
 
     def loss_func(output):
-        per_token_loss, sums = TERMS[kind](args, output, mb)
+        per_token_loss, sums = TERMS[kind](args, output, mb, hooks) if kind == "policy" else \
+            TERMS[kind](args, output, mb)
         total = alg.aggregate_loss(per_token_loss, mb.loss_mask, "sum")  # scaled to a step token-mean below
         ntok = mb.loss_mask.sum()
         sums["loss"] = total.detach()

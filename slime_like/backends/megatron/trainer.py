@@ -28,6 +28,7 @@ import torch
 from slime_like import algorithms as alg
 from slime_like.backends.megatron import ci_checks
 from slime_like.backends.megatron import data as D
+from slime_like.backends.megatron import hooks as H
 from slime_like.backends.megatron import loss as L
 from slime_like.backends.megatron import optimizer as O
 from slime_like.backends.megatron.trainer_dist import TrainerDistMixin
@@ -63,6 +64,9 @@ class MegatronTrainer(TrainerDistMixin):
             ep=args.expert_model_parallel_size, etp=args.expert_tensor_parallel_size,
             seed=args.seed, timeout_minutes=args.distributed_timeout_minutes)
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
+        self.hooks = H.load_trainer_hooks(args)  # slime's --custom-megatron-*/advantage/TIS paths, checked now
+        if "custom_megatron_init_path" in self.hooks:
+            self.hooks["custom_megatron_init_path"](args)
         self.use_te = M._use_te()
 
         if role == "reference":  # a frozen copy on GPUs of its own (--placement reference:...): forward only
@@ -128,10 +132,6 @@ class MegatronTrainer(TrainerDistMixin):
         if role == "actor" and loss_type not in ("policy_loss", "sft_loss"):
             raise NotImplementedError(f"--loss-type {loss_type} is not supported by the Megatron trainer; "
                                       "use policy_loss or sft_loss")
-        unsupported = {"custom_tis_function_path": "--custom-tis-function-path"}
-        for dest, flag in unsupported.items():
-            if getattr(args, dest):
-                raise NotImplementedError(f"{flag} is not implemented by the Megatron trainer yet; remove it")
         for dest, flag in (("log_probs_chunk_size", "--log-probs-chunk-size"),
                            ("recompute_loss_function", "--recompute-loss-function")):
             value = getattr(args, dest)
@@ -261,8 +261,15 @@ class MegatronTrainer(TrainerDistMixin):
         if self.role != "actor":
             raise RuntimeError("compute_log_probs is an actor call; the critic has compute_values")
         D.validate_batch(batch)
-        out = {"log_probs": self._forward_only(self.model, batch, "logp")} if old_policy else {}
+        hook = self.hooks.get("custom_megatron_before_log_prob_hook_path")
+        out = {}
+        if old_policy:
+            if hook:
+                hook(self.args, self.chunks, "")
+            out["log_probs"] = self._forward_only(self.model, batch, "logp")
         if self.ref_model is not None:
+            if hook:
+                hook(self.args, self.ref_chunks, "ref_")
             out["ref_log_probs"] = self._forward_only(self.ref_model, batch, "logp")
         return out
 
@@ -289,12 +296,17 @@ class MegatronTrainer(TrainerDistMixin):
         width = max(lengths)
         mask = D.pad_rows(batch["loss_masks"], width)
         pad = lambda key: D.pad_rows(batch[key], width) if key in batch else None  # noqa: E731
-        kl = alg.kl_penalty(pad("log_probs"), pad("ref_log_probs"), args.kl_loss_type) \
-            if kl_coef else None
-        adv, ret = spec.token_step(
-            rewards=torch.tensor([float(r) for r in batch["rewards"]]), mask=mask,
-            values=pad("values") if spec.needs_critic else None, kl=kl, kl_coef=kl_coef,
-            gamma=float(args.gamma), lam=float(args.lambd), whiten=False)
+        custom = self.hooks.get("custom_advantage_function_path")
+        if custom:  # slime: the user's function replaces the estimator (whitening below still applies)
+            adv_rows, ret_rows = H.custom_advantages(custom, args, batch)
+            adv, ret = D.pad_rows(adv_rows, width), D.pad_rows(ret_rows, width)
+        else:
+            kl = alg.kl_penalty(pad("log_probs"), pad("ref_log_probs"), args.kl_loss_type) \
+                if kl_coef else None
+            adv, ret = spec.token_step(
+                rewards=torch.tensor([float(r) for r in batch["rewards"]]), mask=mask,
+                values=pad("values") if spec.needs_critic else None, kl=kl, kl_coef=kl_coef,
+                gamma=float(args.gamma), lam=float(args.lambd), whiten=False)
         if args.normalize_advantages or spec.whitens_returns:
             moments = alg.masked_moments(adv, mask)
             moments = self._all_reduce(moments, self.ps.get_data_parallel_group())
@@ -322,6 +334,8 @@ class MegatronTrainer(TrainerDistMixin):
                 + (("rollout_log_probs",) if rollout_lp else ())
             if args.use_rollout_logprobs:  # the engine's log-probs are the old policy
                 batch = dict(batch, log_probs=batch["rollout_log_probs"])
+        if self.role == "actor" and "rollout_data_postprocess_path" in self.hooks:  # slime: the actor's data
+            self.hooks["rollout_data_postprocess_path"](args, rollout_id, batch)
         D.validate_batch(batch, need)
         dp = self.ps.get_data_parallel_world_size()
         steps = D.split_steps(D.num_samples(batch), int(args.num_steps_per_rollout),
@@ -337,12 +351,16 @@ class MegatronTrainer(TrainerDistMixin):
             scale = len(mbs) * dp / global_tokens
             weights = L.aggregation_weights(args, mbs, dp, global_tokens,
                                             lambda t: self._all_reduce(t, self.ps.get_data_parallel_group()))
+            if "custom_megatron_before_train_step_hook_path" in self.hooks:
+                self.hooks["custom_megatron_before_train_step_hook_path"](
+                    args, rollout_id, len(history), self.chunks, self.optimizer, self.scheduler)
             for chunk in self.model:
                 chunk.train()
                 chunk.zero_grad_buffer()
             self.optimizer.zero_grad()
             outs = self._run(self.model, mbs, lambda mb: L.make_loss_func(kind, args, mb, scale, per_token,
-                                                                          weights.get(id(mb))), forward_only=False)
+                                                                          weights.get(id(mb)), self.hooks),
+                             forward_only=False)
             lr = O.current_lr(self.optimizer)
             finite = self._grads_finite()
             if finite:
