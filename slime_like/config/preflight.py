@@ -37,13 +37,22 @@ CALL_SHAPES = {
     "rollout_all_samples_process_path": (("args", "groups", "data_source"), {}),
     "custom_reward_post_process_path": (("args", "samples"), {}),
     "data_source_path": (("args", "tokenizer"), {}),
+    "buffer_filter_path": (("args", "rollout_id", "buffer", "num_samples"), {}),
+    "rollout_data_postprocess_path": (("args", "rollout_id", "rollout_data"), {}),
+    "custom_advantage_function_path": (("args", "rollout_data"), {}),
+    "custom_tis_function_path": (("args",), dict.fromkeys(("pg_loss", "train_log_probs", "rollout_log_probs",
+                                                           "loss_masks", "total_lengths", "response_lengths"))),
+    "custom_convert_samples_to_train_data_path": (("args", "samples"), {}),
+    "custom_megatron_init_path": (("args",), {}),
+    "custom_megatron_before_log_prob_hook_path": (("args", "model", "store_prefix"), {}),
+    "custom_megatron_before_train_step_hook_path": (
+        ("args", "rollout_id", "step_id", "model", "optimizer", "opt_param_scheduler"), {}),
+    # rollout_id= / evaluation= are passed only when the hook names them: rollout/sample_hooks.py checks
+    "rollout_sample_hook_path": None,
     "custom_rollout_log_function_path": None, "custom_eval_rollout_log_function_path": None,
-    "buffer_filter_path": None, "rollout_data_postprocess_path": None, "custom_loss_function_path": None,
-    "custom_advantage_function_path": None, "custom_tis_function_path": None,
-    "custom_convert_samples_to_train_data_path": None, "custom_megatron_init_path": None,
-    "custom_megatron_before_log_prob_hook_path": None, "custom_megatron_before_train_step_hook_path": None,
+    "custom_loss_function_path": None,
     "custom_pg_loss_reducer_function_path": None, "custom_update_weight_post_write_path": None,
-    "custom_model_provider_path": None, "rollout_sample_hook_path": None,
+    "custom_model_provider_path": None,
 }
 SCHEDULE_KEYS = ("lr_warmup_iters", "lr_warmup_fraction", "lr_decay_iters", "lr_decay_style", "train_iters")
 
