@@ -8,6 +8,7 @@ from __future__ import annotations
 ALIASES = {
     "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std":
         "slime_like.rollout.filters.check_reward_nonzero_std",
+    "slime.rollout.sft_rollout.generate_rollout": "slime_like.rollout.sft_rollout.generate_rollout",
 }
 
 

@@ -107,7 +107,6 @@ UNSUPPORTED = {
     "ckpt_format": "checkpoints are written and read as torch_dist only",  # pending: megatron
     # algorithm
     "custom_loss_function_path": f"custom losses (--loss-type custom_loss): {_MEGATRON}",  # pending: megatron
-    "compute_advantages_and_returns": "advantages are always computed by the trainer",  # pending: megatron
     "use_rollout_entropy": f"entropy from rollout log-probs: {_MEGATRON}",  # pending: megatron
     "keep_old_actor": f"a copy of the rollout-time weights: {_MEGATRON}",  # pending: megatron
     # rollout / data
@@ -117,7 +116,6 @@ UNSUPPORTED = {
                       "before `ray start` instead",
     # slime features another issue is adding (issue 18)
     "custom_pg_loss_reducer_function_path": f"custom policy-loss reducers: {_ISSUE18}",  # pending: feat
-    "loss_mask_type": f"chat-template loss-mask types: {_ISSUE18}",  # pending: feat
     "load_forge_rollout_data": f"replaying dumped rollouts through forge_load: {_ISSUE18}",  # pending: feat
     "opd_teacher_ckpt_step": f"on-policy distillation: {_ISSUE18}",  # pending: feat
     "opsm_delta": "off-policy sequence masking (--use-opsm) is not implemented",

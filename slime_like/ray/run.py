@@ -120,11 +120,13 @@ class Run:
             self.critic.set_batch(shards)
             values = self.critic.per_dp(self.critic.compute_values())
             self.actor.update_batch_per_dp(values)
-        gaps = self.actor.per_dp(self.actor.compute_log_probs())
-        tokens = sum(c for _, c in gaps)
-        if tokens:
-            metrics["rollout/logprob_abs_diff"] = sum(d for d, _ in gaps) / tokens
-        advantages = self.actor.per_dp(self.actor.compute_advantages(return_to_driver=self.critic is not None))
+        tokens, advantages = 0, None
+        if self.args.compute_advantages_and_returns:  # off (--disable-...): SFT needs neither pass
+            gaps = self.actor.per_dp(self.actor.compute_log_probs())
+            tokens = sum(c for _, c in gaps)
+            if tokens:
+                metrics["rollout/logprob_abs_diff"] = sum(d for d, _ in gaps) / tokens
+            advantages = self.actor.per_dp(self.actor.compute_advantages(return_to_driver=self.critic is not None))
         metrics["time/log_probs"] = time.perf_counter() - t
         t = time.perf_counter()
         if self.critic is not None:

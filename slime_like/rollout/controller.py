@@ -115,7 +115,8 @@ class RolloutController:
                 self.engine_urls, dead=self.dead_engines, timeout=request_timeout(self.args),
                 api_key=getattr(self.args, "engine_api_key", None),
                 health_interval=getattr(self.args, "rollout_health_check_interval", None),
-                health_timeout=getattr(self.args, "rollout_health_check_timeout", None) or 30.0).__aenter__()
+                health_timeout=getattr(self.args, "rollout_health_check_timeout", None) or 30.0,
+                allow_empty=getattr(self.args, "debug_train_only", False)).__aenter__()
         pool = self._pool
         pool.tokens_generated = 0  # this rollout's count
         state = GenerateState(self.args, pool, self.tokenizer, progress)

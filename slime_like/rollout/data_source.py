@@ -114,8 +114,9 @@ def load_prompts(path: str, tokenizer, input_key: str = "input", label_key: str 
                  metadata_key: str | None = "metadata", apply_chat_template: bool = False,
                  max_prompt_len: int | None = None, flag: str = "--prompt-data", tool_key: str | None = None,
                  template_kwargs: dict | None = None, context_length: int | None = None,
-                 skip_bad: bool = False) -> list[dict]:
+                 skip_bad: bool = False, tokenize: bool = True) -> list[dict]:
     """Records ``{"prompt", "label", "metadata", "prompt_ids", "row"}``; long prompts dropped (logged).
+    ``tokenize=False`` (the SFT rollout, which tokenizes whole conversations itself): prompt_ids stay empty.
 
     Every prompt is tokenized here, before any rollout. ``max_prompt_len`` (--rollout-max-prompt-len) drops
     longer prompts, as slime does. A prompt of no tokens, or one the engine cannot serve (``context_length``
@@ -139,11 +140,12 @@ def load_prompts(path: str, tokenizer, input_key: str = "input", label_key: str 
             raise PromptDataError(f"{path}:{line_no}: --metadata-key {metadata_key!r} holds a "
                                   f"{type(metadata).__name__}, expected an object")
         ids = tokenize_prompt(tokenizer, row[input_key], apply_chat_template, f"{path}:{line_no}",
-                              tools=row.get(tool_key) if tool_key else None, template_kwargs=template_kwargs)
+                              tools=row.get(tool_key) if tool_key else None,
+                              template_kwargs=template_kwargs) if tokenize else []
         if max_prompt_len is not None and len(ids) > max_prompt_len:
             too_long += 1
             continue
-        if not ids or (context_length is not None and len(ids) >= context_length):
+        if tokenize and (not ids or (context_length is not None and len(ids) >= context_length)):
             (unusable["over-long"] if ids else unusable["empty"]).append(line_no)
             continue
         records.append({"prompt": row[input_key], "label": row.get(label_key) if label_key else None,
@@ -188,6 +190,12 @@ def prompt_context_length(args) -> int | None:
     return int(n) if isinstance(n, int) else None
 
 
+def is_sft_rollout(args) -> bool:
+    from slime_like.config.slime_paths import resolve
+
+    return resolve(getattr(args, "rollout_function_path", None)) == "slime_like.rollout.sft_rollout.generate_rollout"
+
+
 def make_group(record: dict, group_index: int, n_samples: int) -> list[Sample]:
     return [Sample(index=group_index * n_samples + j, group_index=group_index, prompt=record["prompt"],
                    label=record["label"], metadata=copy.deepcopy(record["metadata"]),
@@ -217,7 +225,8 @@ class RolloutDataSource:
                                          tool_key=getattr(args, "tool_key", None),
                                          template_kwargs=getattr(args, "apply_chat_template_kwargs", None),
                                          context_length=prompt_context_length(args),
-                                         skip_bad=bool(getattr(args, "skip_over_long_prompts", False)))
+                                         skip_bad=bool(getattr(args, "skip_over_long_prompts", False)),
+                                         tokenize=not is_sft_rollout(args))
             for rec in self.records:
                 rec.setdefault("key", f"{i}:{rec['row']}")  # identity across filter changes: file and row
         self.n_samples = int(args.n_samples_per_prompt)

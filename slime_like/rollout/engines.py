@@ -41,11 +41,13 @@ def request_timeout(args) -> float:
 
 
 class EnginePool:
+    NO_ENGINES = "no rollout engine URLs (the engines did not start, or --rollout-external-engine-addrs is empty)"
+
     def __init__(self, urls: list[str], dead: dict | None = None, timeout: float | None = 3600.0,
-                 api_key: str | None = None, health_interval: float | None = None, health_timeout: float = 30.0):
-        if not urls:
-            raise ValueError("no rollout engine URLs (the engines did not start, or "
-                             "--rollout-external-engine-addrs is empty)")
+                 api_key: str | None = None, health_interval: float | None = None, health_timeout: float = 30.0,
+                 allow_empty: bool = False):
+        if not urls and not allow_empty:  # allow_empty: a rollout that generates nothing (SFT, --debug-train-only)
+            raise ValueError(self.NO_ENGINES)
         self.urls = list(urls)
         self.dead: dict[str, str] = dead if dead is not None else {}   # url -> last error, shared across runs
         self._timeout = timeout
@@ -124,6 +126,8 @@ class EnginePool:
         return [u for u in self.urls if u not in self.dead]
 
     def _pick(self) -> str:
+        if not self.urls:
+            raise ValueError(self.NO_ENGINES)
         alive = self.alive
         if not alive:
             raise NoEngineLeft("every rollout engine is down: " + "; ".join(f"{u}: {e}" for u, e in self.dead.items()))

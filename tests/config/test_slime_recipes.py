@@ -120,9 +120,10 @@ def test_slime_builtin_function_paths_resolve_to_ours(base):
     slime_filter = "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std"
     assert load_function(slime_filter) is check_reward_nonzero_std
     refuse_at_launch(parse(base + ["--dynamic-sampling-filter-path", slime_filter]))
-    args = parse(base + ["--rollout-function-path", "slime.rollout.sft_rollout.generate_rollout"])
-    with pytest.raises(ConfigError, match="--rollout-function-path slime.rollout.sft_rollout.generate_rollout names "
-                                          "slime's own code"):
+    refuse_at_launch(parse(base + ["--rollout-function-path", "slime.rollout.sft_rollout.generate_rollout"]))
+    args = parse(base + ["--rollout-function-path", "slime_plugins.rollout.my_rollout.generate_rollout"])
+    with pytest.raises(ConfigError, match="--rollout-function-path slime_plugins.rollout.my_rollout.generate_rollout "
+                                          "names slime's own code"):
         refuse_at_launch(args)
 
 

@@ -65,3 +65,20 @@ def test_ci_step_checks(tmp_path):
     check_step(load, "actor", 0, 0, 1, dict(ok, grad_norm=2.01), writer=True)
     with pytest.raises(CICheckError, match="differs"):
         check_step(load, "actor", 0, 0, 1, dict(ok, grad_norm=2.5), writer=True)
+
+
+def test_sft_rollout_masks_assistant_turns_and_completions(tiny_ckpt):
+    from transformers import AutoTokenizer
+
+    from slime_like.rollout.sft_rollout import completion_tokens, conversation_tokens
+
+    tok = AutoTokenizer.from_pretrained(tiny_ckpt)
+    msgs = [{"role": "user", "content": "ab"}, {"role": "assistant", "content": "12"},
+            {"role": "user", "content": "c"}, {"role": "assistant", "content": "3"}]
+    ids, mask = conversation_tokens(tok, msgs)
+    assert tok.decode([i for i, m in zip(ids, mask) if m]) == "123"      # assistant contents, no headers
+    assert ids == list(tok(tok.apply_chat_template(msgs, tokenize=False), add_special_tokens=False)["input_ids"])
+    ids, mask = completion_tokens(tok, "ab", "12")
+    assert ids[-1] == tok.eos_token_id and mask == [0, 0, 1, 1, 1]
+    with pytest.raises(ValueError, match="--label-key"):
+        completion_tokens(tok, "ab", None)
