@@ -123,3 +123,17 @@ def custom_tis(fn, args, pg: torch.Tensor, old: torch.Tensor, rollout_lp: torch.
     new_mask = _pad(torch.cat([m.to(mask.dtype).reshape(-1) for m in new_masks]), lengths, mask) * mask
     sums = {k: (_pad(v.detach().float().reshape(-1), lengths, mask.float()) * mask).sum() for k, v in metrics.items()}
     return _pad(new_pg, lengths, pg) * new_mask, new_mask, sums
+
+
+class TrainerHooks:
+    """The loaded hooks of one trainer; `call` runs one if its flag was set (else does nothing)."""
+
+    def __init__(self, args):
+        self.fns = load_trainer_hooks(args)
+
+    def get(self, dest: str):
+        return self.fns.get(dest)
+
+    def call(self, dest: str, *args):
+        fn = self.fns.get(dest)
+        return fn(*args) if fn is not None else None

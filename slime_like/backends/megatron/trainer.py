@@ -20,7 +20,6 @@ moved to CPU by offload() together with the actor.
 from __future__ import annotations
 
 import copy
-import logging
 import os
 
 import torch
@@ -29,13 +28,13 @@ from slime_like import algorithms as alg
 from slime_like.backends.megatron import ci_checks
 from slime_like.backends.megatron import data as D
 from slime_like.backends.megatron import hooks as H
+from slime_like.backends.megatron.checks import check_supported
 from slime_like.backends.megatron import loss as L
 from slime_like.backends.megatron import optimizer as O
 from slime_like.backends.megatron.trainer_dist import TrainerDistMixin
 from slime_like.config.hf_config import fill_args_from_hf
 from slime_like.backends.trainer_api import TRAINER_ROLES
 
-log = logging.getLogger(__name__)
 POLICY_FIELDS = ("log_probs", "advantages", "ref_log_probs", "rollout_log_probs")
 VALUE_FIELDS = ("values", "returns")
 
@@ -55,7 +54,7 @@ class MegatronTrainer(TrainerDistMixin):
         args = copy.copy(args)  # our view; the caller's namespace is never mutated
         if args.hf_checkpoint:
             args = fill_args_from_hf(args, args.hf_checkpoint)
-        self._check_supported(args, role)
+        check_supported(args, role)
         self.args, self.role = args, role
         self.estimator = alg.get_estimator(args.advantage_estimator)
         self.ps = parallel.init_distributed(
@@ -64,9 +63,8 @@ class MegatronTrainer(TrainerDistMixin):
             ep=args.expert_model_parallel_size, etp=args.expert_tensor_parallel_size,
             seed=args.seed, timeout_minutes=args.distributed_timeout_minutes)
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
-        self.hooks = H.load_trainer_hooks(args)  # slime's --custom-megatron-*/advantage/TIS paths, checked now
-        if "custom_megatron_init_path" in self.hooks:
-            self.hooks["custom_megatron_init_path"](args)
+        self.hooks = H.TrainerHooks(args)  # slime's --custom-megatron-*/advantage/TIS/... paths, checked now
+        self.hooks.call("custom_megatron_init_path", args)
         self.use_te = M._use_te()
 
         if role == "reference":  # a frozen copy on GPUs of its own (--placement reference:...): forward only
@@ -122,25 +120,6 @@ class MegatronTrainer(TrainerDistMixin):
     def _reward_kl_coef(self) -> float:
         """--kl-coef where the estimator folds KL into the reward; 0 where it ignores it (grpo, gspo)."""
         return float(self.args.kl_coef) if self.estimator.uses_reward_kl else 0.0
-
-    @staticmethod
-    def _check_supported(args, role):
-        if args.context_parallel_size > 1:
-            raise NotImplementedError("--context-parallel-size > 1 is not supported by the Megatron trainer yet "
-                                      "(the loss does not split responses across CP ranks); use 1")
-        loss_type = args.loss_type
-        if role == "actor" and loss_type not in ("policy_loss", "sft_loss"):
-            raise NotImplementedError(f"--loss-type {loss_type} is not supported by the Megatron trainer; "
-                                      "use policy_loss or sft_loss")
-        for dest, flag in (("log_probs_chunk_size", "--log-probs-chunk-size"),
-                           ("recompute_loss_function", "--recompute-loss-function")):
-            value = getattr(args, dest)
-            if value not in (None, False, -1):  # memory knobs only: results are the same without them
-                log.warning("%s %s has no effect in the Megatron trainer yet (memory optimisation only)", flag, value)
-        if args.use_dynamic_batch_size and not args.max_tokens_per_gpu:
-            raise ValueError("--use-dynamic-batch-size needs --max-tokens-per-gpu (e.g. 4096)")
-        if not args.rollout_temperature > 0:
-            raise ValueError(f"--rollout-temperature must be > 0, got {args.rollout_temperature}")
 
     @staticmethod
     def _has_megatron_checkpoint(path) -> bool:
@@ -261,15 +240,12 @@ class MegatronTrainer(TrainerDistMixin):
         if self.role != "actor":
             raise RuntimeError("compute_log_probs is an actor call; the critic has compute_values")
         D.validate_batch(batch)
-        hook = self.hooks.get("custom_megatron_before_log_prob_hook_path")
-        out = {}
+        out, hook = {}, "custom_megatron_before_log_prob_hook_path"
         if old_policy:
-            if hook:
-                hook(self.args, self.chunks, "")
+            self.hooks.call(hook, self.args, self.chunks, "")
             out["log_probs"] = self._forward_only(self.model, batch, "logp")
         if self.ref_model is not None:
-            if hook:
-                hook(self.args, self.ref_chunks, "ref_")
+            self.hooks.call(hook, self.args, self.ref_chunks, "ref_")
             out["ref_log_probs"] = self._forward_only(self.ref_model, batch, "logp")
         return out
 
@@ -334,8 +310,8 @@ class MegatronTrainer(TrainerDistMixin):
                 + (("rollout_log_probs",) if rollout_lp else ())
             if args.use_rollout_logprobs:  # the engine's log-probs are the old policy
                 batch = dict(batch, log_probs=batch["rollout_log_probs"])
-        if self.role == "actor" and "rollout_data_postprocess_path" in self.hooks:  # slime: the actor's data
-            self.hooks["rollout_data_postprocess_path"](args, rollout_id, batch)
+        if self.role == "actor":  # slime's --rollout-data-postprocess-path sees the actor's data
+            self.hooks.call("rollout_data_postprocess_path", args, rollout_id, batch)
         D.validate_batch(batch, need)
         dp = self.ps.get_data_parallel_world_size()
         steps = D.split_steps(D.num_samples(batch), int(args.num_steps_per_rollout),
@@ -351,9 +327,8 @@ class MegatronTrainer(TrainerDistMixin):
             scale = len(mbs) * dp / global_tokens
             weights = L.aggregation_weights(args, mbs, dp, global_tokens,
                                             lambda t: self._all_reduce(t, self.ps.get_data_parallel_group()))
-            if "custom_megatron_before_train_step_hook_path" in self.hooks:
-                self.hooks["custom_megatron_before_train_step_hook_path"](
-                    args, rollout_id, len(history), self.chunks, self.optimizer, self.scheduler)
+            self.hooks.call("custom_megatron_before_train_step_hook_path", args, rollout_id, len(history),
+                            self.chunks, self.optimizer, self.scheduler)
             for chunk in self.model:
                 chunk.train()
                 chunk.zero_grad_buffer()

@@ -1,0 +1,26 @@
+"""Start-up checks of the Megatron trainer's settings (kept out of trainer.py, which stays one screen per job)."""
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger("slime_like.backends.megatron.trainer")
+
+
+def check_supported(args, role) -> None:
+    """Settings the Megatron trainer cannot run (or ignores), checked when a trainer rank starts."""
+    if args.context_parallel_size > 1:
+        raise NotImplementedError("--context-parallel-size > 1 is not supported by the Megatron trainer yet "
+                                  "(the loss does not split responses across CP ranks); use 1")
+    loss_type = args.loss_type
+    if role == "actor" and loss_type not in ("policy_loss", "sft_loss"):
+        raise NotImplementedError(f"--loss-type {loss_type} is not supported by the Megatron trainer; "
+                                  "use policy_loss or sft_loss")
+    for dest, flag in (("log_probs_chunk_size", "--log-probs-chunk-size"),
+                       ("recompute_loss_function", "--recompute-loss-function")):
+        value = getattr(args, dest)
+        if value not in (None, False, -1):  # memory knobs only: results are the same without them
+            log.warning("%s %s has no effect in the Megatron trainer yet (memory optimisation only)", flag, value)
+    if args.use_dynamic_batch_size and not args.max_tokens_per_gpu:
+        raise ValueError("--use-dynamic-batch-size needs --max-tokens-per-gpu (e.g. 4096)")
+    if not args.rollout_temperature > 0:
+        raise ValueError(f"--rollout-temperature must be > 0, got {args.rollout_temperature}")
