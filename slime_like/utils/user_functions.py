@@ -10,14 +10,10 @@ import difflib
 import importlib
 import inspect
 
-from slime_like.config.slime_paths import resolve
-
 
 def load_function(path: str, flag: str = "function path"):
     """Import ``module.sub.func`` and return the callable; clear errors for every way it can be wrong.
-
-    slime's built-in functions named by their slime path resolve to slime_like's own (config/slime_paths.py)."""
-    path = resolve(path)
+    (utils/ imports nothing above it: callers map slime's built-in paths with config.slime_paths.resolve.)"""
     if not isinstance(path, str) or "." not in path:
         raise ValueError(f"{flag} {path!r}: expected 'module.function' (e.g. my_pkg.rewards.score)")
     module_name, attr = path.rsplit(".", 1)

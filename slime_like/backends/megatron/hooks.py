@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from slime_like.config.slime_paths import resolve
 from slime_like.utils.user_functions import load_hook
 
 _TIS_KEYWORDS = ("pg_loss", "train_log_probs", "rollout_log_probs", "loss_masks", "total_lengths",
@@ -57,7 +58,7 @@ def load_trainer_hooks(args) -> dict:
         path = getattr(args, dest, None)
         if path:
             shown, positional, keywords = SPECS[dest]
-            hooks[dest] = load_hook(path, flag, shown, *positional, keywords=keywords)
+            hooks[dest] = load_hook(resolve(path), flag, shown, *positional, keywords=keywords)
     return hooks
 
 
