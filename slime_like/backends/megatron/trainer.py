@@ -20,6 +20,7 @@ moved to CPU by offload() together with the actor.
 from __future__ import annotations
 
 import copy
+import logging
 import os
 
 import torch
@@ -34,6 +35,8 @@ from slime_like.backends.megatron import optimizer as O
 from slime_like.backends.megatron.trainer_dist import TrainerDistMixin
 from slime_like.config.hf_config import fill_args_from_hf
 from slime_like.backends.trainer_api import TRAINER_ROLES
+
+log = logging.getLogger(__name__)
 
 POLICY_FIELDS = ("log_probs", "advantages", "ref_log_probs", "rollout_log_probs")
 VALUE_FIELDS = ("values", "returns")
