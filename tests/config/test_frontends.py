@@ -62,11 +62,14 @@ def test_rlinf_seed002_dry_run(paths):
 
 def test_roll_seed003_dry_run(paths):
     base = ["--config", ROLL3, *roll_placeholders(paths)]
-    # actor_infer strategy vllm: not built yet (unless the user's flag after the file picks the engine)
-    with pytest.raises(ConfigError, match=r"is 'vllm', i.e. --rollout-engine vllm, which is not built yet"):
-        parse(base)
+    # actor_infer strategy vllm -> our vLLM engine, its strategy_config -> --vllm-* flags
+    args, out = dry(base)
+    assert args.rollout_engine == "vllm" and args.vllm_gpu_memory_utilization == 0.6 and args.vllm_block_size == 16
+    assert "    --rollout-engine vllm \\" in out and "    --vllm-gpu-memory-utilization 0.6 \\" in out
+    assert "engine: vllm" in out
+    # the user's flag after the file picks another engine: the vLLM settings are said to be unused
     args, out = dry(base + ["--rollout-engine", "cpu"])
-    assert any("strategy_config.gpu_memory_utilization" in w and "--rollout-engine after the file replaces" in w
+    assert any("--vllm-gpu-memory-utilization" in w and "no effect, the rollout engine is cpu" in w
                for w in args.config_warnings)  # the vLLM settings are said to be unused, not dropped silently
     assert args.global_batch_size == 512 and args.n_samples_per_prompt == 8 and args.lr == 1e-6 and args.bf16
     assert args.rollout_max_response_len == 4096 and args.apply_chat_template  # template: native
