@@ -204,6 +204,10 @@ def _rollout_and_eval(args):
         raise ConfigError(f"--max-tool-turns {args.max_tool_turns}: must be >= 0")
     if not args.tool_call_end:
         raise ConfigError("--tool-call-end must be a non-empty stop string, e.g. '</tool>'")
+    if (args.rm_type or "").removeprefix("boxed_") == "ifbench":  # before any engine starts
+        raise ConfigError("--rm-type ifbench is not available in slime_like: slime clones github.com/allenai/IFBench "
+                          "at run time for its instruction checkers (not on PyPI, not shipped here). Clone it "
+                          "yourself and pass --custom-rm-path to a function calling its instructions_registry")
     if args.rm_type == "remote_rm" and not args.rm_url:
         raise ConfigError("--rm-type remote_rm needs --rm-url http://HOST:PORT/...")
     if args.partial_rollout and args.over_sampling_batch_size == args.rollout_batch_size \

@@ -171,3 +171,13 @@ def test_log_multi_turn_and_correct_sample_metrics():
     assert c["correct/num_samples"] == 2
     assert (c["correct_length/p50"], c["correct_length/p100"]) == (0.5, 0.5)   # 3/8 -> 2nd quarter, 8/8 -> 4th
     assert c["correct_entropy"] == pytest.approx(2.0)                          # mean of 1.0 and 3.0
+
+
+def test_ifbench_is_refused_precisely():
+    from slime_like.args import parse_args
+    from slime_like.config.errors import ConfigError
+
+    with pytest.raises(ValueError, match="allenai/IFBench"):
+        compute_score("ifbench", "text", "label")
+    with pytest.raises(ConfigError, match="--rm-type ifbench is not available.*--custom-rm-path"):
+        parse_args(["--rm-type", "ifbench", "--rollout-batch-size", "1", "--num-rollout", "1"], exit_on_error=False)

@@ -43,6 +43,14 @@ RULE_TYPES = ("math", "deepscaler", "dapo", "f1", "gpqa", "random")
 ALL_TYPES = RULE_TYPES + ("remote_rm",)
 
 
+# slime's ifbench grader clones github.com/allenai/IFBench at run time and imports its instruction checkers
+# (not a PyPI package; no data or code of it can ship here, and slime_like downloads nothing while running).
+IFBENCH_REFUSAL = ("--rm-type ifbench is not available in slime_like: slime grades IFBench by cloning "
+                   "github.com/allenai/IFBench when the run starts and importing its instruction checkers, which are "
+                   "not on PyPI and are not shipped here (nothing is downloaded at run time). Clone IFBench yourself "
+                   "and pass --custom-rm-path to a function of yours that calls its instructions_registry")
+
+
 class RewardFunctionError(RuntimeError):
     pass
 
@@ -51,6 +59,8 @@ def _check_type(rm_type: str) -> None:
     import difflib
 
     base = rm_type[len("boxed_"):] if rm_type.startswith("boxed_") else rm_type
+    if base == "ifbench":
+        raise ValueError(IFBENCH_REFUSAL)
     if base not in ALL_TYPES:
         close = difflib.get_close_matches(base, ALL_TYPES, n=2)
         hint = f"; did you mean {close[0]!r}?" if close else ""
