@@ -1,6 +1,6 @@
 """Weight sync trainer -> engine against the memory-copy floor, on the real CPU engine.
 
-    python bench/bench_weight_sync.py [--sizes tiny,100m] [--repeat 5]
+    python bench/bench_weight_sync.py [--sizes tiny,100m] [--repeat 5] [--engines cpu,vllm]
 
 For each model: start the embedded CPU engine (`launcher.start_engine(args, kind="cpu")`), load the same
 checkpoint's state dict in this process (a plain HF state dict stands in for the trainer's exported weights),
@@ -90,15 +90,18 @@ def build_trainer(model_dir: str):
     return MegatronTrainer(args, role="actor", master_port=free_port())
 
 
-def bench_one(model_dir: str, repeat: int, bucket_bytes: int, in_loop: bool = False) -> dict:
+def bench_one(model_dir: str, repeat: int, bucket_bytes: int, in_loop: bool = False, kind: str = "cpu") -> dict:
     from slime_like.backends.engine_api.launcher import start_engine
     from slime_like.backends.engine_api.weight_sync import DistributedWeightSender, TensorWeightSender, paused
 
     sd = load_state(model_dir)
     nbytes = sum(t.numel() * t.element_size() for t in sd.values())
-    args = SimpleNamespace(hf_checkpoint=model_dir, sglang_server_args={}, seed=0, save=tempfile.mkdtemp())
-    eng = start_engine(args, kind="cpu", port=free_port(), env={"OMP_NUM_THREADS": "1"})
-    res = {"model_dir": model_dir, "tensors": len(sd), "bytes": nbytes, "loadavg_start": os.getloadavg()}
+    args = SimpleNamespace(hf_checkpoint=model_dir, sglang_server_args={}, seed=0, save=tempfile.mkdtemp(),
+                           offload_rollout=False, rollout_num_gpus_per_engine=1,
+                           vllm_server_args={"max_model_len": 256}, vllm_cli_options={})
+    eng = start_engine(args, kind=kind, port=free_port(), env={"OMP_NUM_THREADS": "1"})
+    res = {"engine": kind, "model_dir": model_dir, "tensors": len(sd), "bytes": nbytes,
+           "loadavg_start": os.getloadavg()}
     try:
         urls = [eng.url]
         probe = next(k for k in sd if k.endswith("q_proj.weight"))
@@ -171,6 +174,7 @@ def bench_one(model_dir: str, repeat: int, bucket_bytes: int, in_loop: bool = Fa
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="tiny,100m")
+    p.add_argument("--engines", default="cpu", help="engines of ours to push into: cpu, vllm (needs bench/.venv-vllm)")
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--bucket-mb", type=int, default=512, help="--update-weight-buffer-size in MiB")
     p.add_argument("--in-loop", default="100m", help="sizes that also time the in-loop path (megatron trainer "
@@ -191,10 +195,12 @@ def main():
     paths = prepare(a.work_dir)
     result = {"nproc": os.cpu_count(), "torch_threads": torch.get_num_threads(), "repeat": a.repeat,
               "bucket_bytes": a.bucket_mb << 20, "sizes": {}}
-    for size in sizes:
-        print(f"[bench_weight_sync] {size} ...", flush=True)
-        result["sizes"][size] = bench_one(paths[size], a.repeat, a.bucket_mb << 20,
-                                          in_loop=size in a.in_loop.split(","))
+    for kind in a.engines.split(","):
+        for size in sizes:
+            print(f"[bench_weight_sync] {kind} {size} ...", flush=True)
+            key = size if kind == "cpu" else f"{size}/{kind}"
+            result["sizes"][key] = bench_one(paths[size], a.repeat, a.bucket_mb << 20,
+                                             in_loop=size in a.in_loop.split(","), kind=kind)
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(result, f, indent=1)

@@ -125,6 +125,10 @@ class Adapter:
         return web.json_response({"success": True, "message": "updated", "result": result})
 
     async def update_from_tensor(self, request: web.Request):
+        if not self.headers:   # as the cpu engine: the payload names shared memory, so only from a caller we know
+            return web.json_response({"error": {"message": "/update_weights_from_tensor needs an engine started "
+                                                           "with an API key (SLIME_LIKE_ENGINE_API_KEY): it maps "
+                                                           "shared memory named by the caller"}}, status=403)
         body = await _json(request)
         entries = body.get("serialized_named_tensors")
         if not isinstance(entries, list) or not entries:
