@@ -54,7 +54,8 @@ def keyed_engine(tiny_ckpt, tmp_path_factory):
     init_ray(argparse.Namespace(num_gpus_per_node=1))
     placement = create_placement(1)
     args = argparse.Namespace(hf_checkpoint=tiny_ckpt, seed=0, save=str(tmp_path_factory.mktemp("run")),
-                              sglang_server_args={"max_running_requests": 4}, engine_api_key=KEY)
+                              sglang_server_args={"max_running_requests": 4}, engine_api_key=KEY,
+                              sglang_router_ip=None, sglang_router_port=None)
     group = EngineGroup.start(args, placement, [[0]], 1.0, kind="cpu")
     try:
         yield group.urls[0]
