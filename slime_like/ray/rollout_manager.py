@@ -138,6 +138,8 @@ class EngineGroup:
         if self.router is not None:
             self.router.stop()
             self.router = None
+        if not self.actors:  # external engines: nothing of ours; ray.get([]) would auto-start a Ray cluster
+            return
         ray.get([a.stop.remote() for a in self.actors])
         for a in self.actors:
             ray.kill(a)
