@@ -1,5 +1,5 @@
 """Run under the interpreter that has SGLang (bench/.venv-vllm + `sglang==0.5.23 --no-deps`): check our side with
-SGLang's own code and print one JSON line. Usage: python check_with_sglang.py {passthrough|launch|bodies} [IN.json]
+SGLang's own code and print one JSON line. Usage: python check_with_sglang.py {passthrough|launch|bodies IN.json|all IN.json}
 
 * passthrough: our parser in generated mode (from SGLang's real ServerArgs); every generated --sglang-* flag, given
   a value of its kind, goes through our parser and build_sglang_command, and SGLang's own parser reads it back.
@@ -154,5 +154,8 @@ def bodies(path):
 
 if __name__ == "__main__":
     mode = sys.argv[1]
-    result = {"passthrough": passthrough, "launch": launch}.get(mode, lambda: bodies(sys.argv[2]))()
+    if mode == "all":   # one interpreter start (importing SGLang costs ~30 s here) for the three checks
+        result = {"passthrough": passthrough(), "launch": launch(), "bodies": bodies(sys.argv[2])}
+    else:
+        result = {"passthrough": passthrough, "launch": launch}.get(mode, lambda: bodies(sys.argv[2]))()
     print("RESULT " + json.dumps(result, default=str))

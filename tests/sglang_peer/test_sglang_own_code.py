@@ -13,16 +13,16 @@ from aiohttp import web
 from conftest import run_check
 
 
-def test_every_generated_sglang_flag_round_trips_through_sglangs_parser(sglang_python):
+def test_every_generated_sglang_flag_round_trips_through_sglangs_parser(checked):
     """--sglang-X V -> our parser (generated from the real ServerArgs) -> build_sglang_command -> SGLang's own
     parser reads what it reads from --X V. 532 options; the few with JSON / custom value parsers are not probed."""
-    r = run_check(sglang_python, "passthrough")
+    r = checked["passthrough"]
     assert r["options"] > 500 and r["checked"] > 450, r
     assert r["failed"] == [], r["failed"]
 
 
-def test_launch_command_gives_the_intended_server_args(sglang_python):
-    r = run_check(sglang_python, "launch")
+def test_launch_command_gives_the_intended_server_args(checked):
+    r = checked["launch"]
     assert r["argv"][:2] == ["-m", "sglang.launch_server"]
     assert r["mismatch"] == {}, r["mismatch"]
 
@@ -67,7 +67,14 @@ class Recorder:
         return web.json_response(answer)
 
 
-def test_every_request_body_we_send_is_accepted_by_sglangs_request_classes(sglang_python, tmp_path):
+@pytest.fixture(scope="module")
+def checked(sglang_python, tmp_path_factory):
+    """Record every body our client and senders send, then run all three checks in one SGLang interpreter."""
+    path = record_bodies(tmp_path_factory.mktemp("sglang_bodies"))
+    return run_check(sglang_python, "all", str(path))
+
+
+def record_bodies(tmp_path):
     from slime_like.backends.engine_api import weight_sync
     from slime_like.backends.engine_api.client import EngineClient
     from slime_like.rollout.generate import sampling_params_from_args
@@ -104,7 +111,11 @@ def test_every_request_body_we_send_is_accepted_by_sglangs_request_classes(sglan
     rec.joiner.wait(60)
     path = tmp_path / "bodies.json"
     path.write_text(json.dumps(rec.bodies))
-    r = run_check(sglang_python, "bodies", str(path))
+    return path
+
+
+def test_every_request_body_we_send_is_accepted_by_sglangs_request_classes(checked):
+    r = checked["bodies"]
     assert r["rejected"] == [], r["rejected"]
     for route in ("/generate", "/abort_request", "/pause_generation", "/continue_generation",
                   "/release_memory_occupation", "/resume_memory_occupation", "/update_weights_from_disk",
