@@ -29,6 +29,8 @@ def pinned(*names: str) -> list:
 EXTRAS = {
     # the trainer: megatron-core on torch, HF configs / weights
     "megatron": pinned("torch", "megatron-core", "transformers", "tokenizers", "safetensors", "numpy"),
+    # the FSDP2 trainer (--train-backend fsdp): the HF model through transformers, LoRA through peft
+    "fsdp": pinned("torch", "transformers", "peft", "accelerate", "safetensors"),
     # the Ray layer (placement, actors, the run's own cluster)
     "ray": pinned("ray", "psutil"),
     # rollout: engine client, data sources, reward graders, the embedded CPU engine (torch + transformers)
@@ -43,7 +45,7 @@ EXTRAS = {
     "vllm": ["vllm"],
 }
 # everything a CPU machine runs (train.py end to end, logging, the tests); GPU engines stay separate extras
-EXTRAS["all"] = sorted({r for k in ("megatron", "ray", "rollout", "wandb", "tensorboard", "plot", "test")
+EXTRAS["all"] = sorted({r for k in ("megatron", "fsdp", "ray", "rollout", "wandb", "tensorboard", "plot", "test")
                         for r in EXTRAS[k]})
 
 setup(

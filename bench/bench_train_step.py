@@ -1,4 +1,5 @@
-"""CPU cost of MegatronTrainer.train_step next to a plain transformers step on the same batch (not a test).
+"""CPU cost of MegatronTrainer.train_step and FSDPTrainer.train_step (full and LoRA) next to a plain
+transformers step on the same batch (not a test).
 
 Shapes (model + batch):
   demo   the demo's Qwen2 (hidden 128, 2 layers, vocab 16; random init, same cost as the SFT-warmed one),
@@ -10,12 +11,16 @@ Shapes (model + batch):
 Both sides do one optimizer step over the whole batch per step:
   megatron      MegatronTrainer.train_step: GRPO policy loss, on-policy (no separate old-log-prob pass,
                 as train.py runs it), mcore DDP + Adam + clip-grad
+  fsdp          FSDPTrainer.train_step (--train-backend fsdp, world size 1): the same GRPO step on the HF model
+  fsdp_lora     the same with --lora-rank 16 --lora-alpha 32 on all linear layers (only adapters in AdamW)
   transformers  the HF model in micro-batches of the same size, right-padded with an attention mask,
                 the same token-mean PPO surrogate at ratio 1, backward, clip_grad_norm_, torch AdamW
 The two alternate step by step in this one process and the table shows medians of process CPU seconds
 and wall seconds per step, and tokens/s (real prompt + response tokens / CPU s), and the model FLOPs per
 CPU second (6 x params x tokens) as a fraction of the machine's roofline, a fp32 torch.mm measured first by
-this script at the same thread count. The machine is shared: read the ratios, not the absolute numbers.
+this script at the same thread count, and each side's training state after its steps: parameters + optimizer
+state in MB (LoRA: the frozen base + adapters, and Adam moments of the adapters only).
+The machine is shared: read the ratios, not the absolute numbers.
 
     python bench/bench_train_step.py [--shapes demo,100m,long] [--steps 5] [--threads 1]
         [--out bench/results/bench_train_step.json] [--profile DIR]
@@ -59,22 +64,60 @@ def make_batch(n, prompt, response, vocab, seed=0):
             "rewards": [float(rng.random() < 0.5) for _ in range(n)]}
 
 
-def megatron_step(ckpt, batch, micro, port, extra=()):
+def _trainer_args(ckpt, batch, micro, extra=()):
     from slime_like.args import parse_args
-    from slime_like.backends.megatron.trainer import MegatronTrainer
 
     n = len(batch["tokens"])
-    args = parse_args(["--hf-checkpoint", ckpt, "--rollout-batch-size", str(n), "--n-samples-per-prompt", "1",
+    return parse_args(["--hf-checkpoint", ckpt, "--rollout-batch-size", str(n), "--n-samples-per-prompt", "1",
                        "--num-rollout", "100", "--colocate", "--actor-num-gpus-per-node", "1",
                        "--global-batch-size", str(n), "--micro-batch-size", str(micro), "--lr", "1e-5",
                        "--lr-decay-style", "constant", "--clip-grad", "1.0", "--advantage-estimator", "grpo",
                        "--moe-token-dispatcher-type", "alltoall", *extra], exit_on_error=False)
-    t = MegatronTrainer(args, role="actor", master_port=port)
+
+
+def _stepper(t, batch):
     assert not t.old_log_probs_needed()  # on-policy, as train.py runs the demo
     b = dict(batch)
     b.update(t.compute_advantages(b))
     calls = iter(range(10 ** 6))
-    return (lambda: t.train_step(next(calls), b)), sum(p.numel() for c in t.chunks for p in c.parameters())
+    return lambda: t.train_step(next(calls), b)
+
+
+def megatron_step(ckpt, batch, micro, port, extra=()):
+    from slime_like.backends.megatron.trainer import MegatronTrainer
+
+    t = MegatronTrainer(_trainer_args(ckpt, batch, micro, extra), role="actor", master_port=port)
+    state = lambda: _mb(t.chunks, t.optimizer)  # noqa: E731
+    return _stepper(t, batch), sum(p.numel() for c in t.chunks for p in c.parameters()), state
+
+
+def fsdp_step(ckpt, batch, micro, port, extra=()):
+    """FSDPTrainer in this process (world size 1; it joins the process group megatron_step opened)."""
+    from slime_like.backends.fsdp.trainer import FSDPTrainer
+
+    t = FSDPTrainer(_trainer_args(ckpt, batch, micro, ("--train-backend", "fsdp", *extra)), role="actor",
+                    master_port=port)
+    return _stepper(t, batch), lambda: _mb([t.model], t.optimizer)
+
+
+def _tensor_mb(tensors) -> float:
+    seen, total = set(), 0
+    for x in tensors:
+        x = x.to_local() if hasattr(x, "to_local") else x
+        if torch.is_tensor(x) and x.data_ptr() not in seen:
+            seen.add(x.data_ptr())
+            total += x.numel() * x.element_size()
+    return total / 2 ** 20
+
+
+def _mb(modules, optimizer) -> dict:
+    """Parameters and optimizer state (Adam moments, fp32 main copies when there are any) in MB."""
+    inner = [getattr(o, "optimizer", o) for o in getattr(optimizer, "chained_optimizers", [optimizer])]
+    states = [v for o in inner for st in o.state.values() for v in st.values()]
+    mains = [p for o in getattr(optimizer, "chained_optimizers", [optimizer])
+             for g in getattr(o, "fp32_from_float16_groups", []) for p in g]
+    return {"params_mb": _tensor_mb(p for m in modules for p in m.parameters()),
+            "optimizer_state_mb": _tensor_mb(states + mains)}
 
 
 def transformers_step(ckpt, batch, micro):
@@ -112,7 +155,7 @@ def transformers_step(ckpt, batch, micro):
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    return step
+    return step, lambda: _mb([model], opt)
 
 
 def measure(steps: dict, n: int) -> dict:
@@ -188,26 +231,35 @@ def main(argv=None):
             vocab = json.load(open(os.path.join(ckpt, "config.json")))["vocab_size"]
             batch = make_batch(n, prompt, response, vocab)
             tokens = sum(len(t) for t in batch["tokens"])
-            mc, n_params = megatron_step(ckpt, batch, micro, port, a.megatron_flags.split())
-            steps = {"megatron": mc, "transformers": transformers_step(ckpt, batch, micro)}
+            mc, n_params, m_state = megatron_step(ckpt, batch, micro, port, a.megatron_flags.split())
+            fc, f_state = fsdp_step(ckpt, batch, micro, port)
+            lc, l_state = fsdp_step(ckpt, batch, micro, port, ("--lora-rank", "16", "--lora-alpha", "32"))
+            tc, t_state = transformers_step(ckpt, batch, micro)
+            steps = {"megatron": mc, "fsdp": fc, "fsdp_lora": lc, "transformers": tc}
             med = measure(steps, a.steps)
+            memory = {k: fn() for k, fn in (("megatron", m_state), ("fsdp", f_state), ("fsdp_lora", l_state),
+                                            ("transformers", t_state))}
             if a.profile:
                 profile(steps, a.profile, shape)
             row = {"shape": shape, "params": n_params, "samples": n, "micro_batch": micro, "tokens_per_step": tokens,
                    "threads": a.threads, "steps": a.steps, "megatron_flags": a.megatron_flags,
                    **{f"{k}_{m}_s": v[i] for k, v in med.items() for i, m in enumerate(("cpu", "wall"))},
-                   "ratio_megatron_over_transformers_tokens_per_cpu_s": med["transformers"][0] / med["megatron"][0]}
+                   "ratio_megatron_over_transformers_tokens_per_cpu_s": med["transformers"][0] / med["megatron"][0],
+                   "ratio_fsdp_over_transformers_tokens_per_cpu_s": med["transformers"][0] / med["fsdp"][0],
+                   "ratio_fsdp_lora_over_fsdp_tokens_per_cpu_s": med["fsdp"][0] / med["fsdp_lora"][0],
+                   "ratio_lora_over_full_optimizer_state": memory["fsdp_lora"]["optimizer_state_mb"]
+                   / memory["fsdp"]["optimizer_state_mb"],
+                   **{f"{k}_{m}": v for k, d in memory.items() for m, v in d.items()}}
             for k, (cpu_s, _) in med.items():  # model FLOPs per CPU second against the torch.mm roofline
                 row[f"{k}_model_gflops_per_cpu_s"] = model_flops(n_params, tokens) / cpu_s / 1e9
                 row[f"{k}_fraction_of_matmul_peak"] = model_flops(n_params, tokens) / cpu_s / peak
             results.append(row)
-            print(f"{shape:>5} {n_params / 1e6:6.1f}M {n:4d}x~{tokens // n} tok | megatron {med['megatron'][0]:.3f} s CPU "
-                  f"{med['megatron'][1]:.3f} s wall | transformers {med['transformers'][0]:.3f} s CPU "
-                  f"{med['transformers'][1]:.3f} s wall | tokens/CPU-s megatron {tokens / med['megatron'][0]:.0f} "
-                  f"transformers {tokens / med['transformers'][0]:.0f} ratio "
-                  f"{row['ratio_megatron_over_transformers_tokens_per_cpu_s']:.2f} | of matmul peak: megatron "
-                  f"{row['megatron_fraction_of_matmul_peak']:.0%} transformers "
-                  f"{row['transformers_fraction_of_matmul_peak']:.0%}", flush=True)
+            print(f"{shape:>5} {n_params / 1e6:6.1f}M {n:4d}x~{tokens // n} tok, roofline fraction in ()", flush=True)
+            for k, (cpu_s, wall_s) in med.items():
+                print(f"   {k:>12}: {cpu_s:.3f} s CPU {wall_s:.3f} s wall | {tokens / cpu_s:8.0f} tokens/CPU-s "
+                      f"({row[f'{k}_fraction_of_matmul_peak']:.0%}) | params {memory[k]['params_mb']:.1f} MB + "
+                      f"optimizer state {memory[k]['optimizer_state_mb']:.1f} MB", flush=True)
+            print(f"   LoRA optimizer state / full: {row['ratio_lora_over_full_optimizer_state']:.4f}", flush=True)
     if a.out:
         os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
         with open(a.out, "w") as f:

@@ -63,7 +63,8 @@ class TrainerBackend(Protocol):
 
 
 # flag value -> "module:Class" whose constructor takes (args, role=, rank=, world_size=, master_addr=, master_port=)
-_BUILTIN = {"megatron": "slime_like.backends.megatron.trainer:MegatronTrainer"}
+_BUILTIN = {"megatron": "slime_like.backends.megatron.trainer:MegatronTrainer",
+            "fsdp": "slime_like.backends.fsdp.trainer:FSDPTrainer"}
 _REGISTRY: dict[str, str | type] = dict(_BUILTIN)
 
 

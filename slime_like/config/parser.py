@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 
-from slime_like.config import (flags_algo, flags_misc, flags_model, flags_rl, flags_slime, flags_train,
+from slime_like.config import (flags_algo, flags_fsdp, flags_misc, flags_model, flags_rl, flags_slime, flags_train,
                                sglang_passthrough, vllm_passthrough)
 from slime_like.config.errors import ConfigError, did_you_mean
 
 GROUP_ORDER = ["cluster", "model", "model (MoE)", "checkpoint", "rollout", "data", "eval", "perf/parallelism",
-               "algorithm (GRPO/PPO)", "optimizer & LR schedule", "SGLang", "vLLM", "reward",
+               "algorithm (GRPO/PPO)", "optimizer & LR schedule", "fsdp / LoRA", "SGLang", "vLLM", "reward",
                "logging (wandb / tensorboard)", "debug", flags_slime.GROUP]
 
 
@@ -43,6 +43,7 @@ def build_parser(prog: str = "train.py", generated_sglang: bool = False, vllm_sp
     flags_train.add_perf_group(p)
     flags_algo.add_algorithm_group(p)
     flags_train.add_optimizer_group(p)
+    flags_fsdp.add_fsdp_group(p)
     flags_misc.add_sglang_group(p)
     sglang_group = p._action_groups[-1]
     flags_misc.add_vllm_group(p)

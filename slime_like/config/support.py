@@ -95,8 +95,9 @@ UNSUPPORTED = {
     "hysteresis": "fp16 dynamic loss scaling keeps megatron-core's defaults; drop it",  # pending: megatron
     # checkpoints
     "ref_ckpt_step": "the reference model loads the latest step of --ref-load; drop it",  # pending: megatron
-    # pending: megatron (read by tools/convert_megatron_to_hf.py, which does not run this check)
-    "save_hf": "train.py does not export HF weights while training; convert a saved step afterwards with "
+    # pending: megatron (read by tools/convert_megatron_to_hf.py and the FSDP trainer)
+    "save_hf": "the Megatron trainer does not export HF weights while training (--train-backend fsdp does); "
+               "convert a saved step afterwards with "
                "python tools/convert_megatron_to_hf.py --load SAVE_DIR --hf-checkpoint HF --save-hf DIR",
     # pending: megatron (read by tools/convert_megatron_to_hf.py, which does not run this check)
     "ckpt_step": "train.py resumes from the latest complete step of --load (only tools/convert_megatron_to_hf.py "
@@ -216,7 +217,7 @@ SLIME_ONLY = {flag[2:].replace("-", "_"): feature for flag, feature in SLIME_ONL
 # global_batch_size, num_steps_per_rollout and num_rollout are read by the trainers too, but must equal the
 # rollout side's values, so they stay shared.
 ROLE_GROUPS = ("model", "model (MoE)", "checkpoint", "perf/parallelism", "algorithm (GRPO/PPO)",
-               "optimizer & LR schedule")
+               "optimizer & LR schedule", "fsdp / LoRA")
 ROLE_EXTRA_KEYS = ("micro_batch_size", "update_weight_buffer_size")
 
 # dest -> predicate(args_view, value): the rule applies only when this is true.
@@ -224,6 +225,7 @@ APPLIES_WHEN = {
     "rope_scaling_factor": lambda a, v: a.multi_latent_attention and v != 1.0,  # Llama 3.1's scaling is honoured
     "mscale": lambda a, v: a.multi_latent_attention and a.rope_scaling_factor != 1.0,
     "mscale_all_dim": lambda a, v: a.multi_latent_attention and a.rope_scaling_factor != 1.0,
+    "save_hf": lambda a, v: a.train_backend != "fsdp",
     "add_position_embedding": lambda a, v: a.position_embedding_type == "learned_absolute"
     and not a.use_rotary_position_embeddings,
     "tokenizer_model": lambda a, v: v != a.hf_checkpoint,

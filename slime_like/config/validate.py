@@ -9,6 +9,7 @@ import time
 
 from slime_like.config.errors import ConfigError, warn
 from slime_like.config.flags_algo import ESTIMATOR_TRAITS, reference_needed
+from slime_like.config.validate_fsdp import validate_fsdp
 from slime_like.config.hf_config import check_model_against_hf, fill_model_from_hf
 from slime_like.config.support import (check_engine_passthrough, check_flag_support, check_role_overrides_support,
                                        check_router_flags)
@@ -30,6 +31,7 @@ def validate_args(args, raise_path_problems: bool = True) -> None:
     validate_extras(args)
     _rollout_and_eval(args)
     _checkpoints(args)
+    validate_fsdp(args)
     _debug(args)
     fill_model_from_hf(args)
     _model(args)
@@ -123,7 +125,9 @@ def _algorithm(args):
         warn(args, f"--kl-coef {args.kl_coef} has no effect with --advantage-estimator {est}: it ignores the "
                    "reward-side KL, so no reference model and no reference forward pass are run for it "
                    "(regularise with --use-kl-loss --kl-loss-coef instead)")
-    if reference_needed(args):
+    # with LoRA (--train-backend fsdp) the reference is the base (--ref-load or --hf-checkpoint), adapters disabled
+    lora_reference = args.train_backend == "fsdp" and args.lora_rank
+    if reference_needed(args) and not lora_reference:
         if not args.ref_load:
             which = "--use-kl-loss" if args.use_kl_loss else f"--kl-coef {args.kl_coef}"
             raise ConfigError(f"{which} needs a reference model: set --ref-load to its checkpoint")

@@ -50,15 +50,16 @@ def test_registries_refuse_unknown_names_and_double_registration():
                           master_addr="127.0.0.1", master_port=1)
 
 
-def test_megatron_trainer_implements_the_trainer_backend_protocol():
-    cls = trainer_api.backend_class("megatron")
+@pytest.mark.parametrize("backend,fmt", [("megatron", "torch_dist"), ("fsdp", "dcp")])
+def test_trainers_implement_the_trainer_backend_protocol(backend, fmt):
+    cls = trainer_api.backend_class(backend)
     for name, member in inspect.getmembers(trainer_api.TrainerBackend, inspect.isfunction):
         if name.startswith("_"):
             continue
         mine = getattr(cls, name, None)
-        assert callable(mine), f"MegatronTrainer lacks {name}()"
+        assert callable(mine), f"{cls.__name__} lacks {name}()"
         assert list(inspect.signature(mine).parameters) == list(inspect.signature(member).parameters), name
-    assert cls.checkpoint_format == "torch_dist"
+    assert cls.checkpoint_format == fmt
 
 
 def test_external_engine_group_is_built_through_init():

@@ -28,7 +28,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # Megatron trainer's own guard). The start-up check says it earlier; any other overlap means the flag is
 # now honoured and its table entry must go.
 GUARDED_DOWNSTREAM = {"rope_scaling_factor", "context_parallel_size", "use_unbiased_kl", "custom_tis_function_path",
-                      "reset_optimizer_states", "log_probs_chunk_size", "recompute_loss_function"}
+                      "reset_optimizer_states", "log_probs_chunk_size", "recompute_loss_function",
+                      "save_hf"}  # --save-hf: honoured by --train-backend fsdp, refused (APPLIES_WHEN) for megatron
 # flags whose rule applies only in context (support.APPLIES_WHEN): the tokens that create it
 CONTEXT = {"rope_scaling_factor": ["--multi-latent-attention"],
            "mscale": ["--multi-latent-attention", "--rotary-scaling-factor", "40"],

@@ -137,6 +137,13 @@ def test_placement_flag_for_slime_users(base):
         parse(base + ["--placement", "actor,rollout:0-1"])
 
 
+def test_rlinf_fsdp_backend_selects_the_fsdp_trainer(paths):
+    args = parse(["--config", RLINF1, *rlinf_placeholders(paths), "actor.training_backend=fsdp",
+                  "actor.model.tensor_model_parallel_size=1", "actor.model.pipeline_model_parallel_size=1",
+                  "actor.model.precision=bf16", "actor.optim.fp16=False", "actor.optim.bf16=True"])
+    assert args.train_backend == "fsdp"
+
+
 @pytest.mark.parametrize("extra, message", [
     (["actor.model.tensor_model_paralel_size=2"],
      r"actor.model.tensor_model_paralel_size: unknown key \(did you mean tensor_model_parallel_size\?\)"),
@@ -149,7 +156,9 @@ def test_placement_flag_for_slime_users(base):
      r"rollout on GPUs 1-2 overlaps the actor on 0-1 only in part"),
     (["cluster.component_placement={actor: 0-1, rollout: 2-3}"],
      r"--placement: actor on GPU 1, outside the cluster of 1 node\(s\) x 1 GPUs"),
-    (["actor.training_backend=fsdp"], r"--train-backend fsdp, which is not built yet"),
+    (["actor.training_backend=fsdp", "actor.model.tensor_model_parallel_size=2",
+      "inference.model.tensor_model_parallel_size=2"],
+     r"--tensor-model-parallel-size 2 is Megatron parallelism; --train-backend fsdp"),
     # errors the parser / validation find later still name the key the flag came from
     (["actor.lr_sched.lr_decay_style=fancy"],
      r"actor.lr_sched.lr_decay_style \(translated to --lr-decay-style\): argument --lr-decay-style: invalid choice"),

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from slime_like import algorithms as alg
-from slime_like.backends.megatron import data as D
-from slime_like.backends.megatron import loss as L
+from slime_like.backends.training import data as D
+from slime_like.backends.training import loss as L
 from slime_like.backends.megatron import optimizer as O
 
 

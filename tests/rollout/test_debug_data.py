@@ -4,7 +4,7 @@ import os
 import pytest
 import torch
 
-from slime_like.backends.megatron.ci_checks import CICheckError, check_step
+from slime_like.backends.training.ci_checks import CICheckError, check_step
 from slime_like.rollout.debug_data import load_rollout, save_rollout
 from slime_like.sample import Sample, Status
 

@@ -16,20 +16,17 @@ from __future__ import annotations
 import logging
 import os
 import random
-import re
 import shutil
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-TRACKER = "latest_checkpointed_iteration.txt"
-PUBLISHED = "PUBLISHED"
+from slime_like.backends.training.publish import PUBLISHED, TRACKER, iteration_dir  # noqa: F401
+from slime_like.backends.training.publish import latest_iteration as _latest_iteration
+from slime_like.backends.training.publish import publish as _publish
+
 log = logging.getLogger(__name__)
-
-
-def iteration_dir(root: str, iteration: int) -> str:
-    return os.path.join(root, f"iter_{iteration:07d}")
 
 
 def is_hf_dir(path) -> bool:
@@ -158,21 +155,6 @@ def save_checkpoint(save_dir: str, iteration: int, model_chunks, optimizer=None,
     return path
 
 
-def _publish(save_dir: str, iteration: int):
-    """Atomically point latest_checkpointed_iteration.txt at `iteration` (tmp file, fsync, os.replace).
-
-    The iteration dir also gets a PUBLISHED file first, so a fallback only ever picks iterations that
-    were published once (a save killed after writing its shards but before this call stays invisible).
-    """
-    open(os.path.join(iteration_dir(save_dir, iteration), PUBLISHED), "w").close()
-    tmp = os.path.join(save_dir, TRACKER + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(str(iteration))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(save_dir, TRACKER))
-
-
 def _is_complete(path: str) -> bool:
     from megatron.core.dist_checkpointing import check_is_distributed_checkpoint
 
@@ -181,24 +163,7 @@ def _is_complete(path: str) -> bool:
 
 def latest_iteration(load_dir: str) -> int | None:
     """The published iteration, or the newest complete one below it if that directory is incomplete."""
-    tracker = os.path.join(load_dir, TRACKER)
-    if not os.path.isfile(tracker):
-        return None
-    text = open(tracker).read().strip()
-    if not text.isdigit():
-        raise ValueError(f"{tracker}: expected an iteration number, found {text!r}")
-    published = int(text)
-    if _is_complete(iteration_dir(load_dir, published)):
-        return published
-    found = sorted((int(m.group(1)) for d in os.listdir(load_dir) if (m := re.fullmatch(r"iter_(\d{7})", d))),
-                   reverse=True)
-    for it in found:
-        path = iteration_dir(load_dir, it)
-        if it < published and _is_complete(path) and os.path.exists(os.path.join(path, PUBLISHED)):
-            log.warning("%s: iteration %d is incomplete; falling back to iteration %d", load_dir, published, it)
-            return it
-    raise FileNotFoundError(f"{tracker} names iteration {published} but {iteration_dir(load_dir, published)} is "
-                            "incomplete and no older complete iteration exists")
+    return _latest_iteration(load_dir, _is_complete)
 
 
 def load_checkpoint(load_dir: str, model_chunks, optimizer=None, scheduler=None, load_optim: bool = True,

@@ -26,13 +26,13 @@ import os
 import torch
 
 from slime_like import algorithms as alg
-from slime_like.backends.megatron import ci_checks
-from slime_like.backends.megatron import data as D
 from slime_like.backends.megatron import hooks as H
 from slime_like.backends.megatron.checks import check_supported
-from slime_like.backends.megatron import loss as L
 from slime_like.backends.megatron import optimizer as O
 from slime_like.backends.megatron.trainer_dist import TrainerDistMixin
+from slime_like.backends.training import ci_checks
+from slime_like.backends.training import data as D
+from slime_like.backends.training import loss as L
 from slime_like.config.hf_config import fill_args_from_hf
 from slime_like.backends.trainer_api import TRAINER_ROLES
 

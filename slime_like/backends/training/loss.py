@@ -1,4 +1,8 @@
-"""Per-micro-batch losses of the Megatron trainer, built from slime_like.algorithms' pure functions.
+"""Per-micro-batch losses of the trainers (Megatron and FSDP), built from slime_like.algorithms' pure functions.
+
+Backend-neutral: `output` is the model's logits `[b, S, V]` (or values `[b, S, 1]` for the critic) and
+the MicroBatch says where each response token is scored. Only Megatron has tensor parallelism; the FSDP
+trainer always sees the full vocabulary (TP = 1).
 
 What lives here and not in algorithms/: the tensor-parallel part. Under TP each rank holds a vocabulary
 slice of the logits `[.., V/tp]`; `vocab_parallel_logprobs_entropy` computes log p(target) and the
@@ -16,18 +20,22 @@ objective, reached through Megatron's own path.
 """
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from slime_like import algorithms as alg
-from slime_like.backends.megatron.data import MicroBatch
+from slime_like.backends.training.data import MicroBatch
 from slime_like.backends.megatron.hooks import custom_tis as custom_tis_call
 
 
 def _tp():
-    """(group, size, rank) of tensor parallelism; no TP before mcore's parallel state exists."""
-    from megatron.core import parallel_state as ps
+    """(group, size, rank) of tensor parallelism; no TP before mcore's parallel state exists.
 
-    if not ps.model_parallel_is_initialized():
+    Looked up in sys.modules: a backend that never imported megatron-core (FSDP) has no TP, and must not
+    pay megatron-core's import for asking."""
+    ps = sys.modules.get("megatron.core.parallel_state")
+    if ps is None or not ps.model_parallel_is_initialized():
         return None, 1, 0
     return ps.get_tensor_model_parallel_group(), ps.get_tensor_model_parallel_world_size(), \
         ps.get_tensor_model_parallel_rank()
@@ -47,12 +55,14 @@ def vocab_parallel_logprobs_entropy(logits: torch.Tensor, targets: torch.Tensor,
     (megatron's reduce_from_tensor_model_parallel_region): every TP rank computes the same loss, so each
     rank's slice gets exactly dL/d(sum). The max is a constant shift (detached), which is exact.
     """
-    from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region
-
     group, tp, rank = _tp()
 
     def reduce_sum(x, group):
-        return reduce_from_tensor_model_parallel_region(x.contiguous(), group=group) if tp > 1 else x
+        if tp == 1:
+            return x
+        from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region
+
+        return reduce_from_tensor_model_parallel_region(x.contiguous(), group=group)
 
     logits = logits.float()
     v_local = logits.size(-1)
@@ -166,7 +176,7 @@ def sft_terms(args, output: torch.Tensor, mb: MicroBatch):
                                               vocab_size=args.vocab_size)
     loss = alg.sft_loss(logp, mb.loss_mask)
     if loss.dim() == 0:  # a reduced NLL cannot be re-aggregated over the step; fail loudly
-        raise TypeError("algorithms.sft_loss must return per-token losses [n, R] for the Megatron trainer")
+        raise TypeError("algorithms.sft_loss must return per-token losses [n, R] for the trainers")
     return loss, {"sft_loss": (loss * mb.loss_mask).sum().detach()}
 
 

@@ -1,0 +1,305 @@
+"""FSDPTrainer: one trainer rank of the actor or the critic on the FSDP2 backend (`--train-backend fsdp`).
+
+Same public API and semantics as MegatronTrainer (the shared half is backends/training/base.py): the
+micro-batches, losses, estimators, metrics and LR schedule are the same code; what differs is the model
+(transformers from --hf-checkpoint, sharded by `fully_shard`), the optimizer (torch AdamW over the sharded
+fp32 params, Megatron's decay rules), checkpoints (DCP, checkpoint.py) and weight export (weights.py).
+
+FSDP is pure data parallelism: every rank is its own DP rank; each holds 1/world of every parameter,
+gradient and Adam moment (full_shard). A step's loss is the token-mean over every rank's micro-batches:
+each micro-batch's backward gets sum_t l_t * dp / N_step, and FSDP's reduce-scatter averages over ranks.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import math
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from slime_like import algorithms as alg
+from slime_like.backends.fsdp import model as M
+from slime_like.backends.training import data as D
+from slime_like.backends.training import loss as L
+from slime_like.backends.training.base import RLTrainerBase, _get
+from slime_like.config.role_overrides import ROLES
+
+log = logging.getLogger(__name__)
+
+
+class DataParallelView:
+    """The parallel-state questions RLTrainerBase asks, answered for pure data parallelism."""
+
+    def __init__(self, rank: int, world_size: int):
+        self.rank, self.world_size = rank, world_size
+
+    def get_data_parallel_group(self):
+        return dist.group.WORLD
+
+    def get_data_parallel_world_size(self, with_context_parallel=False):
+        return self.world_size
+
+    def get_data_parallel_rank(self, with_context_parallel=False):
+        return self.rank
+
+    def is_pipeline_last_stage(self):
+        return True
+
+    def get_pipeline_model_parallel_world_size(self):
+        return 1
+
+
+class AdaptersDisabled:
+    """The LoRA reference model: the actor's own sharded module, called with its adapters switched off (peft's
+    disable_adapter), i.e. the frozen base, without a second copy of the weights."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, **inputs):
+        with self.model.disable_adapter():
+            return self.model(**inputs)
+
+    @property
+    def training(self):
+        return self.model.training
+
+    def train(self, mode: bool = True):
+        self.model.train(mode)
+
+    def eval(self):
+        self.model.eval()
+
+
+def init_process_group(rank, world_size, master_addr, master_port, timeout_minutes=10):
+    if dist.is_initialized():
+        return
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank % torch.cuda.device_count())))
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://{master_addr}:{master_port}",
+                            rank=rank, world_size=world_size, timeout=timedelta(minutes=timeout_minutes))
+
+
+class FSDPTrainer(RLTrainerBase):
+    """Implements `slime_like.backends.trainer_api.TrainerBackend` (`--train-backend fsdp`)."""
+
+    checkpoint_format = "dcp"
+    pack_rows = False  # HF attention takes padded rows; token-budget groups still bound each micro-batch
+
+    def __init__(self, args, role: str = "actor", rank: int = 0, world_size: int = 1,
+                 master_addr: str = "127.0.0.1", master_port: int = 29500):
+        if role == "reference":
+            raise NotImplementedError("a reference model on GPUs of its own (--placement reference:...) is not built "
+                                      "for --train-backend fsdp; place it with the actor (LoRA: it is the actor)")
+        if role not in ROLES:
+            raise ValueError(f"FSDPTrainer role must be one of {ROLES}, got {role!r}")
+        from slime_like.backends.fsdp import checkpoint
+
+        args = copy.copy(args)  # our view; the caller's namespace is never mutated
+        self._check_supported(args, role)
+        self.args, self.role = args, role
+        self.estimator = alg.get_estimator(args.advantage_estimator)
+        init_process_group(rank, world_size, master_addr, master_port,
+                           _get(args, "distributed_timeout_minutes", 10))
+        self.ps = DataParallelView(dist.get_rank(), dist.get_world_size())
+        torch.manual_seed(_get(args, "seed", 1234))
+        self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
+        self.lora = int(_get(args, "lora_rank", 0) or 0) > 0
+        self.mesh = M.device_mesh(args, self.ps.world_size, "cuda" if self.device is not None else "cpu")
+
+        resume = checkpoint.has_checkpoint(_get(args, "load"))
+        # a resume still needs the frozen LoRA base (and full fine-tuning's shapes): the weights it started from
+        module = M.load_hf_model(args, role, self._initial_source())
+        args.vocab_size = getattr(getattr(module, "config", None), "vocab_size", None)
+        if self.lora:
+            module = M.add_lora(args, module, role)
+        self.model = M.shard_model(args, module.to(self.device) if self.device else module, self.mesh)
+        self.optimizer = self._build_optimizer()
+        from slime_like.backends.megatron.optimizer import build_scheduler  # megatron's schedule, same LRs
+
+        self.scheduler = build_scheduler(args, self.optimizer)
+        self.loaded_rollout_id = None
+        if resume:
+            load_optim = not _get(args, "no_load_optim", False) and not _get(args, "finetune", False)
+            self.loaded_rollout_id = checkpoint.load(self, args.load, load_optim=load_optim)
+            if _get(args, "finetune", False):
+                self.loaded_rollout_id = None
+        self.ref_model = self._build_reference() if role == "actor" and (
+            args.use_kl_loss or self._reward_kl_coef()) else None
+        self._offloaded = False
+
+    # ----------------------------------------------------------------- setup helpers
+    @staticmethod
+    def _check_supported(args, role):
+        loss_type = _get(args, "loss_type", "policy_loss")
+        if role == "actor" and loss_type not in ("policy_loss", "sft_loss"):
+            raise NotImplementedError(f"--loss-type {loss_type} is not supported by the FSDP trainer; "
+                                      "use policy_loss or sft_loss")
+        if not _get(args, "hf_checkpoint"):
+            raise ValueError("--train-backend fsdp builds the model from --hf-checkpoint DIR; set it")
+        if int(_get(args, "lora_rank", 0) or 0) and _get(args, "ref_update_interval"):
+            raise ValueError("--ref-update-interval with --lora-rank: the LoRA reference is the frozen base model "
+                             "(adapters disabled); drop --ref-update-interval or train without LoRA")
+        if not _get(args, "rollout_temperature", 1.0) > 0:
+            raise ValueError(f"--rollout-temperature must be > 0, got {args.rollout_temperature}")
+
+    def _initial_source(self):
+        """--load when it is an HF directory, else --ref-load, else --hf-checkpoint (the Megatron order). With
+        LoRA this is also the frozen base, and so the KL reference (adapters disabled)."""
+        from slime_like.backends.fsdp.checkpoint import is_hf_dir
+
+        load = _get(self.args, "load")
+        if load and is_hf_dir(load):
+            return load
+        return _get(self.args, "ref_load") or self.args.hf_checkpoint
+
+    def _build_optimizer(self):
+        """AdamW (Megatron's "adam" is decoupled weight decay) or SGD over the trainable sharded params;
+        biases and 1-D params (norms) get no weight decay, as in Megatron."""
+        args = self.args
+        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        no_decay = [p for n, p in named if p.ndim == 1 or n.endswith(".bias")]
+        decay = [p for n, p in named if not (p.ndim == 1 or n.endswith(".bias"))]
+        groups = [{"params": decay, "wd_mult": 1.0}, {"params": no_decay, "wd_mult": 0.0}]
+        groups = [g for g in groups if g["params"]]
+        if _get(args, "lr") is None:
+            raise ValueError("--lr is required for a trainable role (e.g. --lr 1e-6)")
+        name = _get(args, "optimizer", "adam")
+        if name == "sgd":
+            return torch.optim.SGD(groups, lr=float(args.lr), momentum=float(_get(args, "sgd_momentum", 0.9)),
+                                   weight_decay=float(_get(args, "weight_decay", 0.0)), foreach=True)
+        if name != "adam":
+            raise ValueError(f"--optimizer {name!r} is not supported by the FSDP trainer; use adam or sgd")
+        return torch.optim.AdamW(groups, lr=float(args.lr), betas=(float(_get(args, "adam_beta1", 0.9)),
+                                 float(_get(args, "adam_beta2", 0.999))), eps=float(_get(args, "adam_eps", 1e-8)),
+                                 weight_decay=float(_get(args, "weight_decay", 0.0)), foreach=True)
+
+    def _build_reference(self):
+        """LoRA: the same sharded model with adapters disabled (no second copy). Else a frozen sharded copy."""
+        if self.lora:
+            return AdaptersDisabled(self.model)
+        source = _get(self.args, "ref_load") or self.args.hf_checkpoint
+        ref = M.load_hf_model(self.args, "actor", source)
+        ref.requires_grad_(False)
+        ref.eval()
+        return M.shard_model(self.args, ref.to(self.device) if self.device else ref, self.mesh, trainable=False)
+
+    # ----------------------------------------------------------------- forward / backward
+    def _autocast(self):
+        dtype = _get(self.args, "fsdp_autocast")
+        if not dtype:
+            return contextlib.nullcontext()
+        return torch.autocast("cuda" if self.device is not None else "cpu", dtype=M.DTYPES[dtype])
+
+    def _forward(self, model, mb):
+        with self._autocast():
+            out = model(input_ids=mb.tokens, position_ids=mb.position_ids)
+        return out if torch.is_tensor(out) else out.logits
+
+    def _forward_only(self, model, batch, kind):
+        """Per-sample response log-probs (kind "logp", temperature-scaled) or values (kind "values")."""
+        n = D.num_samples(batch)
+        temperature = float(_get(self.args, "rollout_temperature", 1.0))
+        mode = model.training
+        model.eval()  # no dropout when scoring
+        result = [None] * n
+        with torch.no_grad():
+            for mb in self._scoring_micro_batches(batch):
+                _, out = L.forward_only_func(kind, mb, temperature, self.args.vocab_size)(self._forward(model, mb))
+                for sample, row in zip(out["ids"], D.unpad_rows(out["out"], out["lengths"])):
+                    result[sample] = row
+        model.train(mode)
+        return result
+
+    def _train_micro_batches(self, mbs, kind, scale, per_token, weights):
+        """One optimizer step -> (loss dicts, lr, ok, grad_norm). `per_token` (--calculate-per-token-loss) is
+        Megatron's route to the same step token-mean, so it changes nothing here."""
+        model, args = self.model, self.args
+        model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        defer = bool(_get(args, "fsdp_defer_grad_sync", True))
+        outs = []
+        for i, mb in enumerate(mbs):
+            if defer:  # reduce-scatter once, after the last micro-batch (gradients accumulate unsharded)
+                model.set_requires_gradient_sync(i == len(mbs) - 1)
+            loss, sums = L.make_loss_func(kind, args, mb, scale, False, weights.get(id(mb)))(self._forward(model, mb))
+            (loss / len(mbs)).backward()
+            outs.append(sums)
+        params = [p for p in model.parameters() if p.requires_grad]
+        clip = float(_get(args, "clip_grad", 1.0) or 0.0)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else math.inf, foreach=True)
+        grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        ok = math.isfinite(grad_norm)  # a non-finite gradient never reaches the weights
+        if ok:
+            self.optimizer.step()
+            self.scheduler.step(increment=1)
+        self.optimizer.zero_grad(set_to_none=True)
+        return outs, lr, ok, grad_norm
+
+    def _reset_optimizer_states(self):
+        """--reset-optimizer-states: drop Adam's moments and step; the next step is a fresh Adam's first."""
+        self.optimizer.state.clear()
+
+    def _update_reference(self):
+        """--ref-update-interval: the reference becomes a copy of the current actor (same sharding: local copy)."""
+        with torch.no_grad():
+            ref_params = dict(self.ref_model.named_parameters())
+            for name, p in self.model.named_parameters():
+                ref_params[name].copy_(p)
+
+    # ----------------------------------------------------------------- checkpoints, weights, memory
+    def save(self, rollout_id: int) -> str:
+        from slime_like.backends.fsdp import checkpoint
+
+        save_dir = _get(self.args, "save")
+        if not save_dir:
+            raise ValueError(f"{self.role}: save() needs --save (critic: its role's save dir, e.g. --critic-save "
+                             "or a YAML override)")
+        checkpoint.save(self, save_dir, rollout_id, with_optim=not _get(self.args, "no_save_optim", False))
+        if _get(self.args, "save_hf") and self.role == "actor":
+            from slime_like.backends.fsdp import weights
+
+            weights.save_hf(self, str(self.args.save_hf).replace("{rollout_id}", str(rollout_id)))
+        return save_dir
+
+    def iter_hf_weights(self):
+        """(hf_name, full tensor) pairs; every rank must iterate (all-gathers); rank 0 yields. LoRA: merged."""
+        from slime_like.backends.fsdp import weights
+
+        yield from weights.iter_hf_weights(self.model, merged=True)
+
+    def parallel_info(self) -> dict:
+        return dict(dp_rank=self.ps.rank, dp_size=self.ps.world_size, tp_rank=0, pp_rank=0)
+
+    def offload(self):
+        """Colocated runs: sharded params and optimizer state to CPU while the engines generate (GPU only;
+        on CPU there is no accelerator memory to release, so this only records the state)."""
+        if self._offloaded:
+            return
+        self._offloaded = True
+        if self.device is not None:
+            self._move(torch.device("cpu"))
+
+    def onload(self):
+        if not self._offloaded:
+            return
+        self._offloaded = False
+        if self.device is not None:
+            self._move(self.device)
+
+    def _move(self, device):
+        for model in {id(m): m for m in (self.model, self.ref_model) if isinstance(m, torch.nn.Module)}.values():
+            model.to(device)
+        for state in self.optimizer.state.values():
+            for key, value in state.items():
+                if torch.is_tensor(value) and key != "step":
+                    state[key] = value.to(device, non_blocking=True)
+        if device.type == "cpu":
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()

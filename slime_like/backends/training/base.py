@@ -1,0 +1,257 @@
+"""RLTrainerBase: the backend-neutral half of a trainer rank (what every trainer backend shares).
+
+    batch.update(t.compute_log_probs(batch))      # actor: log_probs (+ ref_log_probs with a reference model)
+    batch.update(critic.compute_values(batch))    # critic: values
+    batch.update(t.compute_advantages(batch))     # advantages, returns (slime_like.algorithms estimators)
+    metrics = t.train_step(rollout_id, batch)     # num_steps_per_rollout optimizer steps
+
+A backend (Megatron, FSDP) subclasses it and provides the model-specific part:
+  self.args, self.role, self.device (None on CPU), self.use_te, self.model, self.ref_model,
+  self.ps  -- a parallel-state view: get_data_parallel_group / _world_size, is_pipeline_last_stage,
+              get_pipeline_model_parallel_world_size / _group / _last_rank (megatron's parallel_state, or
+              a pure data-parallel view for FSDP),
+  _forward_only(model, batch, kind) -> per-sample 1-D tensors (kind "logp" or "values"),
+  _train_micro_batches(mbs, kind, scale, per_token, weights) -> (loss dicts, lr, ok, grad_norm): one optimizer
+  step (`weights`: id(mb) -> per-token loss weights replacing `scale`, for --loss-agg-mode / micro-batch means),
+  _update_reference() for --ref-update-interval, _reset_optimizer_states() for --reset-optimizer-states.
+Every collective-bearing call must be made on every rank of the trainer group. All per-sample outputs
+are 1-D float32 CPU tensors over the response tokens, in batch order.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+
+from slime_like import algorithms as alg
+from slime_like.backends.training import ci_checks
+from slime_like.backends.training import data as D
+from slime_like.backends.training import loss as L
+
+POLICY_FIELDS = ("log_probs", "advantages", "ref_log_probs", "rollout_log_probs")
+VALUE_FIELDS = ("values", "returns")
+
+
+def _get(args, name, default=None):
+    value = getattr(args, name, None)
+    return default if value is None else value
+
+
+class RLTrainerBase:
+    use_te = False
+    # --use-dynamic-batch-size: pack a token budget's samples into one row (needs attention that does not cross
+    # samples: mcore's block mask / THD). False: the same token-budget groups, each as right-padded rows.
+    pack_rows = True
+
+    # ----------------------------------------------------------------- micro-batches
+    def _micro_batches(self, batch, indices, field_keys=(), max_tokens=None):
+        args = self.args
+        packed = bool(_get(args, "use_dynamic_batch_size", False))
+        if packed:
+            lengths = [len(t) for t in batch["tokens"]]
+            groups = D.packed_micro_batches(indices, lengths, max_tokens or args.max_tokens_per_gpu)
+        else:
+            # Similar lengths share a micro-batch, so rows carry less padding (demo shape: ~16% fewer tokens).
+            # The step's loss is a token sum over all its micro-batches: grouping changes only float rounding.
+            by_length = sorted(indices, key=lambda i: len(batch["tokens"][i]))
+            groups = D.fixed_micro_batches(by_length, _get(args, "micro_batch_size", 1))
+        return [D.build_micro_batch(batch, g, packed=packed and self.pack_rows, use_te=self.use_te, field_keys=field_keys,
+                                    device=self.device) for g in groups]
+
+    def _scoring_micro_batches(self, batch):
+        max_tokens = _get(self.args, "log_probs_max_tokens_per_gpu") or _get(self.args, "max_tokens_per_gpu")
+        return self._micro_batches(batch, list(range(D.num_samples(batch))), max_tokens=max_tokens)
+
+    # ----------------------------------------------------------------- public API
+    def old_log_probs_needed(self) -> bool:
+        """Whether train_step needs the old policy's log-probs from a separate forward pass.
+
+        Not when the weights that scored the batch are exactly the ones the first (only) optimizer step
+        starts from and nothing else reads them: one step per rollout, no reward-side KL (--kl-coef reads
+        them in compute_advantages), no dropout (train-mode forwards would differ from the scoring one).
+        The loss then takes the current log-probs, detached, as the old ones: the same values without a
+        second forward pass. With --use-rollout-logprobs the engine's log-probs are the old policy anyway.
+        """
+        args = self.args
+        if self.role != "actor":
+            return False
+        if self._reward_kl_coef():
+            return True
+        if _get(args, "use_rollout_logprobs", False) or _get(args, "loss_type", "policy_loss") == "sft_loss":
+            return False
+        return int(_get(args, "num_steps_per_rollout", 1)) > 1 or self._has_dropout()
+
+    def _reward_kl_coef(self) -> float:
+        """--kl-coef where the estimator folds KL into the reward; 0 where it ignores it (grpo, gspo).
+        Needs `self.estimator` (algorithms.get_estimator(--advantage-estimator)), set by the backend."""
+        return float(self.args.kl_coef) if self.estimator.uses_reward_kl else 0.0
+
+    def _has_dropout(self) -> bool:
+        return bool(_get(self.args, "attention_dropout", 0.0) or _get(self.args, "hidden_dropout", 0.0))
+
+    def compute_log_probs(self, batch: dict, old_policy: bool = True) -> dict:
+        """Actor: old-policy `log_probs` (and `ref_log_probs` with a reference model), logits / temperature.
+
+        `old_policy=False` skips the actor's own forward pass (see old_log_probs_needed). A reference worker
+        (role "reference", --placement reference:...) returns `ref_log_probs` of its frozen model."""
+        if self.role == "reference":
+            D.validate_batch(batch)
+            return {"ref_log_probs": self._forward_only(self.model, batch, "logp")}
+        if self.role != "actor":
+            raise RuntimeError("compute_log_probs is an actor call; the critic has compute_values")
+        D.validate_batch(batch)
+        out = {"log_probs": self._forward_only(self.model, batch, "logp")} if old_policy else {}
+        if self.ref_model is not None:
+            out["ref_log_probs"] = self._forward_only(self.ref_model, batch, "logp")
+        return out
+
+    def compute_values(self, batch: dict) -> dict:
+        """Critic: per-token `values` from the value head, at the positions scoring each response token."""
+        if self.role != "critic":
+            raise RuntimeError("compute_values is a critic call; build the trainer with role='critic'")
+        D.validate_batch(batch)
+        return {"values": self._forward_only(self.model, batch, "values")}
+
+    def compute_advantages(self, batch: dict) -> dict:
+        """`advantages`, `returns` per sample: the estimator's token step (`EstimatorSpec.token_step`).
+
+        Reward-side KL (--kl-coef) uses kl_penalty(log_probs, ref_log_probs, --kl-loss-type). Whitening
+        (--normalize-advantages, and REINFORCE++'s built-in whitening of its returns) uses the moments of
+        every valid token on every DP rank (all-reduced), so it equals whitening the whole rollout at once.
+        """
+        args, spec = self.args, self.estimator
+        kl_coef = self._reward_kl_coef()
+        need = ("rewards",) + (("log_probs", "ref_log_probs") if kl_coef else ()) \
+            + (("values",) if spec.needs_critic else ())
+        D.validate_batch(batch, need)
+        lengths = [int(r) for r in batch["response_lengths"]]
+        width = max(lengths)
+        mask = D.pad_rows(batch["loss_masks"], width)
+        pad = lambda key: D.pad_rows(batch[key], width) if key in batch else None  # noqa: E731
+        kl = alg.kl_penalty(pad("log_probs"), pad("ref_log_probs"), _get(args, "kl_loss_type", "k1")) \
+            if kl_coef else None
+        adv, ret = spec.token_step(
+            rewards=torch.tensor([float(r) for r in batch["rewards"]]), mask=mask,
+            values=pad("values") if spec.needs_critic else None, kl=kl, kl_coef=kl_coef,
+            gamma=float(_get(args, "gamma", 1.0)), lam=float(_get(args, "lambd", 1.0)), whiten=False)
+        if args.normalize_advantages or spec.whitens_returns:
+            moments = alg.masked_moments(adv, mask)
+            moments = self._all_reduce(moments, self.ps.get_data_parallel_group())
+            adv = torch.where(mask > 0, alg.whiten_from_moments(adv, moments), torch.zeros(()))
+        return {"advantages": D.unpad_rows(adv, lengths), "returns": D.unpad_rows(ret, lengths)}
+
+    def _loss_kind(self, batch):
+        """(loss kind, per-sample fields the loss reads, fields that must be present, batch to train on)."""
+        args = self.args
+        if self.role == "critic":
+            return "value", VALUE_FIELDS, VALUE_FIELDS, batch
+        if _get(args, "loss_type", "policy_loss") == "sft_loss":
+            return "sft", (), (), batch
+        rollout_lp = any(_get(args, k, False) for k in ("use_tis", "use_rollout_logprobs", "get_mismatch_metrics"))
+        need = ("advantages",) + (("ref_log_probs",) if _get(args, "use_kl_loss", False) else ()) \
+            + (("rollout_log_probs",) if rollout_lp else ())
+        if _get(args, "use_rollout_logprobs", False):  # the engine's log-probs are the old policy
+            batch = dict(batch, log_probs=batch["rollout_log_probs"])
+        return "policy", POLICY_FIELDS, need, batch
+
+    def train_step(self, rollout_id: int, batch: dict) -> dict:
+        """`--num-steps-per-rollout` optimizer steps over this rank's batch; metrics averaged over DP ranks.
+
+        Each step takes `global_batch_size / dp` consecutive samples as micro-batches, then one optimizer
+        step and one LR-schedule step (the backend's _train_micro_batches). The returned dict averages the
+        steps' metrics (token-weighted losses), except `lr` (the last step's LR) and `tokens` / `num_steps`
+        (totals). Every rank returns the same dict.
+        """
+        args = self.args
+        kind, fields, need, batch = self._loss_kind(batch)
+        D.validate_batch(batch, need)
+        dp = self.ps.get_data_parallel_world_size()
+        steps = D.split_steps(D.num_samples(batch), int(_get(args, "num_steps_per_rollout", 1)),
+                              _get(args, "global_batch_size"), dp)
+        per_token = bool(_get(args, "calculate_per_token_loss", False))
+        if _get(args, "reset_optimizer_states", False):  # slime resets at the start of each rollout's training
+            self._reset_optimizer_states()
+        history = []
+        for indices in steps:
+            mbs = self._micro_batches(batch, indices, field_keys=fields)
+            local_tokens = torch.tensor(float(sum(mb.loss_mask.sum().item() for mb in mbs)), dtype=torch.float64)
+            global_tokens = max(self._all_reduce(local_tokens, self.ps.get_data_parallel_group()).item(), 1.0)
+            scale = len(mbs) * dp / global_tokens
+            weights = L.aggregation_weights(args, mbs, dp, global_tokens,
+                                            lambda t: self._all_reduce(t, self.ps.get_data_parallel_group()))
+            outs, lr, ok, grad_norm = self._train_micro_batches(mbs, kind, scale, per_token, weights)
+            grad_norm = float(grad_norm) if grad_norm is not None else float("nan")
+            step = self._reduce_step_metrics(outs, global_tokens)
+            # a NaN/inf gradient is never applied (the backend skips the step); counted like Megatron's skips
+            step.update(lr=lr, grad_norm=grad_norm, skipped=0.0 if ok else 1.0,
+                        nonfinite_steps=0.0 if math.isfinite(grad_norm) else 1.0)
+            ci_checks.check_step(args, self.role, rollout_id, len(history), len(steps), step,
+                                 writer=not dist.is_initialized() or dist.get_rank() == 0)
+            history.append(step)
+        interval = _get(args, "ref_update_interval")
+        if self.ref_model is not None and interval and (rollout_id + 1) % interval == 0:
+            self._update_reference()
+        return self._average_steps(history)
+
+    # ----------------------------------------------------------------- collectives
+    def _from_last_stage(self, obj):
+        """Broadcast a Python object from the last pipeline stage to every stage of this rank's PP group."""
+        if self.ps.get_pipeline_model_parallel_world_size() == 1:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=self.ps.get_pipeline_model_parallel_last_rank(),
+                                   group=self.ps.get_pipeline_model_parallel_group())
+        return box[0]
+
+    def _all_reduce(self, tensor: torch.Tensor, group, op=dist.ReduceOp.SUM) -> torch.Tensor:
+        """all_reduce a small CPU tensor (NCCL needs it on the GPU; gloo takes it as is); returns a CPU tensor."""
+        if not dist.is_initialized():
+            return tensor
+        if self.device is None:
+            dist.all_reduce(tensor, op=op, group=group)
+            return tensor
+        on_device = tensor.to(self.device)
+        dist.all_reduce(on_device, op=op, group=group)
+        return on_device.cpu()
+
+    def _reduce_step_metrics(self, outs: list[dict], global_tokens: float) -> dict:
+        """Sum the micro-batches' metric sums, all-reduce over DP, divide by the step's global token count.
+
+        Keys ending in `_max` are maxima (all-reduced with MAX); `tokens` is reported as the global count.
+        Runs the DP all-reduce only on the last pipeline stage (whose DP group holds only last-stage ranks),
+        then broadcasts the finished dict along the pipeline.
+        """
+        metrics = None
+        if self.ps.is_pipeline_last_stage():
+            keys = sorted({k for out in outs for k in out})
+            sum_keys = [k for k in keys if not k.endswith("_max")]
+            max_keys = [k for k in keys if k.endswith("_max")]
+            group = self.ps.get_data_parallel_group()
+            sums = torch.tensor([sum(float(out.get(k, 0.0)) for out in outs) for k in sum_keys], dtype=torch.float64)
+            maxes = torch.tensor([max(float(out.get(k, -math.inf)) for out in outs) for k in max_keys],
+                                 dtype=torch.float64)
+            if self.ps.get_data_parallel_world_size() > 1:
+                sums = self._all_reduce(sums, group)
+                if max_keys:
+                    maxes = self._all_reduce(maxes, group, op=dist.ReduceOp.MAX)
+            metrics = {k: (v / global_tokens if k != "tokens" else v) for k, v in zip(sum_keys, sums.tolist())}
+            metrics.update(zip(max_keys, maxes.tolist()))
+        return self._from_last_stage(metrics)
+
+    @staticmethod
+    def _average_steps(history: list[dict]) -> dict:
+        """One dict for the rollout: mean over optimizer steps; lr = last step's; tokens summed."""
+        out = {}
+        for key in history[0]:
+            values = [h[key] for h in history]
+            if key == "lr":
+                out[key] = values[-1]
+            elif key in ("tokens", "nonfinite_steps"):
+                out[key] = float(sum(values))
+            elif key.endswith("_max"):
+                out[key] = max(values)
+            else:
+                out[key] = sum(values) / len(values)
+        out["num_steps"] = float(len(history))
+        return out
