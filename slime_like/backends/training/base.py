@@ -5,7 +5,8 @@
     batch.update(t.compute_advantages(batch))     # advantages, returns (slime_like.algorithms estimators)
     metrics = t.train_step(rollout_id, batch)     # num_steps_per_rollout optimizer steps
 
-A backend (Megatron, FSDP) subclasses it and provides the model-specific part:
+A backend subclasses it (the FSDP trainer does; the Megatron trainer still has its own copy of this skeleton
+plus slime's trainer hooks, to be folded onto this class) and provides the model-specific part:
   self.args, self.role, self.device (None on CPU), self.use_te, self.model, self.ref_model,
   self.ps  -- a parallel-state view: get_data_parallel_group / _world_size, is_pipeline_last_stage,
               get_pipeline_model_parallel_world_size / _group / _last_rank (megatron's parallel_state, or
