@@ -176,7 +176,6 @@ def test_padded_vocab_columns_are_not_tokens():
 
 
 @pytest.mark.parametrize("flags,error", [
-    (("--use-unbiased-kl",), "--use-unbiased-kl is not implemented"),
     (("--context-parallel-size", "2", "--actor-num-gpus-per-node", "2"), "--context-parallel-size"),
     (("--rollout-temperature", "0"), "--rollout-temperature must be > 0"),
 ])
