@@ -19,6 +19,7 @@ import importlib.util
 import os
 
 from slime_like.config.errors import ConfigError, did_you_mean
+from slime_like.config.yaml_mapping import load_yaml_mapping
 
 PREFIX = "--sglang-"
 # ServerArgs fields the launcher owns (model, topology, ports): never user-settable through the passthrough.
@@ -163,18 +164,7 @@ def collect(args, parser, generated_fields, generic_values: dict) -> None:
 
 
 def _load_sglang_config(path: str, generated_fields) -> dict:
-    if not os.path.isfile(path):
-        raise ConfigError(f"--sglang-config {path}: no such file")
-    import yaml
-
-    with open(path) as f:
-        try:
-            data = yaml.safe_load(f) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"--sglang-config {path}: not valid YAML/JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"--sglang-config {path}: expected a mapping of SGLang ServerArgs fields to values, "
-                          f"got {type(data).__name__}")
+    data = load_yaml_mapping("--sglang-config", path, "SGLang ServerArgs fields")
     _refuse_framework_config(path, data)
     out = {}
     for key, value in data.items():

@@ -23,6 +23,7 @@ import os
 import sys
 
 from slime_like.config.errors import ConfigError, did_you_mean
+from slime_like.config.yaml_mapping import load_yaml_mapping
 
 PREFIX = "--vllm-"
 SPEC_FILE = "slime_like_vllm_cli.json"
@@ -165,18 +166,7 @@ def collect(args, options: dict, generic: dict) -> None:
 
 
 def _load_config(path: str, options: dict) -> dict:
-    if not os.path.isfile(path):
-        raise ConfigError(f"--vllm-config {path}: no such file")
-    import yaml
-
-    with open(path) as f:
-        try:
-            data = yaml.safe_load(f) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"--vllm-config {path}: not valid YAML/JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"--vllm-config {path}: expected a mapping of vLLM argument names to values, "
-                          f"got {type(data).__name__}")
+    data = load_yaml_mapping("--vllm-config", path, "vLLM argument names")
     out = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
