@@ -96,7 +96,10 @@ def placeholder_models(tmp_path):
     for name in ("qwen2.5-7B", "qwen2.5-32B"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(json.dumps(published.PUBLISHED[name]))
-    (tmp_path / "ref").mkdir()
+        (tmp_path / name / "tokenizer.json").write_text("{}")  # names the preflight looks for; never loaded
+        (tmp_path / name / "model.safetensors").write_text("")
+    (tmp_path / "ref" / "iter_0000001").mkdir(parents=True)  # a torch_dist checkpoint's layout
+    (tmp_path / "ref" / "latest_checkpointed_iteration.txt").write_text("1")
     (tmp_path / "train.jsonl").write_text('{"prompt": "1+1=", "label": "2"}\n')
     return tmp_path
 
