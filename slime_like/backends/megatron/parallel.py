@@ -128,6 +128,8 @@ def _run_local_ranks(fn, world_size, args, timeout):
         results = []
         for r, p in enumerate(procs):
             path = os.path.join(result_dir, f"rank{r}.pt")
+            # weights_only=False is safe here: the file was written moments ago by our own child process into a
+            # TemporaryDirectory of this call (mode 0700); it holds whatever fn returned, not tensors alone
             out = torch.load(path, weights_only=False) if os.path.exists(path) else None
             if out is None or not out["ok"]:
                 failed = [f"rank {i}: {q.exitcode}" for i, q in enumerate(procs)]
