@@ -139,10 +139,18 @@ def test_concurrent_requests_are_batched(engine):
 def test_abort_running_request_returns_partial_output(engine):
     async def go():
         async with EngineClient(engine.url) as c:
+            async def generated():
+                return (await c.get_server_info())["internal_states"][0]["generated_tokens"]
+
+            before = await generated()
             long = asyncio.create_task(c.generate([5, 6], {"max_new_tokens": 240, "ignore_eos": True}, rid="long-1"))
             others = [asyncio.create_task(c.generate([9], {"max_new_tokens": 240, "ignore_eos": True}, rid=f"o{i}"))
                       for i in range(2)]
-            await asyncio.sleep(0.3)
+            # abort once decoding has started: a fixed 0.3 s sleep raced the engine (on a quiet machine all
+            # three 240-token requests could finish within it)
+            deadline = asyncio.get_running_loop().time() + 30
+            while await generated() <= before and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.005)
             await c.abort("long-1")
             one = await long
             await c.abort()  # abort_all
