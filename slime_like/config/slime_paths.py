@@ -9,7 +9,10 @@ ALIASES = {
     "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std":
         "slime_like.rollout.filters.check_reward_nonzero_std",
     "slime.rollout.sft_rollout.generate_rollout": "slime_like.rollout.sft_rollout.generate_rollout",
+    "slime.rollout.fully_async_rollout.generate_rollout_fully_async":
+        "slime_like.rollout.fully_async.generate_rollout_fully_async",
 }
+FULLY_ASYNC_ROLLOUT = "slime_like.rollout.fully_async.generate_rollout_fully_async"
 
 
 def resolve(path):
@@ -20,3 +23,8 @@ def resolve(path):
 def foreign(path) -> bool:
     """A path into slime's own package (or its plugins) that slime_like does not provide."""
     return isinstance(path, str) and path.split(".")[0] in ("slime", "slime_plugins") and path not in ALIASES
+
+
+def is_fully_async(args) -> bool:
+    """The run generates in the background (slime's fully async rollout function is the rollout function)."""
+    return resolve(getattr(args, "rollout_function_path", None)) == FULLY_ASYNC_ROLLOUT

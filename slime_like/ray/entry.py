@@ -6,9 +6,11 @@ from __future__ import annotations
 import sys
 
 from slime_like.args import parse_args
+from slime_like.config.slime_paths import is_fully_async
 
 
-def launch(loop, argv=None, *, allow_colocate: bool = True, prog: str | None = None) -> int:
+def launch(loop, argv=None, *, allow_colocate: bool = True, allow_fully_async: bool = False,
+           prog: str | None = None) -> int:
     """Run `loop(args, run, logger)` for the command line `argv`; returns the process exit code."""
     args = parse_args(argv, prog=prog, preflight=True)
     if args.colocate and not allow_colocate:
@@ -16,6 +18,11 @@ def launch(loop, argv=None, *, allow_colocate: bool = True, prog: str | None = N
                 else "--colocate is not supported")
         print(f"{prog or 'train'}: {what}: generation of the next rollout runs while the trainer trains, so they "
               "need separate GPUs. Give the engines GPUs of their own, or use train.py.", file=sys.stderr)
+        return 2
+    if is_fully_async(args) and not allow_fully_async:
+        print(f"{prog or 'train'}: --rollout-function-path {args.rollout_function_path}: the fully async rollout "
+              "generates while the trainer trains, so it needs train_async.py's loop (as in slime's "
+              "examples/fully_async): run train_async.py with the same flags.", file=sys.stderr)
         return 2
     from slime_like.plan import build_plan, print_dry_run
 

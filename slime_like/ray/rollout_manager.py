@@ -59,6 +59,18 @@ class RolloutManager:
     def evaluate(self, rollout_id: int) -> dict:
         return self.controller.evaluate(rollout_id)
 
+    # ---- fully async rollout: the background generation around a weight push (no-ops without it) ----
+    def pause_generation(self) -> float:
+        """Returns once no request is in flight (drained, or aborted with --partial-rollout); seconds taken."""
+        from slime_like.rollout.fully_async import pause_for_weight_update
+
+        return pause_for_weight_update()
+
+    def continue_generation(self, weight_version: int) -> None:
+        from slime_like.rollout.fully_async import resume_after_weight_update
+
+        resume_after_weight_update(weight_version)
+
     def state_dict(self):
         return self.controller.state_dict()
 

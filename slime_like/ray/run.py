@@ -13,6 +13,7 @@ import time
 import ray
 
 from slime_like.args import role_args
+from slime_like.config.slime_paths import is_fully_async
 from slime_like.ray.cluster import init_ray, say
 from slime_like.ray.placement import create_placement
 from slime_like.ray.rollout_manager import EngineGroup, RolloutManager
@@ -31,6 +32,7 @@ class Run:
         self.args, self.placement = args, placement
         self.actor, self.critic, self.engines, self.rollout = actor, critic, engines, rollout
         self.colocate = bool(args.colocate)
+        self.fully_async = is_fully_async(args)
         self.reference = None
         loaded = actor.loaded_rollout_id if actor is not None else None
         if critic is not None and actor is not None and critic.loaded_rollout_id != loaded:
@@ -148,12 +150,24 @@ class Run:
         path = self.args.save_debug_train_data.format(rollout_id=rollout_id, rank=0)
         write_json(path, {"rollout_id": rollout_id, "dp_shards": shards})
 
-    def update_weights(self) -> dict:
+    def update_weights(self, rollout_id: int | None = None) -> dict:
+        """Push the trainer's weights to the engines as version rollout_id + 1 (the weights after that many
+        training steps; the first push, rollout_id None, is version start_rollout_id). In fully async mode the
+        background generation is paused around the push (rollout/fully_async.py)."""
         if self.actor is None or not self.engines.urls:  # a debug mode runs only one side
             return {}
+        version = self.start_rollout_id if rollout_id is None else rollout_id + 1
+        metrics = {}
+        if self.fully_async:
+            metrics["time/pause_generation"] = ray.get(self.rollout.pause_generation.remote())
         t = time.perf_counter()
-        sent = self.actor.update_weights()
-        return {"time/update_weights": time.perf_counter() - t, "weights/bytes_sent": sent}
+        try:
+            sent = self.actor.update_weights(version)
+        finally:
+            if self.fully_async:
+                ray.get(self.rollout.continue_generation.remote(version))
+        return {**metrics, "time/update_weights": time.perf_counter() - t, "weights/bytes_sent": sent,
+                "weights/version": version}
 
     def evaluate(self, rollout_id: int) -> dict:
         if not self.engines.urls:

@@ -123,15 +123,17 @@ class TrainerActor:
         if self.weight_sender is not None:
             self.weight_sender.close()
 
-    def update_weights(self):
+    def update_weights(self, weight_version: int | None = None):
         """Every rank walks the HF-named weights (TP gathers are collectives); the rank that receives
-        full tensors sends them. Returns the number of bytes this rank sent."""
+        full tensors sends them, tagged `weight_version` (the engines report it with every answer). Returns the
+        number of bytes this rank sent."""
         named = self.trainer.iter_hf_weights()
         if self.weight_sender is None:
             for _ in named:  # not a sender: still take part in the gathers
                 pass
             return 0
-        return self.weight_sender.send(named, bucket_bytes=self.args.update_weight_buffer_size)
+        return self.weight_sender.send(named, bucket_bytes=self.args.update_weight_buffer_size,
+                                       weight_version=None if weight_version is None else str(weight_version))
 
 
 class TrainerGroup:
@@ -219,8 +221,8 @@ class TrainerGroup:
         ray.get([a.connect_engines.remote(engine_urls, colocate, f"slime_like_weights_pp{i['pp_rank']}")
                  for a, i in zip(self.actors, self.info) if i["dp_rank"] == 0 and i["tp_rank"] == 0])
 
-    def update_weights(self) -> int:
-        return sum(ray.get([a.update_weights.remote() for a in self.actors]))
+    def update_weights(self, weight_version: int | None = None) -> int:
+        return sum(ray.get([a.update_weights.remote(weight_version) for a in self.actors]))
 
     def kill(self):
         """Release the weight-send buffers, kill the ranks, then unlink what a killed rank left in /dev/shm.

@@ -21,6 +21,7 @@ import sys
 import time
 
 from ..sample import Status
+from . import fully_async
 from .data_source import RolloutDataSource
 from .debug_data import load_rollout, save_rollout
 from .engines import EnginePool, request_timeout, set_current_state
@@ -157,7 +158,8 @@ class RolloutController:
             self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
 
     def close(self):
-        """Close the engine connections and the event loop (the end of the run)."""
+        """Close the engine connections and the event loop (the end of the run); stop a fully async worker."""
+        fully_async.stop_worker()
         if self._loop is None:
             return
         if self._pool is not None:
@@ -220,6 +222,8 @@ class RolloutController:
 
     def state_dict(self) -> dict:
         ds = self.data_source
+        if fully_async.active_worker() is not None:   # its running / buffered prompts go back into the buffer
+            return {"data_source": fully_async.checkpoint_state(ds)}
         return {"data_source": ds.state_dict() if ds is not None and hasattr(ds, "state_dict") else None}
 
     def load_state_dict(self, state: dict) -> None:

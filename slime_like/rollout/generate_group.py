@@ -122,6 +122,8 @@ def append_engine_output(sample: Sample, out: dict, loss_mask_value: int = 1) ->
     sample.loss_mask += [loss_mask_value] * len(new_ids)
     sample.rollout_log_probs += new_lps
     sample.response += out.get("text", "")
+    if meta.get("weight_version") is not None:   # which weights wrote these tokens (slime records it the same way)
+        sample.weight_versions.append(str(meta["weight_version"]))
     kind = (meta.get("finish_reason") or {}).get("type")
     sample.status = {"length": Status.TRUNCATED, "abort": Status.ABORTED}.get(kind, Status.COMPLETED)
     return len(new_ids)
@@ -153,6 +155,7 @@ def reset_sample(sample: Sample) -> None:
     del sample.tokens[sample.prompt_length:]
     sample.response_length, sample.response, sample.reward = 0, "", None
     sample.loss_mask, sample.rollout_log_probs, sample.status = [], [], Status.PENDING
+    sample.weight_versions = []
 
 
 def _start(args, sample: Sample) -> None:
