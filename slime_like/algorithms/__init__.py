@@ -5,7 +5,7 @@ response_len]` tensors with a 0/1 loss `mask` unless stated. `--advantage-estima
 `EstimatorSpec` (registry.py; the built-ins in estimators.py); `--kl-loss-type` a KL estimator (kl.py).
 See docs/algorithms.md for every formula, the flags that select it, and how to add an estimator.
 """
-from .advantages import discounted_returns, gae, group_advantages, reinforce_baseline_advantages
+from .advantages import discounted_returns, gae, group_advantages, opd_advantages, reinforce_baseline_advantages
 from .estimators import (
     compute_advantages_and_returns,
     group_mean_subtracted_rewards,
@@ -32,7 +32,7 @@ from .registry import (
 
 __all__ = [
     # advantages
-    "group_advantages", "reinforce_baseline_advantages", "discounted_returns", "gae",
+    "group_advantages", "reinforce_baseline_advantages", "discounted_returns", "gae", "opd_advantages",
     "compute_advantages_and_returns", "group_normalized_rewards", "group_mean_subtracted_rewards", "raw_rewards",
     "outcome_broadcast_estimator", "reinforce_plus_plus_estimator", "reinforce_plus_plus_baseline_estimator",
     "ppo_gae_estimator",

@@ -117,3 +117,21 @@ def gae(token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, g
         next_value = torch.where(m, values[:, t], next_value)
         next_adv = torch.where(m, a_t, next_adv)
     return adv, adv + values
+
+
+def opd_advantages(advantages: torch.Tensor, student_logp: torch.Tensor, teacher_logp: torch.Tensor,
+                   mask: torch.Tensor, coef: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """On-policy distillation (slime's --use-opd): the sampled reverse KL to a teacher, as a token penalty.
+
+        d_t = log pi_student(a_t | h_t) - log pi_teacher(a_t | h_t)      a_t sampled by the student
+        A'_t = A_t - coef * d_t
+
+    d_t is the one-sample estimate of KL(student || teacher) at the visited prefix (it can be < 0 for one
+    token; it is >= 0 in expectation). Returns (A', d); both 0 at masked positions. Applied after the
+    estimator and before any whitening, as slime does, so it works with every estimator.
+    """
+    valid = _check_token_inputs("opd_advantages", mask, advantages=advantages, student_logp=student_logp,
+                                teacher_logp=teacher_logp)
+    zero = torch.zeros((), dtype=advantages.dtype, device=advantages.device)
+    reverse_kl = torch.where(valid, student_logp - teacher_logp, zero)
+    return torch.where(valid, advantages - coef * reverse_kl, zero), reverse_kl

@@ -10,8 +10,6 @@ import argparse
 # slime features slime_like does not implement: recognised, so --dry-run plans the run and the launch refuses it
 # naming the feature (never silently ignored).
 UNSUPPORTED = {
-    "--use-opd": "on-policy distillation", "--opd-type": "on-policy distillation",
-    "--opd-kl-coef": "on-policy distillation", "--opd-teacher-load": "on-policy distillation",
     "--use-routing-replay": "MoE routing replay", "--use-rollout-routing-replay": "MoE rollout routing replay",
     "--megatron-to-hf-mode": "Megatron-Bridge weight conversion", "--use-slime-router": "slime's own router",
     "--prefill-num-servers": "prefill/decode disaggregation", "--rollout-data-transport": "straw / NIXL transport",

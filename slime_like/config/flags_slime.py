@@ -47,8 +47,19 @@ def add_slime_group(parser):
     a("--load-forge-rollout-data", default=None, help="Replay dumped rollouts through slime's forge_load rollout.")
     a("--http-proxy", default=None, help="HTTP proxy for the rollout's requests.")
     a("--rollout-health-check-first-wait", type=float, default=0, help="Grace period before engine health checks.")
-    # on-policy distillation / OPSM companions of the slime-only flags
-    a("--opd-teacher-ckpt-step", type=int, default=None, help="Checkpoint step of the OPD teacher.")
+    # on-policy distillation (slime's add_on_policy_distillation_arguments; docs/guide.md)
+    a("--use-opd", action="store_true", default=False,
+      help="On-policy distillation: a teacher scores the student's samples; advantages -= coef x (student - "
+           "teacher log-prob). Needs --opd-type.")
+    a("--opd-type", default=None, choices=["sglang", "megatron"],
+      help="sglang: teacher log-probs from a teacher engine during the rollout (--rm-url, the reward function "
+           "slime.rollout.on_policy_distillation.reward_func); megatron: a frozen teacher model in the trainer "
+           "(--opd-teacher-load).")
+    a("--opd-kl-coef", type=float, default=1.0, help="Weight of the OPD reverse-KL term in the advantages.")
+    a("--opd-teacher-load", default=None,
+      help="Teacher checkpoint for --opd-type megatron (torch_dist; an HF directory also works here).")
+    a("--opd-teacher-ckpt-step", type=int, default=None, help="Iteration of --opd-teacher-load to load (default: latest).")
+    # OPSM companion of the slime-only flag
     a("--opsm-delta", type=float, default=1e-4, help="Threshold of off-policy sequence masking.")
     # CI checks
     a("--ci-test", action="store_true", help="Assert slime's CI invariants during the run.")

@@ -118,7 +118,6 @@ UNSUPPORTED = {
     # slime features another issue is adding (issue 18)
     "custom_pg_loss_reducer_function_path": f"custom policy-loss reducers: {_ISSUE18}",  # pending: feat
     "load_forge_rollout_data": f"replaying dumped rollouts through forge_load: {_ISSUE18}",  # pending: feat
-    "opd_teacher_ckpt_step": f"on-policy distillation: {_ISSUE18}",  # pending: feat
     "opsm_delta": "off-policy sequence masking (--use-opsm) is not implemented",
     # weight sync through files, agent rollout buffers
     "update_weight_disk_dir": _DISK_SYNC,

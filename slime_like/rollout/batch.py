@@ -131,7 +131,24 @@ def to_train_batch(args, samples) -> dict:
         batch["rollout_log_probs"].append(list(s.rollout_log_probs))
         batch["sample_indices"].append(s.index)
         batch["truncated"].append(int(s.status == Status.TRUNCATED))
+    _teacher_column(batch, flat)
     return batch
+
+
+def _teacher_column(batch: dict, samples) -> None:
+    """--opd-type sglang: the teacher's per-token log-probs the rollout attached (all samples or none)."""
+    have = [s.teacher_log_probs is not None for s in samples]
+    if not any(have):
+        return
+    column = []
+    for s in samples:
+        lp = s.teacher_log_probs
+        if lp is None or len(lp) != s.response_length:
+            raise ValueError(f"sample {s.index} (prompt {s.group_index}): teacher_log_probs has "
+                             f"{'none' if lp is None else len(lp)} entries, expected the response length "
+                             f"{s.response_length} (the teacher must score every response token of every sample)")
+        column.append([float(x) for x in lp])
+    batch["teacher_log_probs"] = column
 
 
 def _balanced_assignment(lengths: list[int], dp_size: int) -> list[list[int]]:
@@ -152,7 +169,9 @@ def split_for_dp(batch: dict, dp_size: int, balance: bool = False) -> list[dict]
     n = len(batch["tokens"])
     if dp_size < 1 or n % dp_size:
         raise ValueError(f"the rollout has {n} samples, which does not split evenly over {dp_size} data-parallel "
-                         f"ranks; make --rollout-batch-size x --n-samples-per-prompt a multiple of the DP size")
+                         f"ranks; make --rollout-batch-size x --n-samples-per-prompt a multiple of the DP size (a "
+                         f"custom generate function that returns several samples per prompt must keep the rollout's "
+                         f"total a multiple of it too)")
     if balance:
         assignment = _balanced_assignment([len(t) for t in batch["tokens"]], dp_size)
     else:

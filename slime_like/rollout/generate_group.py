@@ -165,13 +165,14 @@ def _start(args, sample: Sample) -> None:
     sample.status = Status.PENDING
 
 
-async def _generate_one(args, sample: Sample, sampling_params: dict) -> Sample:
-    """One sample through the (possibly custom) generate function, under one concurrency slot."""
+async def _generate_one(args, sample: Sample, sampling_params: dict) -> list[Sample]:
+    """One sample through the (possibly custom) generate function, under one concurrency slot; the sample(s)
+    that replace it."""
     state = current_state()
     async with state.semaphore:
         if state.aborted:
             sample.status = Status.ABORTED
-            return sample
+            return [sample]
         _start(args, sample)
         try:
             out = await state.generate_fn(args, sample, sampling_params)
@@ -180,12 +181,30 @@ async def _generate_one(args, sample: Sample, sampling_params: dict) -> Sample:
         except Exception as exc:
             raise GenerationError(f"generation failed for prompt index {sample.group_index} (sample "
                                   f"{sample.index}): {type(exc).__name__}: {exc}") from exc
-    if not isinstance(out, Sample):
-        raise GenerationError(f"{state.generate_fn.__module__}.{state.generate_fn.__name__} returned "
-                              f"{type(out).__name__}, expected the Sample")
+    out = _checked_output(state.generate_fn, out, sample)
     if state.progress is not None:
         state.progress.update(1)
     return out
+
+
+def _checked_output(fn, out, sample: Sample) -> list[Sample]:
+    """A custom generate's answer as a list: one Sample, or (as slime allows) a non-empty list of Samples that
+    all replace this one in its prompt's group (multi-sample per prompt; they share its group_index, so the
+    group step and --group-rm see them together)."""
+    name = f"--custom-generate-function-path {fn.__module__}.{fn.__name__}"
+    if isinstance(out, Sample):
+        return [out]
+    if not isinstance(out, (list, tuple)) or not out or not all(isinstance(s, Sample) for s in out):
+        got = type(out).__name__ if not isinstance(out, (list, tuple)) else \
+            f"a {type(out).__name__} of {[type(s).__name__ for s in out][:5]}"
+        raise GenerationError(f"{name} returned {got} for prompt index {sample.group_index}; expected a Sample "
+                              "or a non-empty list of Samples")
+    if len({id(s) for s in out}) != len(out):
+        raise GenerationError(f"{name} returned the same Sample object twice for prompt index "
+                              f"{sample.group_index}; return copies (copy.deepcopy(sample)) for extra samples")
+    for s in out:
+        s.group_index = sample.group_index
+    return list(out)
 
 
 async def _generate_batch(args, samples: list[Sample], sampling_params: dict) -> None:
@@ -240,7 +259,7 @@ async def generate_group(args, group: list[Sample], sampling_params: dict, rollo
     else:
         done = await asyncio.gather(*(_generate_one(args, s, sampling_params) for s in todo))
         replaced = {id(old): new for old, new in zip(todo, done)}
-        group[:] = [replaced.get(id(s), s) for s in group]
+        group[:] = [n for s in group for n in replaced.get(id(s), [s])]
     if all(s.status in FINISHED for s in group):
         hooks = sample_hooks(args)
         if hooks:   # --rollout-sample-hook-path: once per generated sample, right before its reward

@@ -191,7 +191,9 @@ def test_yaml_overlay_follows_the_same_rules(base, tmp_path):
     with pytest.raises(ConfigError, match=r"roles.yaml \(role critic\): key 'rotary_interleaved'.*not honoured"):
         overlay = _overlay(tmp_path, {"rotary_interleaved": True})
         support.refuse_at_launch(parse(ppo + ["--megatron-config-path", overlay]))
-    with pytest.raises(ConfigError, match=r"key 'use_opd' is a slime setting for on-policy distillation"):
+    with pytest.raises(ConfigError, match=r"key 'use_routing_replay' is a slime setting for MoE routing replay"):
+        parse(ppo + ["--megatron-config-path", _overlay(tmp_path, {"use_routing_replay": True})])
+    with pytest.raises(ConfigError, match=r"key 'use_opd' is a slime extras setting of the whole run"):
         parse(ppo + ["--megatron-config-path", _overlay(tmp_path, {"use_opd": True})])
     args = parse(ppo + ["--megatron-config-path", _overlay(tmp_path, {"overlap_param_gather": True, "lr": 1e-5})])
     assert any("key 'overlap_param_gather'" in w and "no effect" in w for w in args.config_warnings)

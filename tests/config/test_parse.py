@@ -95,13 +95,14 @@ def test_unimplemented_slime_flags_say_so(base):
     """They parse (a dry run plans the recipe) and the launch refuses them, naming the feature."""
     from slime_like.config.support import refuse_at_launch
 
-    args = parse(base + ["--use-opd", "--opd-type", "sglang"])
-    with pytest.raises(ConfigError, match="--use-opd is a slime flag for on-policy distillation, which slime_like does not"):
+    args = parse(base + ["--use-routing-replay"])
+    with pytest.raises(ConfigError, match="--use-routing-replay is a slime flag for MoE routing replay, which slime_like "
+                                          "does not"):
         refuse_at_launch(args)
     with pytest.raises(ConfigError, match="--update-weight-mode is a slime flag for delta weight sync"):
         refuse_at_launch(parse(base + ["--update-weight-mode", "delta"]))
     refuse_at_launch(parse(base))  # nothing refused: no error
-    assert "--use-opd" not in build_parser()[0].format_help()
+    assert "--use-routing-replay" not in build_parser()[0].format_help()
 
 
 def test_slime_llama_spelling_of_rope_scaling(base):

@@ -48,6 +48,15 @@ RULES = [
      r"--rollout-max-prompt-len 10 must be < --rollout-max-context-len 10"),
     (["--micro-batch-size", "3"], r"--global-batch-size 8 is not a multiple of --micro-batch-size 3"),
     (["--rollout-top-p", "1.5"], r"--rollout-top-p 1.5: must be in \(0, 1\]"),
+    # on-policy distillation (slime's rules)
+    (["--use-opd"], r"--use-opd needs --opd-type: 'megatron' .* or 'sglang'"),
+    (["--use-opd", "--opd-type", "megatron"], r"--opd-type megatron needs --opd-teacher-load DIR"),
+    (["--use-opd", "--opd-type", "megatron", "--opd-teacher-load", "/nonexistent/t"],
+     r"--opd-teacher-load /nonexistent/t: no such file or directory \(the OPD teacher\)"),
+    (["--use-opd", "--opd-type", "sglang", "--opd-teacher-load", "/tmp"], r"--opd-teacher-load /tmp with --opd-type "
+                                                                          "sglang: .* drop --opd-teacher-load"),
+    (["--opd-teacher-load", "/tmp"], r"--opd-teacher-load /tmp is set but --use-opd is not"),
+    (["--use-opd", "--opd-type", "sglang", "--opd-kl-coef", "-1"], r"--opd-kl-coef -1.0: must be >= 0"),
 ]
 
 
@@ -186,3 +195,18 @@ def test_num_epoch_derives_num_rollout(base, tmp_path):
     assert parse(argv).num_rollout == 2 * 10 // 4
     with pytest.raises(ConfigError, match="--num-epoch needs a JSONL --prompt-data"):
         parse(drop(base, "--num-rollout") + ["--num-epoch", "2"])
+
+
+
+def test_opd_sglang_parses_and_is_refused_at_launch(base):
+    from slime_like.config.support import refuse_at_launch
+
+    args = parse(base + ["--use-opd", "--opd-type", "sglang"])
+    with pytest.raises(ConfigError, match=r"--opd-type sglang is not implemented yet: .* use --opd-type megatron"):
+        refuse_at_launch(args)
+    args = parse(base + ["--use-opd", "--opd-type", "megatron", "--opd-teacher-load", base[base.index(
+        "--hf-checkpoint") + 1], "--train-backend", "fsdp"])
+    with pytest.raises(ConfigError, match=r"--opd-type megatron with --train-backend fsdp: only the Megatron trainer"):
+        refuse_at_launch(args)
+    refuse_at_launch(parse(base + ["--use-opd", "--opd-type", "megatron", "--opd-teacher-load",
+                                   base[base.index("--hf-checkpoint") + 1]]))

@@ -41,6 +41,9 @@ def test_validate_batch_names_the_problem():
 def test_split_steps_and_flag_mismatch():
     assert D.split_steps(8, 2, 8, 2) == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert D.split_steps(6, 3, None, 1) == [[0, 1], [2, 3], [4, 5]]
+    # a custom generate may fan a prompt out into several samples: any count splits into near-equal steps
+    assert D.split_steps(7, 2, 8, 1, exact=False) == [[0, 1, 2, 3], [4, 5, 6]]
+    assert D.split_steps(8, 2, 8, 1, exact=False) == [[0, 1, 2, 3], [4, 5, 6, 7]]
     with pytest.raises(ValueError, match="--global-batch-size"):
         D.split_steps(8, 2, 6, 2)
     with pytest.raises(ValueError, match="not divisible by the data-parallel"):

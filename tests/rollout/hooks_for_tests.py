@@ -86,3 +86,17 @@ def train_data_with_doubled_rewards(args, samples):
     return {"tokens": [s.tokens for s in samples], "response_lengths": [s.response_length for s in samples],
             "loss_masks": [s.loss_mask for s in samples], "rewards": [2.0 * s.reward for s in samples],
             "raw_reward": [s.reward for s in samples], "my_key": [s.index for s in samples]}
+
+
+async def generate_two_per_prompt(args, sample, sampling_params):
+    """slime's multi-sample form: one prompt sample in, two trainable samples out (a 2- and a 3-token reply)."""
+    import copy
+
+    second = copy.deepcopy(sample)
+    first = await generate_sample(args, sample, dict(sampling_params, max_new_tokens=2, ignore_eos=True))
+    second = await generate_sample(args, second, dict(sampling_params, max_new_tokens=3, ignore_eos=True))
+    return [first, second]
+
+
+async def generate_not_a_sample(args, sample, sampling_params):
+    return {"text": "no"}

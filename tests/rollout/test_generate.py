@@ -162,6 +162,33 @@ def test_custom_generate_hook(engine_url, prompt_file, make_args):
         _check_sample_shapes(s)
 
 
+def test_custom_generate_may_return_several_samples_per_prompt(engine_url, prompt_file, make_args):
+    """slime allows a list of Samples: they replace the prompt's sample in its group (rewards, group step)."""
+    from slime_like.rollout.batch import to_train_batch
+
+    args = make_args(prompt_file(ROWS), "--rollout-batch-size", 2, "--n-samples-per-prompt", 1,
+                     "--rollout-max-response-len", 10, "--custom-rm-path", f"{H}.reward_length",
+                     "--custom-generate-function-path", f"{H}.generate_two_per_prompt")
+    ctl = RolloutController(args, [engine_url])
+    samples, metrics = ctl.generate(0)
+    ctl.close()
+    assert [(s.group_index, s.response_length, s.reward) for s in samples] == [(0, 2, 2.0), (0, 3, 3.0),
+                                                                               (1, 2, 2.0), (1, 3, 3.0)]
+    assert metrics["rollout/num_samples"] == 4
+    for s in samples:
+        _check_sample_shapes(s)
+    batch = to_train_batch(args, samples)   # GRPO normalises over the two samples of each prompt
+    assert batch["rewards"][0] < 0 < batch["rewards"][1] and batch["rewards"][2] < 0 < batch["rewards"][3]
+    bad = make_args(prompt_file(ROWS), "--rollout-batch-size", 2, "--n-samples-per-prompt", 1,
+                    "--custom-rm-path", f"{H}.reward_length",
+                    "--custom-generate-function-path", f"{H}.generate_not_a_sample")
+    ctl = RolloutController(bad, [engine_url])
+    with pytest.raises(Exception, match=r"generate_not_a_sample returned dict for prompt index \d; expected a Sample "
+                                        "or a non-empty list of Samples"):
+        ctl.generate(0)
+    ctl.close()
+
+
 def test_debug_save_and_load(engine_url, prompt_file, make_args, tmp_path):
     pattern = str(tmp_path / "dbg" / "rollout_{rollout_id}.pt")
     args = make_args(prompt_file(ROWS), "--rollout-batch-size", 2, "--custom-rm-path", f"{H}.reward_length",

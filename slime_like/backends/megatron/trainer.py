@@ -33,12 +33,13 @@ from slime_like.backends.megatron.trainer_dist import TrainerDistMixin
 from slime_like.backends.training import ci_checks
 from slime_like.backends.training import data as D
 from slime_like.backends.training import loss as L
+from slime_like.backends.training.opd import apply_opd
 from slime_like.config.hf_config import fill_args_from_hf
 from slime_like.backends.trainer_api import TRAINER_ROLES
 
 log = logging.getLogger(__name__)
 
-POLICY_FIELDS = ("log_probs", "advantages", "ref_log_probs", "rollout_log_probs")
+POLICY_FIELDS = ("log_probs", "advantages", "ref_log_probs", "rollout_log_probs", "teacher_log_probs")
 VALUE_FIELDS = ("values", "returns")
 
 
@@ -95,27 +96,38 @@ class MegatronTrainer(TrainerDistMixin):
             if args.finetune:
                 self.loaded_rollout_id = None
 
-        self.ref_model = None
+        self.ref_model = self.teacher_model = None
         reference_apart = args.reference_worker  # then the reference worker sends ref_log_probs
         if role == "actor" and not reference_apart and (args.use_kl_loss or self._reward_kl_coef()):
-            ref_chunks = M.build_model(args, "ref")
-            self._load_ref_weights(ref_chunks)
-            for chunk in ref_chunks:
-                chunk.requires_grad_(False)
-                chunk.eval()
-            self.ref_chunks = ref_chunks
-            self.ref_model = O.wrap_for_training(args, ref_chunks, trainable=False)
+            self.ref_chunks, self.ref_model = self._frozen_model(M, self._load_ref_weights)
+        if role == "actor" and args.use_opd and args.opd_type == "megatron":  # slime's with_opd_teacher
+            self.teacher_chunks, self.teacher_model = self._frozen_model(M, self._load_teacher_weights)
         self._offloaded = False
+
+    def _frozen_model(self, M, load):
+        """(chunks, wrapped model) of a forward-only copy of the architecture (reference, OPD teacher)."""
+        chunks = M.build_model(self.args, "ref")
+        load(chunks)
+        for chunk in chunks:
+            chunk.requires_grad_(False)
+            chunk.eval()
+        return chunks, O.wrap_for_training(self.args, chunks, trainable=False)
+
+    def _load_teacher_weights(self, chunks):
+        """--opd-teacher-load at --opd-teacher-ckpt-step (default: its latest published iteration), or an HF dir."""
+        from slime_like.backends.megatron import checkpoint
+
+        path, step = self.args.opd_teacher_load, self.args.opd_teacher_ckpt_step
+        if self._has_megatron_checkpoint(path) or step is not None:
+            if checkpoint.load_checkpoint(path, chunks, load_optim=False, iteration=step) is None:
+                raise FileNotFoundError(f"--opd-teacher-load {path}: no published checkpoint in it")
+        else:
+            self._load_weights_from(chunks, path)
 
     def _init_reference_worker(self, args, M):
         """The reference model alone: --ref-load (or --hf-checkpoint) weights, frozen, no optimizer."""
-        self.chunks = M.build_model(args, "ref")
-        self._load_ref_weights(self.chunks)
-        for chunk in self.chunks:
-            chunk.requires_grad_(False)
-            chunk.eval()
-        self.model = O.wrap_for_training(args, self.chunks, trainable=False)
-        self.optimizer = self.scheduler = self.ref_model = None
+        self.chunks, self.model = self._frozen_model(M, self._load_ref_weights)
+        self.optimizer = self.scheduler = self.ref_model = self.teacher_model = None
         self.loaded_rollout_id = None
         self._offloaded = False
 
@@ -226,8 +238,8 @@ class MegatronTrainer(TrainerDistMixin):
         args = self.args
         if self.role != "actor":
             return False
-        if self._reward_kl_coef():
-            return True
+        if self._reward_kl_coef() or (args.use_opd and not args.use_rollout_logprobs):
+            return True  # compute_advantages reads them (reward KL; the student side of the OPD term)
         if args.use_rollout_logprobs or args.loss_type == "sft_loss":
             return False
         dropout = args.attention_dropout or args.hidden_dropout
@@ -250,6 +262,9 @@ class MegatronTrainer(TrainerDistMixin):
         if self.ref_model is not None:
             self.hooks.call(hook, self.args, self.ref_chunks, "ref_")
             out["ref_log_probs"] = self._forward_only(self.ref_model, batch, "logp")
+        if self.teacher_model is not None:
+            self.hooks.call(hook, self.args, self.teacher_chunks, "teacher_")
+            out["teacher_log_probs"] = self._forward_only(self.teacher_model, batch, "logp")
         return out
 
     def compute_values(self, batch: dict) -> dict:
@@ -286,6 +301,8 @@ class MegatronTrainer(TrainerDistMixin):
                 rewards=torch.tensor([float(r) for r in batch["rewards"]]), mask=mask,
                 values=pad("values") if spec.needs_critic else None, kl=kl, kl_coef=kl_coef,
                 gamma=float(args.gamma), lam=float(args.lambd), whiten=False)
+        if args.use_opd:  # after the estimator, before whitening (slime's order)
+            adv = apply_opd(args, batch, adv, mask)
         if args.normalize_advantages or spec.whitens_returns:
             moments = alg.masked_moments(adv, mask)
             moments = self._all_reduce(moments, self.ps.get_data_parallel_group())
@@ -317,8 +334,8 @@ class MegatronTrainer(TrainerDistMixin):
             self.hooks.call("rollout_data_postprocess_path", args, rollout_id, batch)
         D.validate_batch(batch, need)
         dp = self.ps.get_data_parallel_world_size()
-        steps = D.split_steps(D.num_samples(batch), int(args.num_steps_per_rollout),
-                              args.global_batch_size, dp)
+        steps = D.split_steps(D.num_samples(batch), int(args.num_steps_per_rollout), args.global_batch_size, dp,
+                              exact=not args.custom_generate_function_path)  # it may fan a prompt out
         per_token = bool(args.calculate_per_token_loss)
         if args.reset_optimizer_states:  # slime resets at the start of each rollout's training
             O.reset_optimizer_states(self.optimizer)

@@ -142,7 +142,7 @@ class TrainerDistMixin:
                 for p in m.parameters():
                     p.data = p.data.to("cpu", non_blocking=True)
         self.optimizer.offload_to_cpu()
-        for m in self.ref_model or []:
+        for m in (self.ref_model or []) + (self.teacher_model or []):
             for p in m.parameters():
                 p.data = p.data.to("cpu", non_blocking=True)
         torch.cuda.synchronize()
@@ -163,7 +163,7 @@ class TrainerDistMixin:
                 for p in m.parameters():
                     p.data = p.data.to(self.device, non_blocking=True)
         self.optimizer.restore_from_cpu()
-        for m in self.ref_model or []:
+        for m in (self.ref_model or []) + (self.teacher_model or []):
             for p in m.parameters():
                 p.data = p.data.to(self.device, non_blocking=True)
         torch.cuda.synchronize()

@@ -29,8 +29,9 @@ from slime_like import algorithms as alg
 from slime_like.backends.training import ci_checks
 from slime_like.backends.training import data as D
 from slime_like.backends.training import loss as L
+from slime_like.backends.training.opd import apply_opd
 
-POLICY_FIELDS = ("log_probs", "advantages", "ref_log_probs", "rollout_log_probs")
+POLICY_FIELDS = ("log_probs", "advantages", "ref_log_probs", "rollout_log_probs", "teacher_log_probs")
 VALUE_FIELDS = ("values", "returns")
 
 
@@ -77,8 +78,8 @@ class RLTrainerBase:
         args = self.args
         if self.role != "actor":
             return False
-        if self._reward_kl_coef():
-            return True
+        if self._reward_kl_coef() or (_get(args, "use_opd", False) and not _get(args, "use_rollout_logprobs", False)):
+            return True  # compute_advantages reads them (reward KL; the student side of the OPD term)
         if _get(args, "use_rollout_logprobs", False) or _get(args, "loss_type", "policy_loss") == "sft_loss":
             return False
         return int(_get(args, "num_steps_per_rollout", 1)) > 1 or self._has_dropout()
@@ -136,6 +137,8 @@ class RLTrainerBase:
             rewards=torch.tensor([float(r) for r in batch["rewards"]]), mask=mask,
             values=pad("values") if spec.needs_critic else None, kl=kl, kl_coef=kl_coef,
             gamma=float(_get(args, "gamma", 1.0)), lam=float(_get(args, "lambd", 1.0)), whiten=False)
+        if _get(args, "use_opd", False):  # --opd-type sglang: teacher log-probs came with the rollout
+            adv = apply_opd(args, batch, adv, mask)
         if args.normalize_advantages or spec.whitens_returns:
             moments = alg.masked_moments(adv, mask)
             moments = self._all_reduce(moments, self.ps.get_data_parallel_group())
@@ -169,7 +172,8 @@ class RLTrainerBase:
         D.validate_batch(batch, need)
         dp = self.ps.get_data_parallel_world_size()
         steps = D.split_steps(D.num_samples(batch), int(_get(args, "num_steps_per_rollout", 1)),
-                              _get(args, "global_batch_size"), dp)
+                              _get(args, "global_batch_size"), dp,
+                              exact=not _get(args, "custom_generate_function_path"))  # it may fan a prompt out
         per_token = bool(_get(args, "calculate_per_token_loss", False))
         if _get(args, "reset_optimizer_states", False):  # slime resets at the start of each rollout's training
             self._reset_optimizer_states()

@@ -52,8 +52,8 @@ def validate_batch(batch: dict, need: tuple[str, ...] = ()) -> None:
     for key in REQUIRED_KEYS + tuple(need):
         if len(batch[key]) != n:
             raise ValueError(f"trainer batch key {key!r} has {len(batch[key])} entries but 'tokens' has {n}")
-    per_token = [k for k in ("loss_masks", "rollout_log_probs", "log_probs", "ref_log_probs", "values",
-                             "advantages", "returns") if k in batch and (k in REQUIRED_KEYS or k in need)]
+    per_token = [k for k in ("loss_masks", "rollout_log_probs", "log_probs", "ref_log_probs", "teacher_log_probs",
+                             "values", "advantages", "returns") if k in batch and (k in REQUIRED_KEYS or k in need)]
     for i in range(n):
         total, resp = len(batch["tokens"][i]), int(batch["response_lengths"][i])
         if not 0 < resp < total:
@@ -65,14 +65,20 @@ def validate_batch(batch: dict, need: tuple[str, ...] = ()) -> None:
                                  f"response length {resp}")
 
 
-def split_steps(n: int, num_steps: int, global_batch_size: int | None, dp_size: int) -> list[list[int]]:
+def split_steps(n: int, num_steps: int, global_batch_size: int | None, dp_size: int,
+                exact: bool = True) -> list[list[int]]:
     """Sample indices of each optimizer step: `num_steps` consecutive chunks of `global_batch_size / dp`.
 
     The rollout gives every DP rank `num_steps * global_batch_size / dp` samples; any other count means
-    the flags and the rollout disagree, which we report instead of silently dropping samples.
+    the flags and the rollout disagree, which we report instead of silently dropping samples. `exact=False`
+    (a custom generate function may return several samples per prompt, as slime allows): any count of at
+    least `num_steps` is split into `num_steps` consecutive chunks whose sizes differ by at most one.
     """
     if num_steps < 1:
         raise ValueError(f"--num-steps-per-rollout must be >= 1, got {num_steps}")
+    if not exact and n >= num_steps:
+        bounds = [round(s * n / num_steps) for s in range(num_steps + 1)]
+        return [list(range(bounds[s], bounds[s + 1])) for s in range(num_steps)]
     if global_batch_size:
         if global_batch_size % dp_size:
             raise ValueError(f"--global-batch-size {global_batch_size} is not divisible by the data-parallel "

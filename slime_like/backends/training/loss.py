@@ -124,6 +124,8 @@ def policy_terms(args, output: torch.Tensor, mb: MicroBatch, hooks: dict | None 
             and "rollout_log_probs" in mb.fields:
         diff = (old - mb.fields["rollout_log_probs"]).abs()
         sums["train_rollout_logprob_abs_diff"] = (diff * mask).sum().detach()
+    if "teacher_log_probs" in mb.fields:  # --use-opd: the sampled reverse KL to the teacher, logged
+        sums["opd_reverse_kl"] = ((old - mb.fields["teacher_log_probs"]) * mask).sum().detach()
     custom_tis = (hooks or {}).get("custom_tis_function_path")
     if custom_tis and (args.use_tis or getattr(args, "get_mismatch_metrics", False)):   # slime's condition
         pg, _, tis_sums = custom_tis_call(custom_tis, args, pg, old, mb.fields["rollout_log_probs"], mb)  # rejected: 0

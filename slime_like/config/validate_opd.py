@@ -1,0 +1,55 @@
+"""On-policy distillation flags (slime's rules, slime/utils/arguments.py), checked by validate.validate_args.
+
+--use-opd needs --opd-type; megatron needs --opd-teacher-load (a directory); sglang must not have one; a
+teacher path without --use-opd is an error (it would be ignored). --opd-type sglang parses (a GPU recipe's
+--dry-run plans it) and is refused at launch. What each type does: docs/guide.md.
+"""
+from __future__ import annotations
+
+import os
+
+from slime_like.config.errors import ConfigError
+
+
+def validate_opd(args, path_problem) -> None:
+    """`path_problem(args, message)` collects a missing path (validate.py reports them together)."""
+    if not args.use_opd:
+        if args.opd_teacher_load is not None:
+            raise ConfigError(f"--opd-teacher-load {args.opd_teacher_load} is set but --use-opd is not: add --use-opd "
+                              "--opd-type megatron, or drop --opd-teacher-load")
+        if args.opd_type is not None:
+            raise ConfigError(f"--opd-type {args.opd_type} is set but --use-opd is not: add --use-opd")
+        return
+    if args.opd_type is None:
+        raise ConfigError("--use-opd needs --opd-type: 'megatron' (a teacher model in the trainer, "
+                          "--opd-teacher-load DIR) or 'sglang' (a teacher engine scores the samples during the "
+                          "rollout, --rm-url)")
+    if not args.compute_advantages_and_returns:
+        raise ConfigError("--use-opd with --disable-compute-advantages-and-returns: the OPD term is applied to the "
+                          "advantages; drop one of them")
+    if args.opd_kl_coef < 0:
+        raise ConfigError(f"--opd-kl-coef {args.opd_kl_coef}: must be >= 0 (it weighs a penalty)")
+    if args.opd_type == "megatron":
+        if args.opd_teacher_load is None:
+            raise ConfigError("--opd-type megatron needs --opd-teacher-load DIR: the teacher's Megatron checkpoint "
+                              "(torch_dist, e.g. from tools/convert_hf_to_torch_dist.py) or an HF directory")
+        if not os.path.exists(args.opd_teacher_load):
+            path_problem(args, f"--opd-teacher-load {args.opd_teacher_load}: no such file or directory (the OPD "
+                               "teacher)")
+    else:
+        if args.opd_teacher_load is not None:
+            raise ConfigError(f"--opd-teacher-load {args.opd_teacher_load} with --opd-type sglang: the teacher's "
+                              "log-probs come from its engine during the rollout (--rm-url); drop --opd-teacher-load "
+                              "or use --opd-type megatron")
+        if args.opd_teacher_ckpt_step is not None:
+            raise ConfigError("--opd-teacher-ckpt-step selects an iteration of --opd-teacher-load (--opd-type "
+                              "megatron); drop it with --opd-type sglang")
+        # pending: feat (the teacher engine's prompt log-probs: the CPU engine refuses logprob_start_len >= 0)
+        args.launch_refusals.append(
+            "--opd-type sglang is not implemented yet: the teacher engine would have to score the student's tokens "
+            "(SGLang's logprob_start_len / input_token_logprobs), which the CPU engine does not serve, and "
+            "slime.rollout.on_policy_distillation's reward / post-process pair is not provided; use --opd-type "
+            "megatron --opd-teacher-load TEACHER_DIR (a frozen teacher in the trainer)")
+    if args.opd_type == "megatron" and args.train_backend != "megatron":
+        args.launch_refusals.append(f"--opd-type megatron with --train-backend {args.train_backend}: only the Megatron "
+                                    "trainer holds a teacher model; use --train-backend megatron")
