@@ -154,9 +154,11 @@ class Run:
         """Push the trainer's weights to the engines as version rollout_id + 1 (the weights after that many
         training steps; the first push, rollout_id None, is version start_rollout_id). In fully async mode the
         background generation is paused around the push (rollout/fully_async.py)."""
-        if self.actor is None or not self.engines.urls:  # a debug mode runs only one side
-            return {}
         version = self.start_rollout_id if rollout_id is None else rollout_id + 1
+        if self.actor is None or not self.engines.urls:  # a debug mode runs only one side
+            if self.fully_async and self.engines.urls:   # --debug-rollout-only: the weights never change, but the
+                ray.get(self.rollout.continue_generation.remote(version))  # versions advance: no stall on the bound
+            return {}
         metrics = {}
         if self.fully_async:
             metrics["time/pause_generation"] = ray.get(self.rollout.pause_generation.remote())

@@ -265,7 +265,8 @@ def active_worker() -> FullyAsyncWorker | None:
 
 
 def stop_worker() -> None:
-    global _worker
+    global _worker, _known_version
+    _known_version = 0
     with _worker_lock:
         if _worker is not None:
             try:

@@ -38,6 +38,8 @@ RULES = [
     (["--bf16", "--fp16"], r"--bf16 and --fp16 exclude each other"),
     (["--debug-rollout-only", "--debug-train-only"], r"--debug-rollout-only and --debug-train-only"),
     (["--rm-type", "remote_rm"], r"--rm-type remote_rm needs --rm-url"),
+    (["--rollout-function-path", "slime.rollout.fully_async_rollout.generate_rollout_fully_async", "--max-staleness", "-1"], r"--max-staleness -1: must be >= 0"),
+    (["--rollout-function-path", "slime.rollout.fully_async_rollout.generate_rollout_fully_async", "--update-weights-interval", "3"], r"--max-staleness 1 with --update-weights-interval 3: .* >= 2"),
     (["--loss-type", "custom_loss"], r"--loss-type custom_loss needs --custom-loss-function-path"),
     (["--use-tis", "--use-rollout-logprobs"], r"--use-rollout-logprobs and --use-tis exclude each other"),
     (["--rollout-engine", "sglang"], r"--rollout-engine sglang needs an NVIDIA GPU"),
@@ -210,3 +212,13 @@ def test_opd_sglang_parses_and_is_refused_at_launch(base):
         refuse_at_launch(args)
     refuse_at_launch(parse(base + ["--use-opd", "--opd-type", "megatron", "--opd-teacher-load",
                                    base[base.index("--hf-checkpoint") + 1]]))
+
+
+def test_max_staleness_defaults_to_one_in_fully_async_mode_and_warns_elsewhere(base):
+    fn = ["--rollout-function-path", "slime.rollout.fully_async_rollout.generate_rollout_fully_async"]
+    a = parse(base + fn)
+    assert a.max_staleness == 1 and not any("--max-staleness" in w for w in a.config_warnings)
+    a = parse(base + ["--max-staleness", "2"])
+    assert any("--max-staleness 2 has no effect" in w for w in a.config_warnings)
+    a = parse(base + fn + ["--over-sampling-batch-size", "8"])
+    assert any("--over-sampling-batch-size 8 has no effect with the fully async" in w for w in a.config_warnings)

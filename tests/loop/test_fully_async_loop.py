@@ -19,9 +19,13 @@ def test_fully_async_learns_within_the_staleness_bound(tiny_ckpt, toy_prompts, t
     dumps = str(tmp_path / "rollout_{rollout_id}.json")
     argv = loop_argv(tiny_ckpt, toy_prompts[0], tmp_path, "--actor-num-gpus-per-node", "1", "--rollout-num-gpus", "1",
                      "--num-rollout", str(n), "--rollout-function-path", FN, "--max-staleness", "1", "--use-tis",
-                     "--save-debug-rollout-data", dumps, "--save", str(tmp_path / "ckpt"), "--save-interval", "100")
+                     "--save-debug-rollout-data", dumps, "--save", str(tmp_path / "ckpt"), "--save-interval", "100",
+                     "--eval-prompt-data", "toy", toy_prompts[1], "--eval-interval", "4",
+                     "--n-samples-per-eval-prompt", "1")
     assert train_async.main(argv) == 0
-    rows = [r for r in read_metrics(str(tmp_path / "metrics.jsonl")) if r["rollout_id"] >= 0]
+    lines = read_metrics(str(tmp_path / "metrics.jsonl"))
+    assert [r["rollout_id"] for r in lines if "eval/toy/reward" in r] == [-1, 3, 7]   # eval beside the worker
+    rows = [r for r in lines if r["rollout_id"] >= 0]
     assert [r["rollout_id"] for r in rows] == list(range(n))
     trained = []
     for step in range(n):

@@ -25,7 +25,8 @@ def _push(engine_url, ckpt, version: int):
     fully_async.resume_after_weight_update(version)
 
 
-def _pending(ctl) -> list[int]:
+def _pending(ctl):
+    """(group indices the checkpoint puts back into the data buffer, groups issued so far)."""
     state = ctl.state_dict()["data_source"]
     return [sample_from_dict(g[0]).group_index for g in state["buffer"]], state["next_group_index"]
 
@@ -83,9 +84,22 @@ def test_stale_groups_are_generated_again(engine_url, tiny_ckpt, prompt_file, ma
         _push(engine_url, tiny_ckpt, 2)            # the trainer skipped ahead: whatever was generated is stale
         second, metrics = ctl.generate(2)
         pending, issued = _pending(ctl)
+        state = ctl.state_dict()
     finally:
         ctl.close()
     assert all(s.weight_versions and set(s.weight_versions) == {"2"} for s in second)
     assert metrics["rollout/staleness/max"] == 0 and metrics["rollout/dropped_stale"] >= 1
     trained = sorted({s.group_index for s in first} | {s.group_index for s in second})
     assert len(trained) == 4 and sorted(trained + pending) == list(range(issued))
+
+    # a run resumed from that state generates the saved pending prompts again: still none lost or repeated
+    ctl = RolloutController(args, [engine_url])
+    ctl.load_state_dict(state)
+    try:
+        _push(engine_url, tiny_ckpt, 3)
+        third, _ = ctl.generate(3)
+        pending2, issued2 = _pending(ctl)
+    finally:
+        ctl.close()
+    trained += sorted({s.group_index for s in third})
+    assert len(trained) == len(set(trained)) == 6 and sorted(trained + pending2) == list(range(issued2))
