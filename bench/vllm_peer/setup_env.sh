@@ -50,3 +50,10 @@ if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.vers
     "$VENV/bin/python" -m pip install -q --no-deps "sglang==$SGLANG_VERSION"
     "$VENV/bin/python" -m pip install -q IPython traitlets orjson gguf 2>&1 | grep -v "^WARNING: Location\|requires\|incompatible" || true
 fi
+# sglang-router: the router SGLang 0.5.23's own test fixtures launch (`python -m sglang_router.launch_router`); its
+# parser checks our router command (tests/sglang_peer). 0.3.2 is its last release (30 MB wheel, a Rust binary + a
+# Python argparse front; its few deps are already here).
+ROUTER_VERSION=0.3.2
+if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('sglang-router') != '$ROUTER_VERSION')" 2>/dev/null; then
+    "$VENV/bin/python" -m pip install -q --no-deps "sglang-router==$ROUTER_VERSION"
+fi

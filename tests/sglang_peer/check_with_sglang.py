@@ -1,10 +1,14 @@
 """Run under the interpreter that has SGLang (bench/.venv-vllm + `sglang==0.5.23 --no-deps`): check our side with
-SGLang's own code and print one JSON line. Usage: python check_with_sglang.py {passthrough|launch|bodies IN.json|all IN.json}
+SGLang's own code and print one JSON line. Usage: python check_with_sglang.py {passthrough|launch|router|bodies IN.json|responses IN.json|all BODIES RESPONSES}
 
 * passthrough: our parser in generated mode (from SGLang's real ServerArgs); every generated --sglang-* flag, given
   a value of its kind, goes through our parser and build_sglang_command, and SGLang's own parser reads it back.
 * launch: build_sglang_command's argv through SGLang's prepare_server_args -> the ServerArgs we intend.
 * bodies: every recorded request body goes into SGLang's own request class for its route (io_struct).
+* responses: for each recorded (request, our answer), SGLang's own TokenizerManager builds its answer from the same
+  scheduler output (finish reason made by SGLang's FINISH_* classes); the two must have the same keys and kinds.
+* router: build_router_command's argv through sglang_router's own parser (parse_router_args) and the Rust router's
+  config builder (Router.from_args; nothing is started) -> the RouterArgs we intend. Needs sglang-router installed.
 """
 import argparse
 import json
@@ -152,10 +156,140 @@ def bodies(path):
     return out
 
 
+def _sglang_finish_reason(fr):
+    """The finish reason SGLang's scheduler would send for ours, made by SGLang's own classes."""
+    from sglang.srt.managers import schedule_batch as sb
+
+    if fr is None:
+        return None
+    if fr["type"] == "stop":
+        m = fr["matched"]
+        return (sb.FINISH_MATCHED_STR(m) if isinstance(m, str) else sb.FINISH_MATCHED_TOKEN(m)).to_json()
+    if fr["type"] == "length":
+        return sb.FINISH_LENGTH(fr["length"]).to_json()
+    return sb.FINISH_ABORT(fr.get("message"), fr.get("status_code"), fr.get("err_type")).to_json()
+
+
+def _published(model_path):
+    """SGLang's process-wide config for a tokenizer process (the TokenizerManager reads it), default flags."""
+    from sglang.srt.runtime_context import publish
+    from sglang.srt.server_args import prepare_server_args
+
+    publish(prepare_server_args(["--model-path", model_path, "--device", "cpu"]), role="tokenizer")
+
+
+def sglang_answer(request: dict, ours: dict) -> dict:
+    """SGLang's /generate answer for `request`, built by its own TokenizerManager._handle_batch_output from the
+    scheduler output that carries our tokens, text, counts and log-probs (a manager object without its processes)."""
+    import asyncio
+
+    from sglang.srt.managers import io_struct, tokenizer_manager as tm
+    from sglang.srt.observability.req_time_stats import APIServerReqTimeStats
+
+    obj = io_struct.GenerateReqInput(**request)
+    obj.normalize_batch_and_arguments()
+    meta, ids = ours["meta_info"], list(ours["output_ids"])
+    mgr = object.__new__(tm.TokenizerManager)
+    state = tm.ReqState(out_list=[], finished=False, event=asyncio.Event(), obj=obj, time_stats=APIServerReqTimeStats())
+    mgr.rid_to_state = {meta["id"]: state}
+    for name, value in dict(enable_metrics=False, incremental_streaming_output=False, skip_tokenizer_init=False,
+                            dump_requests_folder=None, crash_dump_folder=None, enable_lora=False).items():
+        setattr(mgr, name, value)   # the server's defaults
+    lps = meta.get("output_token_logprobs") or []
+    nothing = dict.fromkeys(("input_top_logprobs_val", "input_top_logprobs_idx", "output_top_logprobs_val",
+                             "output_top_logprobs_idx", "input_token_ids_logprobs_val", "input_token_ids_logprobs_idx",
+                             "output_token_ids_logprobs_val", "output_token_ids_logprobs_idx"), [])
+    recv = io_struct.BatchStrOutput(
+        rids=[meta["id"]], finished_reasons=[_sglang_finish_reason(meta["finish_reason"])],
+        output_strs=[ours["text"]], output_ids=[ids], prompt_tokens=[meta["prompt_tokens"]],
+        completion_tokens=[len(ids)], reasoning_tokens=[0], cached_tokens=[meta["cached_tokens"]],
+        input_token_logprobs_val=[[]], input_token_logprobs_idx=[[]],
+        output_token_logprobs_val=[[x[0] for x in lps]], output_token_logprobs_idx=[[x[1] for x in lps]],
+        output_token_entropy_val=None, output_token_sampling_mask=None, output_hidden_states=None,
+        routed_experts=None, indexer_topk=None, placeholder_tokens_idx=None, placeholder_tokens_val=None,
+        retraction_counts=[0], **nothing)
+    asyncio.run(mgr._handle_batch_output(recv))
+    return json.loads(json.dumps(state.out_list[-1]))   # as the HTTP layer serialises it
+
+
+def shape(value, path="") -> dict:
+    """{json path: kind} of a JSON value (lists: their first element), to compare two answers' structure."""
+    kinds = {bool: "bool", int: "int", float: "number", str: "str", type(None): "null"}
+    if isinstance(value, dict):
+        out = {path or "/": "object"}
+        for k, v in value.items():
+            out.update(shape(v, f"{path}/{k}"))
+        return out
+    if isinstance(value, list):
+        return {path: "list", **(shape(value[0], path + "[]") if value else {})}
+    return {path: kinds.get(type(value), type(value).__name__)}
+
+
+def responses(path, model_path):
+    """Each of our answers against the one SGLang's own code builds for the same request and tokens."""
+    _placeholder_vision_modules()
+    _published(model_path)
+    with open(path) as f:
+        cases = json.load(f)
+    out = {"checked": 0, "differences": [], "keys": None}
+    for name, request, ours in cases:
+        theirs = sglang_answer(request, ours)
+        a, b = shape(ours), shape(theirs)
+        diff = {p: [a.get(p), b.get(p)] for p in sorted(set(a) | set(b)) if a.get(p) != b.get(p)}
+        if ours["meta_info"]["finish_reason"] != theirs["meta_info"]["finish_reason"]:
+            diff["finish_reason"] = [ours["meta_info"]["finish_reason"], theirs["meta_info"]["finish_reason"]]
+        if diff:
+            out["differences"].append({"case": name, "ours_vs_sglang": diff})
+        out["checked"] += 1
+        out["keys"] = sorted(theirs["meta_info"])
+    return out
+
+
+def router():
+    """Our router command read by the router's own parser and config builder."""
+    import types
+
+    from sglang_router.launch_router import parse_router_args
+    from sglang_router.router import Router
+
+    from slime_like.backends.sglang.router import POLICIES, build_router_command
+
+    urls = ["http://10.0.0.5:30001", "http://10.0.0.6:30002"]
+    cases = [({}, {"policy": "cache_aware", "request_timeout_secs": 14400}),
+             ({"policy": "round_robin", "balance_abs_threshold": 16, "dp_aware": True, "request_timeout_secs": 60},
+              {"policy": "round_robin", "balance_abs_threshold": 16, "dp_aware": True, "request_timeout_secs": 60})]
+    cases += [({"policy": p}, {"policy": p}) for p in POLICIES]
+    out = {"checked": 0, "mismatch": [], "rejected": []}
+    for extra, want in cases:
+        args = types.SimpleNamespace(router_args=dict(extra), sglang_router_request_timeout_secs=14400)
+        cmd = build_router_command(args, urls, host="10.0.0.5", port=30000)
+        want = {"host": "10.0.0.5", "port": 30000, "worker_urls": urls, **want}
+        try:
+            ra = parse_router_args(cmd[3:])
+            got = {k: getattr(ra, k) for k in want}   # before from_args, which turns policy into an enum
+            Router.from_args(ra)                     # the Rust side's own validation of the whole config
+        except (SystemExit, Exception) as e:   # noqa: BLE001
+            out["rejected"].append(f"{cmd[3:]}: {type(e).__name__}: {e}")
+            continue
+        if got != want:
+            out["mismatch"].append({"argv": cmd[3:], "want": want, "got": got})
+        out["checked"] += 1
+    return out
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
-    if mode == "all":   # one interpreter start (importing SGLang costs ~30 s here) for the three checks
-        result = {"passthrough": passthrough(), "launch": launch(), "bodies": bodies(sys.argv[2])}
+    if mode == "all":   # one interpreter start (importing SGLang costs ~30 s here) for every check
+        result = {"passthrough": passthrough(), "launch": launch(), "bodies": bodies(sys.argv[2]),
+                  "responses": responses(sys.argv[3], sys.argv[4])}
+        try:
+            import sglang_router  # noqa: F401
+            result["router"] = router()
+        except ImportError as e:
+            result["router"] = {"not_installed": str(e)}
+    elif mode == "responses":
+        result = responses(sys.argv[2], sys.argv[3])
     else:
-        result = {"passthrough": passthrough, "launch": launch}.get(mode, lambda: bodies(sys.argv[2]))()
+        result = {"passthrough": passthrough, "launch": launch, "router": router}.get(
+            mode, lambda: bodies(sys.argv[2]))()
     print("RESULT " + json.dumps(result, default=str))

@@ -1,7 +1,10 @@
-"""Our SGLang side checked by SGLang's own code (0.5.23 on CPU): generated flags, launch command, request bodies."""
+"""Our SGLang side checked by SGLang's own code (0.5.23 on CPU): generated flags, launch command, request bodies,
+our CPU engine's /generate answers against the ones SGLang's TokenizerManager builds, and the router's command
+line through sglang_router's own parser (0.3.2, the router SGLang 0.5.23's own test fixtures launch)."""
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -69,9 +72,63 @@ class Recorder:
 
 @pytest.fixture(scope="module")
 def checked(sglang_python, tmp_path_factory):
-    """Record every body our client and senders send, then run all three checks in one SGLang interpreter."""
+    """Record every body our client and senders send and our CPU engine's answers, then run every check in one
+    SGLang interpreter."""
     path = record_bodies(tmp_path_factory.mktemp("sglang_bodies"))
-    return run_check(sglang_python, "all", str(path))
+    answers, ckpt = record_cpu_engine_answers(tmp_path_factory.mktemp("sglang_answers"))
+    return run_check(sglang_python, "all", str(path), str(answers), ckpt)
+
+
+def record_cpu_engine_answers(tmp_path):
+    """[name, request, answer] of our CPU engine for each answer shape: length / stop token / stop string / abort
+    finish, with and without log-probs, a batch's items."""
+    from slime_like.backends.engine_api.launcher import start_engine
+    from slime_like.backends.engine_api.client import EngineClient
+    from slime_like.tools.tiny_model import build_tiny_checkpoint
+    from slime_like.utils.net import free_port
+
+    ckpt = build_tiny_checkpoint(str(tmp_path / "ckpt"))
+    args = argparse.Namespace(hf_checkpoint=ckpt, seed=0, save=None, sglang_server_args={})
+    engine = start_engine(args, kind="cpu", port=free_port(), log_dir=str(tmp_path), env={"OMP_NUM_THREADS": "1"})
+    greedy = {"temperature": 0.0, "max_new_tokens": 8}
+    cases = []
+
+    async def ask(c, name, ids, sp, **kw):
+        kw.setdefault("return_logprob", True)   # the client's default, recorded as sent
+        out = await c.generate(ids, sp, **kw)
+        cases.append([name, {"input_ids": ids, "sampling_params": sp, **kw}, out])
+        return out
+
+    async def drive():
+        c = EngineClient(engine.url)
+        first = await ask(c, "length, log-probs", [5, 6, 7], greedy, return_logprob=True, rid="s1")
+        await ask(c, "no log-probs, no rid", [5, 6, 7], greedy, return_logprob=False)
+        await ask(c, "stop token", [5, 6, 7], {**greedy, "stop_token_ids": [first["output_ids"][2]]}, return_logprob=True)
+        stop = next((ch for ch in first["text"][1:] if ch.strip()), None)
+        if stop:
+            await ask(c, "stop string", [5, 6, 7], {**greedy, "stop": [stop]}, return_logprob=True)
+        batch_sp = [greedy, {**greedy, "max_new_tokens": 3}]
+        batch = await c.generate([[5, 6], [7, 8, 9]], batch_sp, return_logprob=True, rid=["b0", "b1"])
+        for i, ids in enumerate([[5, 6], [7, 8, 9]]):
+            cases.append([f"batch item {i}", {"input_ids": ids, "sampling_params": batch_sp[i], "return_logprob": True,
+                                              "rid": f"b{i}"}, batch[i]])
+        async def generated():
+            return (await c.get_server_info())["internal_states"][0]["generated_tokens"]
+
+        before = await generated()
+        long = asyncio.ensure_future(ask(c, "abort", [5, 6], {"max_new_tokens": 240, "ignore_eos": True},
+                                         return_logprob=True, rid="long"))
+        while await generated() <= before and not long.done():   # abort once it is decoding
+            await asyncio.sleep(0.005)
+        await c.abort("long")
+        await long
+    try:
+        asyncio.run(drive())
+    finally:
+        engine.stop()
+    path = tmp_path / "answers.json"
+    path.write_text(json.dumps(cases))
+    return path, ckpt
 
 
 def record_bodies(tmp_path):
@@ -122,3 +179,22 @@ def test_every_request_body_we_send_is_accepted_by_sglangs_request_classes(check
                   "/update_weights_from_tensor", "/init_weights_update_group", "/update_weights_from_distributed",
                   "/destroy_weights_update_group"):
         assert r["accepted"].get(route), (route, r)
+
+
+def test_cpu_engine_answers_have_the_fields_sglangs_own_code_builds(checked):
+    """Same keys and value kinds as the answer SGLang's TokenizerManager builds for the same request and tokens,
+    and the same finish_reason dict as SGLang's FINISH_* classes make (stop token / string, length, abort)."""
+    r = checked["responses"]
+    assert r["checked"] >= 7 and r["differences"] == [], r["differences"]
+    for key in ("id", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "e2e_latency",
+                "weight_version", "output_token_logprobs"):
+        assert key in r["keys"], (key, r["keys"])
+
+
+def test_router_command_is_read_by_the_routers_own_parser(checked):
+    """build_router_command -> sglang_router's parse_router_args + Router.from_args (Rust config, not started)."""
+    r = checked["router"]
+    if "not_installed" in r and os.environ.get("CI", "").lower() != "true":
+        pytest.skip("sglang-router not installed in the SGLang environment: run bench/vllm_peer/setup_env.sh")
+    assert r["rejected"] == [] and r["mismatch"] == [], r
+    assert r["checked"] >= 3

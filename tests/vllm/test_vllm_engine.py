@@ -8,6 +8,8 @@ failure on CPU (refused by us, and shown broken in vLLM itself).
 """
 import asyncio
 import json
+import os
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -21,6 +23,7 @@ from slime_like.backends.engine_api.client import EngineClient, EngineError
 from slime_like.utils.auth import auth_headers
 
 pytestmark = pytest.mark.slow
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROMPT = [3 + (i * 7) % 120 for i in range(300)]   # fills 2 prefix-cache blocks (128 tokens on CPU): stale KV shows
 SHORT = PROMPT[:40]                                  # for long generations (max model length 512)
 
@@ -212,3 +215,38 @@ def test_release_memory_is_refused_on_cpu_and_vllm_sleep_is_broken_there(served)
         post(up, "/v1/completions", {"model": "default", "prompt": SHORT, "max_tokens": 2}, timeout=5)
     post(up, "/wake_up")
     assert len(gen(served.url, PROMPT, max_new_tokens=2)["output_ids"]) == 2
+
+
+def test_answers_have_the_fields_sglangs_own_code_builds(served, vllm_env, vllm_ckpts, tmp_path):
+    """The adapter's /generate answers (length / stop token / no log-probs / abort / batch items) against the answer
+    SGLang 0.5.23's own TokenizerManager builds for the same request and tokens (tests/sglang_peer does the same
+    for the CPU engine). Runs in the vLLM venv, where SGLang is installed --no-deps."""
+    async def ask_all():
+        c, cases = EngineClient(served.url), []
+        for name, sp, kw in (("length", {"max_new_tokens": 4}, {"return_logprob": True, "rid": "v1"}),
+                             ("no log-probs", {"max_new_tokens": 3}, {"return_logprob": False}),
+                             ("stop token", {"max_new_tokens": 8, "stop_token_ids": list(range(128))},
+                              {"return_logprob": True})):
+            cases.append([name, {"input_ids": SHORT, "sampling_params": sp, **kw}, await c.generate(SHORT, sp, **kw)])
+        batch = await c.generate([SHORT[:5], SHORT[:9]], [{"max_new_tokens": 2}] * 2, rid=["vb0", "vb1"])
+        cases += [[f"batch item {i}", {"input_ids": SHORT[:n], "sampling_params": {"max_new_tokens": 2},
+                                       "return_logprob": True, "rid": f"vb{i}"}, o] for i, (n, o) in enumerate(zip((5, 9), batch))]
+        long_sp = {"max_new_tokens": 400, "min_new_tokens": 400}
+        task = asyncio.ensure_future(c.generate(SHORT, long_sp, rid="v-abort"))
+        await _running(served)
+        await c.abort("v-abort")
+        cases.append(["abort", {"input_ids": SHORT, "sampling_params": long_sp, "return_logprob": True, "rid": "v-abort"},
+                      await asyncio.wait_for(task, 60)])
+        return cases
+
+    path = tmp_path / "answers.json"
+    path.write_text(json.dumps(asyncio.run(ask_all())))
+    check = os.path.join(REPO, "tests", "sglang_peer", "check_with_sglang.py")
+    out = subprocess.run([vllm_env, check, "responses", str(path), vllm_ckpts[0]], capture_output=True, text=True,
+                         timeout=600, env=dict(os.environ, PYTHONPATH=REPO, SLIME_LIKE_VLLM_PASSTHROUGH="generic"))
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    if not lines and "No module named 'sglang'" in out.stderr and os.environ.get("CI", "").lower() != "true":
+        pytest.skip("SGLang not installed in the vLLM environment: run bench/vllm_peer/setup_env.sh")
+    assert lines, out.stderr[-3000:]
+    r = json.loads(lines[-1][len("RESULT "):])
+    assert r["checked"] == 6 and r["differences"] == [], r["differences"]

@@ -8,11 +8,16 @@ Response per request (SGLang field names)::
 
     {"text": str, "output_ids": [int], "meta_info": {
         "id": rid, "finish_reason": {"type": "stop", "matched": id|str} | {"type": "length", "length": n}
-                                    | {"type": "abort", "message": ...},
+                                    | {"type": "abort", "message": str, "status_code": ..., "err_type": ...},
         "prompt_tokens": int, "completion_tokens": int, "cached_tokens": 0, "e2e_latency": s,
-        "weight_version": str,
-        "output_token_logprobs": [[logprob, token_id, None], ...]   # only with return_logprob
+        "weight_version": str, "num_retractions": 0, "reasoning_tokens": 0,
+        # only with return_logprob:
+        "input_token_logprobs": [], "output_token_logprobs": [[logprob, token_id, None], ...],
+        "output_token_logprobs_length": int,
     }}
+
+These are the keys SGLang 0.5.23's TokenizerManager puts in a finished non-streaming answer with its default
+server flags (no --enable-metrics): tests/sglang_peer checks ours against the dict SGLang's own code builds.
 
 ``output_ids`` and ``output_token_logprobs`` include a matched stop *token* (as SGLang's do; RL trains on the
 eos token). ``text`` follows SGLang's detokenizer: a matched stop token is dropped, a matched stop string and
@@ -135,11 +140,33 @@ def build_response(r, tokenizer, weight_version: str) -> dict:
     if not p.no_stop_trim and isinstance(matched, str):
         pos = text.find(matched)
         text = text[:pos] if pos != -1 else text
-    meta = {"id": r.rid, "finish_reason": fr, "prompt_tokens": len(r.input_ids),
+    meta = {"id": r.rid, "finish_reason": sglang_finish_reason(fr), "prompt_tokens": len(r.input_ids),
             "completion_tokens": len(r.output_ids), "cached_tokens": 0,
             "e2e_latency": round(r.finished_at - r.created, 6), "weight_version": weight_version}
     if r.return_logprob:
         texts = ([tokenizer.decode([t]) for t in r.output_ids] if r.return_text_in_logprobs
                  else [None] * len(r.output_ids))
-        meta["output_token_logprobs"] = [[lp, t, x] for lp, t, x in zip(r.output_logprobs, r.output_ids, texts)]
-    return {"text": text, "output_ids": list(r.output_ids), "meta_info": meta}
+        add_logprobs(meta, [[lp, t, x] for lp, t, x in zip(r.output_logprobs, r.output_ids, texts)])
+    return {"text": text, "output_ids": list(r.output_ids), "meta_info": with_sglang_counters(meta)}
+
+
+def sglang_finish_reason(fr: dict | None) -> dict | None:
+    """SGLang's abort reason always carries status_code and err_type (None unless an error caused it)."""
+    if fr and fr.get("type") == "abort":
+        return {"status_code": None, "err_type": None, **fr}
+    return fr
+
+
+def add_logprobs(meta: dict, output_token_logprobs: list) -> None:
+    """SGLang's log-prob keys: no prompt log-probs by default (logprob_start_len -1 starts after the prompt)."""
+    meta["input_token_logprobs"] = []
+    meta["output_token_logprobs"] = output_token_logprobs
+    meta["output_token_logprobs_length"] = len(output_token_logprobs)
+
+
+def with_sglang_counters(meta: dict) -> dict:
+    """Counters SGLang always reports that are constant here: no retraction (no KV pressure scheduling), no
+    reasoning parser."""
+    meta.setdefault("num_retractions", 0)
+    meta.setdefault("reasoning_tokens", 0)
+    return meta

@@ -21,8 +21,10 @@ import urllib.parse
 from slime_like.backends.engine_api.launcher import EngineProcess, EngineStartError
 from slime_like.backends.sglang.engine import server_flag
 
-POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "bucket", "manual", "consistent_hashing",
-            "prefix_hash")
+# sglang-router 0.3.2's --policy choices (checked by its own parser in tests/sglang_peer). "bucket",
+# "consistent_hashing" and "prefix_hash" belong to its successor, the smg gateway (`python -m smg.launch_router`),
+# not to sglang_router.launch_router, which this command runs.
+POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manual")
 
 
 def build_router_command(args, worker_urls: list[str], *, host: str = "127.0.0.1", port: int = 30000,

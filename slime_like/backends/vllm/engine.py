@@ -84,6 +84,22 @@ def refuse_on_cpu(args, model_path: str) -> None:
                               f"supports {list(CPU_HEAD_SIZES)} (use --rollout-engine cpu for this model)")
 
 
+# vLLM options that make it serve LoRA adapters: the adapter refuses /generate's lora_path (SGLang's way to pick an
+# adapter) and has no adapter-loading route, so an engine started with them could never use one.
+LORA_SERVING = ("enable_lora", "lora_modules", "max_loras", "max_lora_rank", "max_cpu_loras", "lora_dtype",
+                "default_mm_loras", "fully_sharded_loras", "enable_lora_bias")
+
+
+def refuse_lora_serving(user: dict) -> None:
+    asked = sorted(k for k in user if k in LORA_SERVING and user[k] not in (None, False, [], {}))
+    if asked:
+        flags = ", ".join("--vllm-" + k.replace("_", "-") for k in asked)
+        raise VLLMUnavailable(f"{flags}: the vllm engine serves no LoRA adapters (its SGLang-API adapter refuses "
+                              "/generate's lora_path and has no route to load one). To train LoRA, use "
+                              "--train-backend fsdp --lora-rank N: the trainer pushes merged weights, so the engine "
+                              "needs no adapter; drop " + flags)
+
+
 def build_vllm_command(args, *, host: str, port: int, gpu_ids: list | None = None, device: str | None = None,
                        upstream_port: int | None = None) -> list[str]:
     """argv of the adapter process, which starts vLLM's OpenAI server (argv after '--') as its child."""
@@ -98,6 +114,7 @@ def build_vllm_command(args, *, host: str, port: int, gpu_ids: list | None = Non
         tp = 1   # one CPU worker per engine here; more engines scale out
     upstream_port = upstream_port or free_port()
     user = getattr(args, "vllm_server_args", None) or {}
+    refuse_lora_serving(user)
     server = [vllm_python(), "-m", "vllm.entrypoints.openai.api_server", "--model", model,
               "--served-model-name", "default", "--host", "127.0.0.1", "--port", str(upstream_port),
               "--tensor-parallel-size", str(tp), "--worker-extension-cls", WORKER_EXTENSION]

