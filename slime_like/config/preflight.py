@@ -50,8 +50,10 @@ CALL_SHAPES = {
     # rollout_id= / evaluation= are passed only when the hook names them: rollout/sample_hooks.py checks
     "rollout_sample_hook_path": None,
     "custom_rollout_log_function_path": None, "custom_eval_rollout_log_function_path": None,
-    "custom_loss_function_path": None,
-    "custom_pg_loss_reducer_function_path": None, "custom_update_weight_post_write_path": None,
+    "custom_loss_function_path": (("args", "batch", "logits", "sum_of_sample_mean"), {}),
+    "custom_pg_loss_reducer_function_path": (
+        ("total_lengths", "response_lengths", "loss_masks", "calculate_per_token_loss"), {}),
+    "custom_update_weight_post_write_path": None,
     "custom_model_provider_path": None,
 }
 SCHEDULE_KEYS = ("lr_warmup_iters", "lr_warmup_fraction", "lr_decay_iters", "lr_decay_style", "train_iters")

@@ -107,7 +107,6 @@ UNSUPPORTED = {
     "no_load_rng": "RNG state is restored together with the optimizer state; --no-load-optim skips both",
     "ckpt_format": "checkpoints are written and read as torch_dist only",  # pending: megatron
     # algorithm
-    "custom_loss_function_path": f"custom losses (--loss-type custom_loss): {_MEGATRON}",  # pending: megatron
     "use_rollout_entropy": f"entropy from rollout log-probs: {_MEGATRON}",  # pending: megatron
     "keep_old_actor": f"a copy of the rollout-time weights: {_MEGATRON}",  # pending: megatron
     # rollout / data
@@ -116,7 +115,6 @@ UNSUPPORTED = {
     "train_env_vars": "environment variables for the trainer processes are not forwarded; export them "  # pending: ray
                       "before `ray start` instead",
     # slime features another issue is adding (issue 18)
-    "custom_pg_loss_reducer_function_path": f"custom policy-loss reducers: {_ISSUE18}",  # pending: feat
     "load_forge_rollout_data": f"replaying dumped rollouts through forge_load: {_ISSUE18}",  # pending: feat
     "opsm_delta": "off-policy sequence masking (--use-opsm) is not implemented",
     # weight sync through files, agent rollout buffers

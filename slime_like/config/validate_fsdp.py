@@ -47,7 +47,8 @@ def validate_fsdp(args) -> None:
 # slime's trainer hooks are called by the Megatron trainer only (they receive megatron-core model chunks)
 MEGATRON_HOOKS = ("custom_megatron_init_path", "custom_megatron_before_log_prob_hook_path",
                   "custom_megatron_before_train_step_hook_path", "custom_advantage_function_path",
-                  "custom_tis_function_path", "rollout_data_postprocess_path")
+                  "custom_tis_function_path", "rollout_data_postprocess_path", "custom_loss_function_path",
+                  "custom_pg_loss_reducer_function_path")
 
 
 def _fsdp_only(args):

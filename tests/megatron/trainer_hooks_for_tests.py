@@ -40,3 +40,23 @@ def flip_first_rollout(args, rollout_id, rollout_data):
     CALLS.append(("postprocess", rollout_id, sorted(rollout_data)[:2]))
     if rollout_id == 0:
         rollout_data["advantages"] = [-a for a in rollout_data["advantages"]]
+
+
+def nll_loss(args, batch, logits, sum_of_sample_mean):
+    """--loss-type custom_loss written like slime's: the responses' negative log-likelihood, reduced by the hook."""
+    nll = []
+    for row, targets in zip(logits, batch["targets"]):
+        logp = torch.log_softmax(row[:len(targets)].float(), dim=-1)
+        nll.append(-logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1) * batch["loss_masks"][len(nll)])
+    loss = sum_of_sample_mean(torch.cat(nll))  # slime's flat layout
+    return loss, {"my_nll": loss.detach()}
+
+
+def double_token_mean(total_lengths, response_lengths, loss_masks, calculate_per_token_loss):
+    """A pg-loss reducer: twice the token mean (one micro-batch per step, one DP rank, in slime's sample units)."""
+    tokens = sum(float(m.sum()) for m in loss_masks)
+    return lambda pg_loss: 2.0 * pg_loss.sum() / tokens * len(response_lengths)
+
+
+def zero_reducer(total_lengths, response_lengths, loss_masks, calculate_per_token_loss):
+    return lambda pg_loss: pg_loss.sum() * 0.0

@@ -12,9 +12,9 @@ def check_supported(args, role) -> None:
         raise NotImplementedError("--context-parallel-size > 1 is not supported by the Megatron trainer yet "
                                   "(the loss does not split responses across CP ranks); use 1")
     loss_type = args.loss_type
-    if role == "actor" and loss_type not in ("policy_loss", "sft_loss"):
+    if role == "actor" and loss_type not in ("policy_loss", "sft_loss", "custom_loss"):
         raise NotImplementedError(f"--loss-type {loss_type} is not supported by the Megatron trainer; "
-                                  "use policy_loss or sft_loss")
+                                  "use policy_loss, sft_loss or custom_loss")
     for dest, flag in (("log_probs_chunk_size", "--log-probs-chunk-size"),
                        ("recompute_loss_function", "--recompute-loss-function")):
         value = getattr(args, dest)

@@ -18,6 +18,10 @@ when the trainer starts (a wrong path or signature fails before any step, naming
         Metrics: per-token tensors, logged as token means under their own names.
     --rollout-data-postprocess-path  fn(args, rollout_id, rollout_data)  the actor's batch after log-probs
                                       and advantages, before the first optimizer step; edits it in place
+    --custom-loss-function-path (--loss-type custom_loss)  fn(args, batch, logits, sum_of_sample_mean)
+                                      -> (loss, metrics); --custom-pg-loss-reducer-function-path
+                                      factory(total_lengths, response_lengths, loss_masks,
+                                      calculate_per_token_loss) -> reducer(pg_loss); backends/training/custom_loss.py
 """
 from __future__ import annotations
 
@@ -39,6 +43,11 @@ SPECS = {
     "custom_tis_function_path": (f"fn(args, *, {', '.join(_TIS_KEYWORDS)})", ("args",), _TIS_KEYWORDS),
     "rollout_data_postprocess_path": ("fn(args, rollout_id, rollout_data)", ("args", "rollout_id", "rollout_data"),
                                       ()),
+    "custom_loss_function_path": ("fn(args, batch, logits, sum_of_sample_mean)",
+                                  ("args", "batch", "logits", "sum_of_sample_mean"), ()),
+    "custom_pg_loss_reducer_function_path": (
+        "factory(total_lengths, response_lengths, loss_masks, calculate_per_token_loss)",
+        ("total_lengths", "response_lengths", "loss_masks", "calculate_per_token_loss"), ()),
 }
 
 
@@ -48,7 +57,9 @@ FLAGS = (("--custom-megatron-init-path", "custom_megatron_init_path"),
          ("--custom-megatron-before-train-step-hook-path", "custom_megatron_before_train_step_hook_path"),
          ("--custom-advantage-function-path", "custom_advantage_function_path"),
          ("--custom-tis-function-path", "custom_tis_function_path"),
-         ("--rollout-data-postprocess-path", "rollout_data_postprocess_path"))
+         ("--rollout-data-postprocess-path", "rollout_data_postprocess_path"),
+         ("--custom-loss-function-path", "custom_loss_function_path"),
+         ("--custom-pg-loss-reducer-function-path", "custom_pg_loss_reducer_function_path"))
 
 
 def load_trainer_hooks(args) -> dict:

@@ -33,6 +33,7 @@ from slime_like.backends.megatron.trainer_dist import TrainerDistMixin
 from slime_like.backends.training import ci_checks
 from slime_like.backends.training import data as D
 from slime_like.backends.training import loss as L
+from slime_like.backends.training.custom_loss import Step
 from slime_like.backends.training.opd import apply_opd
 from slime_like.config.hf_config import fill_args_from_hf
 from slime_like.backends.trainer_api import TRAINER_ROLES
@@ -323,11 +324,11 @@ class MegatronTrainer(TrainerDistMixin):
             need = VALUE_FIELDS
         elif args.loss_type == "sft_loss":
             kind, fields, need = "sft", (), ()
-        else:
-            kind, fields = "policy", POLICY_FIELDS
+        else:  # the policy loss, or slime's --loss-type custom_loss on the same fields
+            kind, fields = "custom" if args.loss_type == "custom_loss" else "policy", POLICY_FIELDS
             rollout_lp = any(getattr(args, k) for k in ("use_tis", "use_rollout_logprobs", "get_mismatch_metrics"))
-            need = ("advantages",) + (("ref_log_probs",) if args.use_kl_loss else ()) \
-                + (("rollout_log_probs",) if rollout_lp else ())
+            need = (("advantages",) if args.compute_advantages_and_returns else ()) \
+                + (("ref_log_probs",) if args.use_kl_loss else ()) + (("rollout_log_probs",) if rollout_lp else ())
             if args.use_rollout_logprobs:  # the engine's log-probs are the old policy
                 batch = dict(batch, log_probs=batch["rollout_log_probs"])
         if self.role == "actor":  # slime's --rollout-data-postprocess-path sees the actor's data
@@ -353,8 +354,10 @@ class MegatronTrainer(TrainerDistMixin):
                 chunk.train()
                 chunk.zero_grad_buffer()
             self.optimizer.zero_grad()
+            step_info = Step(factor=len(mbs) * dp, samples=len(indices) * dp, global_tokens=global_tokens,
+                             per_token=per_token)  # slime's loss units (custom loss / pg-loss reducer)
             outs = self._run(self.model, mbs, lambda mb: L.make_loss_func(kind, args, mb, scale, per_token,
-                                                                          weights.get(id(mb)), self.hooks),
+                                                                          weights.get(id(mb)), self.hooks, step_info),
                              forward_only=False)
             lr = O.current_lr(self.optimizer)
             finite = self._grads_finite()

@@ -26,7 +26,8 @@ import torch
 
 from slime_like import algorithms as alg
 from slime_like.backends.training.data import MicroBatch
-from slime_like.backends.megatron.hooks import custom_tis as custom_tis_call
+from slime_like.backends.megatron.hooks import custom_tis as custom_tis_call, total_lengths
+from slime_like.backends.training import custom_loss as C
 
 
 def _tp():
@@ -101,7 +102,7 @@ def response_values(output: torch.Tensor, mb: MicroBatch) -> torch.Tensor:
     return output[mb.rows, mb.cols, 0].float()
 
 
-def policy_terms(args, output: torch.Tensor, mb: MicroBatch, hooks: dict | None = None):
+def policy_terms(args, output: torch.Tensor, mb: MicroBatch, hooks: dict | None = None, step=None):
     """Per-token actor loss `[n, R]` and metric sums for one micro-batch.
 
         l_t = w_t * pg_t + kl_loss_coef * kl_t - entropy_coef * H_t
@@ -135,6 +136,11 @@ def policy_terms(args, output: torch.Tensor, mb: MicroBatch, hooks: dict | None 
                                   getattr(args, "tis_clip_low", 0.0) or 0.0)
         sums["tis_weight"] = (weights * mask).sum().detach()
         pg = pg * weights
+    reducer = (hooks or {}).get("custom_pg_loss_reducer_function_path")
+    pg_share = None
+    if reducer:  # slime: the policy loss alone is reduced by the user's function; the other terms as usual
+        pg_share = C.reduced_pg_loss(reducer, args, pg, mb, step, total_lengths(mb))
+        pg = torch.zeros_like(pg)
     loss = pg
     if args.use_kl_loss:
         kl = alg.kl_penalty(logp, mb.fields["ref_log_probs"], args.kl_loss_type)
@@ -149,13 +155,23 @@ def policy_terms(args, output: torch.Tensor, mb: MicroBatch, hooks: dict | None 
     ntok = mask.sum()
     if alg.importance_ratio_exceeds(logp, old, mask, getattr(args, "early_stop_imp_ratio", None)):
         loss = loss * 0.0  # RLinf early_stop_imp_ratio: abandon this micro-batch's update, keep the graph
+        pg_share = None if pg_share is None else pg_share * 0.0
         sums["early_stopped_frac"] = ntok.detach().float()
     else:
         sums["early_stopped_frac"] = torch.zeros((), dtype=torch.float32)
     for key, value in pg_metrics.items():
         value = torch.as_tensor(value, dtype=torch.float32).detach()
         sums[key] = value if key.endswith("_max") else value * ntok  # scalar means -> token-weighted sums
+    if pg_share is not None:
+        sums["_pg_share"] = pg_share  # added to the loss by make_loss_func (not a logged metric)
     return loss, sums
+
+
+def custom_terms(args, output: torch.Tensor, mb: MicroBatch, hooks: dict, step, w: torch.Tensor):
+    """--loss-type custom_loss: (slime-units loss, metric token-sums) of the user's loss on the response logits."""
+    logits = response_logits(output, mb, args.rollout_temperature)
+    loss, metrics = C.custom_loss(hooks.get("custom_loss_function_path"), args, logits, mb, w, step, total_lengths(mb))
+    return loss, {k: C.to_metric_sum(v, step) for k, v in metrics.items()}
 
 
 def value_terms(args, output: torch.Tensor, mb: MicroBatch):
@@ -186,25 +202,33 @@ TERMS = {"policy": policy_terms, "value": value_terms, "sft": sft_terms}
 
 
 def make_loss_func(kind: str, args, mb: MicroBatch, scale: float, per_token: bool, weights=None,
-                   hooks: dict | None = None):
+                   hooks: dict | None = None, step=None):
     """The `loss_func(output_tensor)` that mcore's forward_step calls on the last pipeline stage.
 
     `weights` ([n, R], from algorithms.step_token_weights, already times the schedule's factor) replace the
     token-mean `scale` for --loss-agg-mode seq-mean-* and --loss-micro-batch-mean. `hooks`: the trainer's
-    loaded slime hooks (the policy terms call --custom-tis-function-path)."""
+    loaded slime hooks (the policy terms call --custom-tis-function-path / --custom-pg-loss-reducer-function-path;
+    kind "custom" calls --custom-loss-function-path). `step` (custom_loss.Step): needed by those two."""
 
     def loss_func(output):
-        per_token_loss, sums = TERMS[kind](args, output, mb, hooks) if kind == "policy" else \
-            TERMS[kind](args, output, mb)
-        total = alg.aggregate_loss(per_token_loss, mb.loss_mask, "sum")  # scaled to a step token-mean below
         ntok = mb.loss_mask.sum()
-        sums["loss"] = total.detach()
+        if kind == "custom":
+            share, sums = custom_terms(args, output, mb, hooks, step, C.share_weights(mb, scale, weights, step))
+            sums["loss"] = C.to_metric_sum(share, step)
+            sums["tokens"] = ntok.detach()
+            return (share, ntok.to(torch.int), sums) if per_token else (C.to_mcore(share, step), sums)
+        per_token_loss, sums = TERMS[kind](args, output, mb, hooks, step) if kind == "policy" else \
+            TERMS[kind](args, output, mb)
+        pg_share = sums.pop("_pg_share", None)
+        total = alg.aggregate_loss(per_token_loss, mb.loss_mask, "sum")  # scaled to a step token-mean below
+        sums["loss"] = total.detach() + (0.0 if pg_share is None else C.to_metric_sum(pg_share, step))
         sums["tokens"] = ntok.detach()
+        extra = 0.0 if pg_share is None else C.to_mcore(pg_share, step)
         if per_token:
-            return total, ntok.to(torch.int), sums
+            return total + extra, ntok.to(torch.int), sums
         if weights is not None:
-            return (per_token_loss * weights.to(per_token_loss.dtype)).sum(), sums
-        return total * scale, sums
+            return (per_token_loss * weights.to(per_token_loss.dtype)).sum() + extra, sums
+        return total * scale + extra, sums
 
     return loss_func
 
