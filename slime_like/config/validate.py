@@ -105,9 +105,9 @@ def _batch_identity(args):
 
 def _algorithm(args):
     est = args.advantage_estimator
-    if not args.compute_advantages_and_returns and args.loss_type != "sft_loss":
+    if not args.compute_advantages_and_returns and args.loss_type == "policy_loss":
         raise ConfigError(f"--disable-compute-advantages-and-returns with --loss-type {args.loss_type}: the policy "
-                          "loss needs advantages; it is for --loss-type sft_loss")
+                          "loss needs advantages; it is for --loss-type sft_loss or custom_loss")
     traits = ESTIMATOR_TRAITS[est]
     critic_users = [name for name, t in ESTIMATOR_TRAITS.items() if t.needs_critic]
     if args.use_critic and not traits.needs_critic:

@@ -41,6 +41,8 @@ RULES = [
     (["--rollout-function-path", "slime.rollout.fully_async_rollout.generate_rollout_fully_async", "--max-staleness", "-1"], r"--max-staleness -1: must be >= 0"),
     (["--rollout-function-path", "slime.rollout.fully_async_rollout.generate_rollout_fully_async", "--update-weights-interval", "3"], r"--max-staleness 1 with --update-weights-interval 3: .* >= 2"),
     (["--loss-type", "custom_loss"], r"--loss-type custom_loss needs --custom-loss-function-path"),
+    (["--disable-compute-advantages-and-returns"], r"--disable-compute-advantages-and-returns with --loss-type "
+                                                   r"policy_loss: .* for --loss-type sft_loss or custom_loss"),
     (["--use-tis", "--use-rollout-logprobs"], r"--use-rollout-logprobs and --use-tis exclude each other"),
     (["--rollout-engine", "sglang"], r"--rollout-engine sglang needs an NVIDIA GPU"),
     (["--hidden-size", "64", "--num-layers", "3", "--num-attention-heads", "4"],
