@@ -120,7 +120,9 @@ def add_rollout_group(parser):
       help="The secret every engine route requires (Authorization: Bearer; SGLang's and vLLM's --api-key). Default: "
            "a fresh one per run for the engines the run starts; give the one your --rollout-external-engine-addrs "
            "engines were started with (or set SLIME_LIKE_ENGINE_API_KEY, which keeps it off the command line).")
-    a("--use-fault-tolerance", action="store_true", help="Health-check engines and restart failed ones.")
+    a("--use-fault-tolerance", action="store_true",
+      help="Restart a rollout engine found dead or hung (its requests already moved to the live engines) at the next "
+           "weight update, and push the current weights to it before it serves again (docs/rollout.md).")
     a("--rollout-health-check-interval", type=float, default=30.0,
       help="Seconds between engine health checks during a rollout (0: none); a failed engine's requests move on.")
     a("--rollout-health-check-timeout", type=float, default=30.0, help="Seconds before a silent engine is failed.")

@@ -46,7 +46,7 @@ def add_slime_group(parser):
       help="Do not sample prompts from --prompt-data (the rollout function manages data itself).")
     a("--load-forge-rollout-data", default=None, help="Replay dumped rollouts through slime's forge_load rollout.")
     a("--http-proxy", default=None, help="HTTP proxy for the rollout's requests.")
-    a("--rollout-health-check-first-wait", type=float, default=0, help="Grace period before engine health checks.")
+    a("--rollout-health-check-first-wait", type=float, default=0, help="Seconds each rollout waits before its first engine health check (engines still compiling).")
     # on-policy distillation (slime's add_on_policy_distillation_arguments; docs/guide.md)
     a("--use-opd", action="store_true", default=False,
       help="On-policy distillation: a teacher scores the student's samples; advantages -= coef x (student - "

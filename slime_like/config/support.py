@@ -110,7 +110,6 @@ UNSUPPORTED = {
     "use_rollout_entropy": f"entropy from rollout log-probs: {_MEGATRON}",  # pending: megatron
     "keep_old_actor": f"a copy of the rollout-time weights: {_MEGATRON}",  # pending: megatron
     # rollout / data
-    "use_fault_tolerance": "engine health checks and restarts: a failed engine stops the run",  # pending: ray
     "multimodal_keys": "multimodal prompts: prompts are text (or chat messages) only",
     "train_env_vars": "environment variables for the trainer processes are not forwarded; export them "  # pending: ray
                       "before `ray start` instead",
@@ -170,7 +169,6 @@ NO_EFFECT_HERE = {
     "balance_by_flops": "micro-batches are packed by token count (the same loss; only the load balance differs)",
     "data_pad_size_multiplier": "packed micro-batches are padded to their longest sample (the multiplier is a "
                                 "kernel-alignment hint)",
-    "rollout_health_check_first_wait": "engine health checks belong to --use-fault-tolerance, not implemented",
     "qwen_gdn_backend": "a gated-delta-net kernel choice (CUDA); slime_like builds no gated-delta-net layer",
     "memory_recorder": "CUDA memory-history snapshots are not recorded",
     "memory_snapshot_num_steps": "CUDA memory-history snapshots are not recorded",

@@ -20,10 +20,12 @@ class EngineActor:
     def __init__(self, args, engine_index: int, gpu_ids: list):
         self.args, self.engine_index, self.gpu_ids = args, engine_index, gpu_ids
         self.proc = None
+        self.started_with = None   # (kind, multi_node) of the last start, for restart()
 
     def start(self, kind: str, multi_node: bool) -> str:
         from slime_like.backends.engine_api.launcher import start_engine
 
+        self.started_with = (kind, multi_node)
         # One node: nothing off this host needs the engine, so it listens on loopback only. Across nodes it must
         # listen on the node's address; the run's secret (--engine-api-key) then guards every route.
         host = ray.util.get_node_ip_address() if multi_node else "127.0.0.1"
@@ -31,6 +33,15 @@ class EngineActor:
                                  host=host, port=free_port(host),
                                  api_key=getattr(self.args, "engine_api_key", None))
         return self.proc.url
+
+    def restart(self) -> str:
+        """--use-fault-tolerance: kill the engine process (dead, or hung: SIGKILL, it may not answer SIGTERM) and
+        start a fresh one on a new port with the launch weights; returns its URL (the caller pushes the current
+        weights to it before any rollout request goes there)."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc = None
+        return self.start(*self.started_with)
 
     def stop(self):
         if self.proc is not None:
@@ -71,6 +82,20 @@ class RolloutManager:
 
         resume_after_weight_update(weight_version)
 
+    def dead_engines(self) -> dict:
+        """{URL: last error} of the engines the rollout (or the fully async worker) found dead, not yet replaced."""
+        from slime_like.rollout import fully_async
+
+        return {**self.controller.dead_engines, **fully_async.dead_engines()}
+
+    def replace_engines(self, replaced: dict) -> None:
+        """{dead URL: restarted engine's URL}, once the restarted engines hold the current weights."""
+        from slime_like.rollout import fully_async
+
+        self.engine_urls = [replaced.get(u, u) for u in self.engine_urls]
+        self.controller.replace_engines(replaced)
+        fully_async.replace_engines(replaced)
+
     def state_dict(self):
         return self.controller.state_dict()
 
@@ -94,7 +119,8 @@ class RolloutManager:
 
         async def run():
             key = getattr(self.args, "engine_api_key", None)
-            return await asyncio.gather(*[request(EngineClient(u, api_key=key)) for u in self.engine_urls])
+            live = [u for u in self.engine_urls if u not in self.controller.dead_engines]  # a dead one can't answer
+            return await asyncio.gather(*[request(EngineClient(u, api_key=key)) for u in live])
 
         return asyncio.run(run())
 
@@ -111,6 +137,17 @@ class EngineGroup:
     def __init__(self, actors: list, urls: list, router=None, router_url: str | None = None):
         self.actors, self.urls = list(actors), list(urls)
         self.router, self.router_url = router, router_url  # a router process we started / any router in use
+        self.restarts = 0
+
+    def restart(self, url: str) -> str:
+        """Restart the engine that served `url` through its actor (which kills the old process first); returns
+        the new URL, which takes the old one's place in `urls`."""
+        if url not in self.urls or not self.actors:
+            raise ValueError(f"cannot restart rollout engine {url}: this run started {self.urls if self.actors else 'none'}")
+        index = self.urls.index(url)
+        self.urls[index] = ray.get(self.actors[index].restart.remote())
+        self.restarts += 1
+        return self.urls[index]
 
     @property
     def generate_urls(self) -> list:

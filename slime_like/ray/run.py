@@ -34,6 +34,7 @@ class Run:
         self.colocate = bool(args.colocate)
         self.fully_async = is_fully_async(args)
         self.reference = None
+        self._weight_urls: list = []   # the engines the weight path reaches
         loaded = actor.loaded_rollout_id if actor is not None else None
         if critic is not None and actor is not None and critic.loaded_rollout_id != loaded:
             raise CheckpointMismatch(f"the actor resumed from iteration {loaded} but the critic from "
@@ -102,6 +103,7 @@ class Run:
         run._restore_rollout_state()
         if actor is not None and engines.urls:
             actor.connect_engines(engines.urls, colocate=bool(args.colocate))
+            run._weight_urls = list(engines.urls)
         return run
 
     # ---- one rollout ----
@@ -164,12 +166,43 @@ class Run:
             metrics["time/pause_generation"] = ray.get(self.rollout.pause_generation.remote())
         t = time.perf_counter()
         try:
+            replaced = self._refresh_engines()
             sent = self.actor.update_weights(version)
+            if replaced:
+                # only now, on the trainer's current weights, may the restarted engines serve requests
+                ray.get(self.rollout.replace_engines.remote(replaced))
+                metrics["rollout/engine_restarts"] = len(replaced)
         finally:
             if self.fully_async:
                 ray.get(self.rollout.continue_generation.remote(version))
         return {**metrics, "time/update_weights": time.perf_counter() - t, "weights/bytes_sent": sent,
                 "weights/version": version}
+
+    def _refresh_engines(self) -> dict:
+        """Before a push: restart the engines the rollout found dead or hung (--use-fault-tolerance; slime restarts
+        at the weight update too), and rebuild the weight path over the engines that are live now, so the push
+        brings restarted engines to the current weights and never waits on a dead one. -> {dead URL: new URL}."""
+        dead = ray.get(self.rollout.dead_engines.remote())
+        replaced = self._restart(dead) if dead and self.args.use_fault_tolerance else {}
+        live = [u for u in self.engines.urls if u not in dead]
+        if live != self._weight_urls:
+            self.actor.connect_engines(live, colocate=self.colocate, leaving=[u for u in self._weight_urls if u in live])
+            self._weight_urls = live
+        return replaced
+
+    def _restart(self, dead: dict) -> dict:
+        """Each dead engine killed and started again by its actor (a new URL). One that fails to start stays out
+        of the run (the rollout goes on with the others; tried again at the next update)."""
+        replaced = {}
+        for url, reason in dead.items():
+            say(f"restarting rollout engine {url} (found dead: {reason})")
+            try:
+                replaced[url] = self.engines.restart(url)
+            except Exception as e:  # noqa: BLE001 - reported; the run continues on the live engines
+                say(f"rollout engine {url} could not be restarted ({e}); the rollout continues without it")
+        if replaced:
+            say(f"rollout engines restarted {replaced}; they get the current weights before serving")
+        return replaced
 
     def evaluate(self, rollout_id: int) -> dict:
         if not self.engines.urls:

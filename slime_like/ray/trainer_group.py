@@ -99,12 +99,15 @@ class TrainerActor:
         self.trainer.onload()
 
     # ---- weight sync: trainer -> rollout engines ----
-    def connect_engines(self, engine_urls, colocate: bool, group_name: str):
+    def connect_engines(self, engine_urls, colocate: bool, group_name: str, leaving: list | None = None):
         """Open the weight path to the engines: an in-memory tensor handoff when colocated, else a
         dedicated process group (gloo on CPU, nccl on GPU) with this rank as the broadcast source.
-        With pipeline parallelism every stage sends its own layers, each through its own group."""
+        With pipeline parallelism every stage sends its own layers, each through its own group. A second call
+        replaces the weight path (an engine died or was restarted): `leaving` are the engines of the old group to
+        tell (the live ones; a dead or hung one would refuse or never answer)."""
         from slime_like.backends.engine_api import weight_sync
 
+        self._close_old_sender(leaving)
         if colocate:
             # One shared-memory send buffer for the whole run: a fresh one per sync costs its page faults
             # (100M: ~1.3 s); released by close_weight_sender() or, after a kill, by TrainerGroup.kill()
@@ -118,6 +121,15 @@ class TrainerActor:
                                                                      group_name=group_name,
                                                                      api_key=getattr(self.args, "engine_api_key", None))
             self.weight_sender.connect()
+
+    def _close_old_sender(self, leaving: list | None):
+        if self.weight_sender is None:
+            return
+        try:
+            self.weight_sender.close(leaving)
+        except Exception as e:  # noqa: BLE001 - a survivor's refusal to leave: the group is gone on this side
+            print(f"weight sync: closing the previous engine group: {e}")
+        self.weight_sender = None
 
     def close_weight_sender(self):
         if self.weight_sender is not None:
@@ -215,10 +227,10 @@ class TrainerGroup:
         metrics = ray.get([a.train_step.remote(rollout_id) for a in self.actors])[0]  # DP-averaged by the trainer
         return {f"{self.role}/{k}": v for k, v in metrics.items()}
 
-    def connect_engines(self, engine_urls, colocate: bool):
+    def connect_engines(self, engine_urls, colocate: bool, leaving: list | None = None):
         # iter_hf_weights() yields full tensors on tp_rank 0 / dp_rank 0 of each pipeline stage: one sender
         # per stage, each with its own weight-sync group on the engines
-        ray.get([a.connect_engines.remote(engine_urls, colocate, f"slime_like_weights_pp{i['pp_rank']}")
+        ray.get([a.connect_engines.remote(engine_urls, colocate, f"slime_like_weights_pp{i['pp_rank']}", leaving)
                  for a, i in zip(self.actors, self.info) if i["dp_rank"] == 0 and i["tp_rank"] == 0])
 
     def update_weights(self, weight_version: int | None = None) -> int:

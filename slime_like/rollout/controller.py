@@ -117,9 +117,11 @@ class RolloutController:
                 api_key=getattr(self.args, "engine_api_key", None),
                 health_interval=getattr(self.args, "rollout_health_check_interval", None),
                 health_timeout=getattr(self.args, "rollout_health_check_timeout", None) or 30.0,
+                health_first_wait=getattr(self.args, "rollout_health_check_first_wait", None) or 0.0,
                 allow_empty=getattr(self.args, "debug_train_only", False)).__aenter__()
         pool = self._pool
-        pool.tokens_generated = 0  # this rollout's count
+        pool.tokens_generated = 0  # this rollout's counts
+        pool.answered = dict.fromkeys(pool.urls, 0)
         state = GenerateState(self.args, pool, self.tokenizer, progress)
         set_current_state(state)
         pool.start_watchdog()   # a hung engine is found while this rollout waits on it
@@ -189,6 +191,9 @@ class RolloutController:
             metrics.update(out.metrics)
         if self.dead_engines:
             metrics["rollout/dead_engines"] = len(self.dead_engines)
+        if self._pool is not None:  # how many engines served this rollout, how many are live at its end
+            metrics["rollout/engines_answering"] = sum(n > 0 for n in self._pool.answered.values())
+            metrics["rollout/engines_live"] = len(self._pool.alive)
         metrics.update(category_metrics(self.args, samples))
         if getattr(self.args, "log_passrate", False):
             metrics.update(passrate_metrics(self.args, groups))
@@ -219,6 +224,15 @@ class RolloutController:
             return metrics
         handled = load_function(path, "--" + flag.replace("_", "-"))(*hook_args)
         return {} if handled else metrics
+
+    def replace_engines(self, replaced: dict[str, str]) -> None:
+        """{dead URL: URL of its restarted engine} (--use-fault-tolerance; the Ray layer restarted it and pushed
+        the current weights to it first): the next requests may go there."""
+        self.engine_urls = [replaced.get(u, u) for u in self.engine_urls]
+        for old, new in replaced.items():
+            if self._pool is not None:
+                self._loop.run_until_complete(self._pool.replace_engine(old, new))
+            self.dead_engines.pop(old, None)
 
     def state_dict(self) -> dict:
         ds = self.data_source

@@ -11,7 +11,12 @@ A hung engine (e.g. SIGSTOPped: its port accepts connections but nothing answers
 request has a timeout derived from its decode length (``request_timeout``, or --rollout-request-timeout), and
 a watchdog asks every live engine for ``/health`` each --rollout-health-check-interval seconds; one silent
 for --rollout-health-check-timeout seconds is marked dead and its in-flight requests move to a live engine
-at once (with one engine, the rollout fails with NoEngineLeft naming it instead of hanging).
+at once (with one engine, the rollout fails with NoEngineLeft naming it instead of hanging). The first check of
+each rollout waits --rollout-health-check-first-wait seconds (slime's grace for engines still compiling).
+
+Under --use-fault-tolerance the Ray layer restarts a dead engine between rollouts, pushes the current weights to
+it, and only then hands its URL to ``replace_engine``: the pool never sends a request to an engine that has not
+got the trainer's weights.
 """
 from __future__ import annotations
 
@@ -45,19 +50,20 @@ class EnginePool:
 
     def __init__(self, urls: list[str], dead: dict | None = None, timeout: float | None = 3600.0,
                  api_key: str | None = None, health_interval: float | None = None, health_timeout: float = 30.0,
-                 allow_empty: bool = False):
+                 allow_empty: bool = False, health_first_wait: float = 0.0):
         if not urls and not allow_empty:  # allow_empty: a rollout that generates nothing (SFT, --debug-train-only)
             raise ValueError(self.NO_ENGINES)
         self.urls = list(urls)
         self.dead: dict[str, str] = dead if dead is not None else {}   # url -> last error, shared across runs
         self._timeout = timeout
         self._api_key = api_key
-        self._sessions: list[aiohttp.ClientSession] = []
+        self._sessions: dict[str, aiohttp.ClientSession] = {}
         self.clients: dict[str, EngineClient] = {}
+        self.answered = {u: 0 for u in self.urls}   # successful /generate answers per engine (this rollout)
         self.in_flight = {u: 0 for u in self.urls}
         self._rr = itertools.count()
         self.tokens_generated = 0          # output tokens of successful answers (for tokens/s)
-        self._health = (health_interval, health_timeout)
+        self._health = (health_interval, health_timeout, health_first_wait or 0.0)
         self._dead_events: dict[str, asyncio.Event] = {}
         self._watchdog: asyncio.Task | None = None
 
@@ -65,18 +71,39 @@ class EnginePool:
         # One connection pool per engine, kept open as long as the pool (the rollout controller keeps it for
         # the run); no per-connection limit (the rollout's semaphore bounds concurrency).
         for u in self.urls:
-            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                            timeout=aiohttp.ClientTimeout(total=self._timeout))
-            self._sessions.append(session)
-            self.clients[u] = EngineClient(u, session=session, timeout=self._timeout, api_key=self._api_key)
-        self._dead_events = {u: asyncio.Event() for u in self.urls}
+            self._open(u)
         return self
+
+    def _open(self, url: str) -> None:
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                        timeout=aiohttp.ClientTimeout(total=self._timeout))
+        self._sessions[url] = session
+        self.clients[url] = EngineClient(url, session=session, timeout=self._timeout, api_key=self._api_key)
+        self._dead_events[url] = asyncio.Event()
 
     async def __aexit__(self, *exc):
         await self.stop_watchdog()
-        for session in self._sessions:
+        for session in self._sessions.values():
             await session.close()
-        self._sessions = []
+        self._sessions = {}
+
+    async def replace_engine(self, old_url: str, new_url: str) -> None:
+        """Put `new_url` (a restarted engine, already on the current weights) in the place of `old_url`."""
+        if old_url not in self.urls:
+            raise ValueError(f"cannot replace rollout engine {old_url}: the pool has {self.urls}")
+        if self.in_flight.get(old_url):
+            raise RuntimeError(f"rollout engine {old_url} still has {self.in_flight[old_url]} request(s) in flight")
+        self.urls[self.urls.index(old_url)] = new_url
+        self.dead.pop(old_url, None)
+        for table in (self.in_flight, self.answered, self.clients, self._dead_events):
+            table.pop(old_url, None)
+        session = self._sessions.pop(old_url, None)
+        if session is not None:
+            await session.close()
+        self.in_flight[new_url], self.answered[new_url] = 0, 0
+        self._open(new_url)
+        logger.warning("rollout engine %s replaced by the restarted engine %s; %d engine(s) live",
+                       old_url, new_url, len(self.alive))
 
     def start_watchdog(self) -> None:
         """Health-check the live engines until stop_watchdog (the controller runs it for each rollout)."""
@@ -97,7 +124,8 @@ class EnginePool:
         self._dead_events[url].set()   # wakes the requests waiting on it
 
     async def _watch(self) -> None:
-        interval, timeout = self._health
+        interval, timeout, first_wait = self._health
+        await asyncio.sleep(first_wait)
         while True:
             await asyncio.sleep(interval)
             alive = self.alive
@@ -145,6 +173,7 @@ class EnginePool:
             try:
                 out = await self._on(url, self.clients[url].generate(input_ids, sampling_params,
                                                                      return_logprob=True, rid=rid))
+                self.answered[url] += 1
                 for o in (out if isinstance(out, list) else [out]):
                     self.tokens_generated += int((o.get("meta_info") or {}).get("completion_tokens") or 0)
                 return out

@@ -106,7 +106,8 @@ class FullyAsyncWorker:
         self.pool = await EnginePool(
             self._urls, timeout=request_timeout(args), api_key=getattr(args, "engine_api_key", None),
             health_interval=getattr(args, "rollout_health_check_interval", None),
-            health_timeout=getattr(args, "rollout_health_check_timeout", None) or 30.0).__aenter__()
+            health_timeout=getattr(args, "rollout_health_check_timeout", None) or 30.0,
+            health_first_wait=getattr(args, "rollout_health_check_first_wait", None) or 0.0).__aenter__()
         self.state = GenerateState(args, self.pool, self._tokenizer)
         self.pool.start_watchdog()
         self._wake = asyncio.Event()
@@ -285,6 +286,19 @@ def resume_after_weight_update(version: int) -> None:
     _known_version = int(version)
     if _worker is not None:
         _worker.call(_worker._resume(version))
+
+
+def dead_engines() -> dict:
+    """{URL: last error} of the engines the worker's pool found dead ({} when no worker runs)."""
+    return dict(_worker.pool.dead) if _worker is not None else {}
+
+
+def replace_engines(replaced: dict) -> None:
+    """--use-fault-tolerance, during a weight push (paused: nothing in flight): restarted engines join the pool."""
+    if _worker is not None:
+        for old, new in replaced.items():
+            if old in _worker.pool.urls:
+                _worker.call(_worker.pool.replace_engine(old, new))
 
 
 def checkpoint_state(data_source) -> dict | None:

@@ -98,6 +98,15 @@ class EngineProcess:
             pass
 
 
+    def kill(self) -> None:
+        """SIGKILL the engine's process group at once: a hung (e.g. SIGSTOPped) engine never handles SIGTERM."""
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.popen.wait()
+
+
 def start_engine(args, kind: str = "cpu", *, engine_index: int = 0, gpu_ids: list | None = None,
                  host: str = "127.0.0.1", port: int = 30000, log_dir: str | None = None,
                  health_timeout: float | None = None, env: dict | None = None,

@@ -212,15 +212,16 @@ class DistributedWeightSender:
             start += n
         return self._flat[:total]
 
-    def close(self) -> None:
+    def close(self, leaving: list[str] | None = None) -> None:
+        """Leave the group: the engines in `leaving` (default: all) are told to, then this side destroys it."""
         from slime_like.backends.engine_api.process_group import destroy_process_group
 
         self._flat = None
         if self.group is None:
             return
         try:
-            post_all(self.engine_urls, "/destroy_weights_update_group", {"group_name": self.group_name}, 60,
-                     self.api_key)
+            post_all(self.engine_urls if leaving is None else list(leaving), "/destroy_weights_update_group",
+                     {"group_name": self.group_name}, 60, self.api_key)
         finally:
             destroy_process_group(self.group)
             self.group = None
@@ -309,7 +310,7 @@ class TensorWeightSender:
                 self._staging = None  # unlinked once the engines drop it too (see the class docstring)
         return sent
 
-    def close(self) -> None:
+    def close(self, leaving: list[str] | None = None) -> None:   # no group to leave
         self._staging = None
 
 

@@ -1,0 +1,45 @@
+"""Engine faults injected from inside a rollout, for the fault-tolerance loop tests.
+
+Used as --custom-generate-function-path engine_faults.<name> (the rollout actor imports this folder through
+PYTHONPATH, as toy_task). Each wraps the default generate; on the FAULT_AT_CALL-th sample of the run (the 17th
+sample of rollout 1 with the tests' 8 x 8 rollouts: the rollout's earlier requests are in flight on both
+engines) it signals the engine server listening on one of the pool's URLs, then generates as usual.
+"""
+import os
+import signal
+
+import psutil
+
+from slime_like.rollout.engines import current_state
+from slime_like.rollout.generate import generate_sample
+
+FAULT_AT_CALL = 64 + 16
+_calls = [0]
+
+
+def _server_pid(url: str) -> int:
+    port = int(url.rsplit(":", 1)[1])
+    for conn in psutil.net_connections("tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid:
+            return conn.pid
+    raise RuntimeError(f"no process of ours listens on {url}")
+
+
+async def _generate_with_fault(args, sample, sampling_params, engine: int, sig: int):
+    _calls[0] += 1
+    if _calls[0] == FAULT_AT_CALL:
+        url = current_state().pool.urls[engine]
+        pid = _server_pid(url)
+        print(f"engine_faults: signal {sig} to rollout engine {url} (pid {pid})", flush=True)
+        os.kill(pid, sig)
+    return await generate_sample(args, sample, sampling_params)
+
+
+async def kill_engine0(args, sample, sampling_params):
+    """kill -9 of the first engine mid-rollout."""
+    return await _generate_with_fault(args, sample, sampling_params, 0, signal.SIGKILL)
+
+
+async def stop_engine1(args, sample, sampling_params):
+    """SIGSTOP of the second engine mid-rollout: its port still accepts connections, nothing answers."""
+    return await _generate_with_fault(args, sample, sampling_params, 1, signal.SIGSTOP)
