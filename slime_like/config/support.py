@@ -133,7 +133,6 @@ UNSUPPORTED = {
     "http_proxy": "the rollout's HTTP client connects to the engines and reward models directly (no proxy)",
     # logging / debugging outputs that would silently be missing
     "wandb_always_use_train_step": "the wandb x-axis is always the rollout id",  # pending: utils
-    "check_weight_update_equal": "engine weights are not compared after a sync",  # pending: sglang
     "record_memory_history": "CUDA memory-history snapshots are not recorded",  # pending: megatron
     "memory_snapshot_dir": "CUDA memory-history snapshots are not recorded",  # pending: megatron
 }

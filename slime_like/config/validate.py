@@ -16,7 +16,7 @@ from slime_like.config.support import (check_engine_passthrough, check_flag_supp
                                        check_router_flags)
 from slime_like.config.validate_cluster import validate_cluster
 from slime_like.config.validate_extras import validate_extras
-from slime_like.config.validate_opd import validate_opd
+from slime_like.config.validate_slime import validate_slime_features
 
 
 def validate_args(args, raise_path_problems: bool = True) -> None:
@@ -31,7 +31,7 @@ def validate_args(args, raise_path_problems: bool = True) -> None:
     _batch_identity(args)
     _algorithm(args)
     validate_extras(args)
-    validate_opd(args, _path_problem)
+    validate_slime_features(args, _path_problem)
     _rollout_and_eval(args)
     _checkpoints(args)
     validate_fsdp(args)

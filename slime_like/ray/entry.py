@@ -72,7 +72,15 @@ def _run(loop, args, plan):
     run = Run.start(args, plan)
     logger = MetricsLogger(args)
     try:
+        check = args.check_weight_update_equal and run.engines.urls and run.actor is not None
+        if check:  # slime: the engines keep a copy of what they loaded, then forget it (noise) before the push
+            run.check_engine_weights("snapshot")
+            run.check_engine_weights("reset_tensors")
         run.update_weights()  # engines start from exactly the weights the trainer holds (resume included)
+        if check:  # the push must have rewritten every tensor back to exactly the snapshot
+            run.check_engine_weights("compare")
+            print("[slime_like] --check-weight-update-equal: every engine holds exactly the trainer's weights",
+                  file=sys.stderr)
         if args.eval_interval and run.start_rollout_id == 0 and not args.skip_eval_before_train:
             logger.log(-1, run.evaluate(0))  # the baseline, logged as rollout -1: before any RL update
         loop(args, run, logger)

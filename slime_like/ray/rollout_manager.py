@@ -112,6 +112,20 @@ class RolloutManager:
     def resume_engine_memory(self) -> list:
         return self._on_every_engine(lambda client: client.resume_memory())
 
+    def check_engine_weights(self, action: str) -> list:
+        """slime's --check-weight-update-equal: every engine's /weights_checker with this action."""
+        from slime_like.backends.engine_api.client import EngineError
+
+        async def one(client):
+            try:
+                return await client.check_weights(action)
+            except EngineError as e:
+                raise RuntimeError(f"--check-weight-update-equal: after the first weight push, engine {e.url} does "
+                                   f"not hold the weights it loaded from --hf-checkpoint: {e.message} (a run resumed "
+                                   "from --load pushes the checkpoint's weights: the check is for a fresh start)"
+                                   ) from None
+        return self._on_every_engine(one)
+
     def _on_every_engine(self, request) -> list:
         import asyncio
 

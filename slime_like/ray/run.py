@@ -204,6 +204,9 @@ class Run:
             say(f"rollout engines restarted {replaced}; they get the current weights before serving")
         return replaced
 
+    def check_engine_weights(self, action: str) -> list:
+        return ray.get(self.rollout.check_engine_weights.remote(action))
+
     def evaluate(self, rollout_id: int) -> dict:
         if not self.engines.urls:
             return {}

@@ -235,3 +235,13 @@ def test_fault_tolerance_is_refused_where_it_cannot_restart_or_locate_an_engine(
     with pytest.raises(ConfigError, match="--use-fault-tolerance behind an sglang router"):
         refuse_at_launch(parse(base + ["--use-fault-tolerance", "--sglang-router-ip", "127.0.0.1",
                                        "--sglang-router-port", "30000"]))
+
+
+def test_check_weight_update_equal_is_refused_where_no_engine_of_ours_answers(base):
+    from slime_like.config.support import refuse_at_launch
+
+    refuse_at_launch(parse(base + ["--check-weight-update-equal"]))  # the CPU engine / SGLang: allowed
+    args = parse(base + ["--check-weight-update-equal", "--rollout-external-engine-addrs", "127.0.0.1:1"])
+    with pytest.raises(ConfigError, match=r"--check-weight-update-equal with --rollout-external-engine-addrs: the "
+                                          r"check overwrites the engines' weights"):
+        refuse_at_launch(args)

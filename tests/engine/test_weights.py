@@ -295,3 +295,25 @@ def test_router_correction_bias_is_a_weight_the_engine_takes(tmp_path):
     assert torch.equal(dict(model.named_buffers())[name], new)
     with pytest.raises(BadRequest, match="is not a parameter"):
         weights.load_named_tensors(model, [("model.rotary_emb.inv_freq", torch.zeros(4))])
+
+
+def test_weights_checker_catches_a_tensor_the_push_missed(engine_w, tiny_ckpt, refs):
+    """SGLang's /weights_checker (slime's --check-weight-update-equal): snapshot, noise, push, compare."""
+    c = lambda: EngineClient(engine_w.url)  # noqa: E731
+    assert run(c().check_weights("snapshot"))["success"]
+    run(c().check_weights("reset_tensors"))
+    assert greedy(engine_w.url) != refs[0]  # the engine really forgot its weights
+    with pytest.raises(EngineError, match=r"HTTP 400: \d+ of \d+ parameters differ from the snapshot: .*max \|diff\|"):
+        run(c().check_weights("compare"))
+    full = state(tiny_ckpt)
+    sender = weight_sync.TensorWeightSender([engine_w.url])
+    sender.send([(n, t) for n, t in full if not n.endswith("mlp.down_proj.weight")], bucket_bytes=1 << 20)
+    with pytest.raises(EngineError, match=r"2 of \d+ parameters differ from the snapshot: "
+                                          r"model.layers.0.mlp.down_proj.weight .*model.layers.1.mlp.down_proj.weight"):
+        run(c().check_weights("compare"))  # the two tensors a sync left out are named
+    sender.send(full, bucket_bytes=1 << 20)
+    sender.close()
+    assert run(c().check_weights("compare"))["message"].startswith("All ")
+    assert greedy(engine_w.url) == refs[0]
+    with pytest.raises(EngineError, match=r"action 'bogus'; expected 'snapshot', 'reset_tensors' or 'compare'"):
+        run(c().check_weights("bogus"))

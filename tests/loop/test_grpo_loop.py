@@ -52,10 +52,13 @@ def test_grpo_colocated_reward_rises_with_eval_every_interval(tiny_ckpt, toy_pro
     assert evals == [-1, 2, 5]
 
 
-def test_grpo_disaggregated_syncs_weights_over_a_process_group(tiny_ckpt, toy_prompts, tmp_path):
+def test_grpo_disaggregated_syncs_weights_over_a_process_group(tiny_ckpt, toy_prompts, tmp_path, capfd):
+    # --check-weight-update-equal: the engine snapshots its weights, overwrites them with noise, and after the
+    # first push over the gloo group must hold exactly the snapshot again (slime's check of the sync path)
     argv = loop_argv(tiny_ckpt, toy_prompts[0], tmp_path, "--actor-num-gpus-per-node", "1",
-                     "--rollout-num-gpus", "1", "--num-rollout", "4")
+                     "--rollout-num-gpus", "1", "--num-rollout", "4", "--check-weight-update-equal")
     assert train.main(argv) == 0
+    assert "--check-weight-update-equal: every engine holds exactly the trainer's weights" in capfd.readouterr().err
     rows = _rollouts(tmp_path)
     assert len(rows) == 4
     for r in rows:

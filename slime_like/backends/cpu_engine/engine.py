@@ -75,6 +75,7 @@ class CPUEngine:
         self.return_original_logprob = os.environ.get("SGLANG_RETURN_ORIGINAL_LOGPROB", "").lower() in ("1", "true")
         self.weight_version = "default"
         self.model_lock = threading.RLock()     # held for one step / one weight update
+        self._weights_checker = weights.WeightsChecker()
         self._cond = threading.Condition()      # guards the queues below
         self._waiting: deque[Request] = deque()
         self._inflight: dict[int, Request] = {}  # every submitted, unfinished request (so none is ever lost)
@@ -294,6 +295,11 @@ class CPUEngine:
             if weight_version is not None:
                 self.weight_version = weight_version
             return n
+
+    def check_weights(self, action: str) -> tuple[bool, str]:
+        """SGLang's /weights_checker actions (snapshot / reset_tensors / compare): weights.WeightsChecker."""
+        with self.model_lock:
+            return self._weights_checker.handle(self.model, action)
 
     def release_memory(self) -> None:
         """Free the parameter storage (the weights' memory really goes away); generation waits until resume."""

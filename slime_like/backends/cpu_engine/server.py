@@ -322,6 +322,16 @@ async def update_weights_from_distributed(request):
     return web.json_response({"success": True, "message": f"Succeeded to update {n} parameter(s)."})
 
 
+@routes.post("/weights_checker")
+async def weights_checker(request):
+    """SGLang's weight check (slime's --check-weight-update-equal): {"action": snapshot | reset_tensors | compare}."""
+    body = _fields(await _json(request), "/weights_checker", {"action"}, {"action"})
+    ok, message = await _in_thread(_engine(request).check_weights, body["action"])
+    if not ok:
+        return _err(message, status=400)
+    return web.json_response({"success": True, "message": message})
+
+
 def _tags(body: dict, path: str) -> list[str]:
     tags = body.get("tags") or ["weights", "kv_cache"]
     unknown = set(tags) - {"weights", "kv_cache", "cuda_graph"}

@@ -137,3 +137,43 @@ def release(model) -> dict[str, tuple]:
 def reallocate(model, shapes: dict[str, tuple]) -> None:
     for name, p in model.named_parameters():
         p.data = torch.empty(shapes[name], dtype=p.dtype)
+
+
+class WeightsChecker:
+    """SGLang's /weights_checker (slime's --check-weight-update-equal): `snapshot` copies every parameter, `reset_tensors`
+    overwrites them with noise (so a tensor the next weight sync misses cannot pass by luck), `compare` checks the
+    parameters equal the snapshot bit for bit and names the ones that do not."""
+
+    def __init__(self):
+        self.snapshot: dict[str, torch.Tensor] | None = None
+
+    def handle(self, model, action: str) -> tuple[bool, str]:
+        if action == "snapshot":
+            self.snapshot = {name: p.detach().clone() for name, p in model.named_parameters()}
+            return True, f"Snapshot of {len(self.snapshot)} parameters taken."
+        if action == "reset_tensors":
+            gen = torch.Generator().manual_seed(0)
+            with torch.no_grad():
+                for _, p in model.named_parameters():
+                    noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
+                    p.copy_((noise * (p.float().std() if p.numel() > 1 else 1.0)).to(p.dtype))
+            return True, "Parameters reset to noise."
+        if action == "compare":
+            return self._compare(model)
+        raise BadRequest(f"/weights_checker action {action!r}; expected 'snapshot', 'reset_tensors' or 'compare'")
+
+    def _compare(self, model) -> tuple[bool, str]:
+        if self.snapshot is None:
+            raise BadRequest("/weights_checker compare: no snapshot taken (call action 'snapshot' first)")
+        current = dict(model.named_parameters())
+        bad = []
+        for name, ref in self.snapshot.items():
+            now = current.get(name)
+            if now is None or now.shape != ref.shape or not torch.equal(now.detach(), ref):
+                diff = "missing" if now is None or now.shape != ref.shape else \
+                    f"max |diff| {float((now.detach().float() - ref.float()).abs().max()):.3g}"
+                bad.append(f"{name} ({diff})")
+        if bad:
+            return False, (f"{len(bad)} of {len(self.snapshot)} parameters differ from the snapshot: "
+                           f"{', '.join(bad[:8])}{' ...' if len(bad) > 8 else ''}")
+        return True, f"All {len(self.snapshot)} parameters equal the snapshot."

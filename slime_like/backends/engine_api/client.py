@@ -127,6 +127,10 @@ class EngineClient:
     async def flush_cache(self):
         return await self.request("POST", "/flush_cache")
 
+    async def check_weights(self, action: str) -> dict:
+        """SGLang's /weights_checker: 'snapshot', 'reset_tensors' or 'compare' (an HTTP error when they differ)."""
+        return await self.request("POST", "/weights_checker", {"action": action})
+
     # ------------------------------------------------------------------ weights / memory
     async def update_weights_from_disk(self, path: str, **extra) -> dict:
         return _check(self.url, await self.request("POST", "/update_weights_from_disk", {"model_path": path, **extra}))

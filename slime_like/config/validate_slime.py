@@ -1,4 +1,5 @@
-"""On-policy distillation flags (slime's rules, slime/utils/arguments.py), checked by validate.validate_args.
+"""slime feature flags checked by validate.validate_args: on-policy distillation (slime's rules,
+slime/utils/arguments.py) and --check-weight-update-equal.
 
 --use-opd needs --opd-type; megatron needs --opd-teacher-load (a directory); sglang must not have one; a
 teacher path without --use-opd is an error (it would be ignored). --opd-type sglang parses (a GPU recipe's
@@ -9,6 +10,17 @@ from __future__ import annotations
 import os
 
 from slime_like.config.errors import ConfigError
+
+
+def validate_slime_features(args, path_problem) -> None:
+    validate_opd(args, path_problem)
+    if args.check_weight_update_equal and args.rollout_engine == "vllm":
+        args.launch_refusals.append("--check-weight-update-equal with --rollout-engine vllm: the vLLM adapter has no "
+                                    "/weights_checker route (SGLang and the CPU engine have it)")
+    if args.check_weight_update_equal and args.rollout_external_engine_addrs:
+        args.launch_refusals.append("--check-weight-update-equal with --rollout-external-engine-addrs: the check "
+                                    "overwrites the engines' weights with noise before the first push; run it on "
+                                    "engines the run starts itself")
 
 
 def validate_opd(args, path_problem) -> None:
