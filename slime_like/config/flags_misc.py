@@ -15,7 +15,6 @@ UNSUPPORTED = {
     "--prefill-num-servers": "prefill/decode disaggregation", "--rollout-data-transport": "straw / NIXL transport",
     "--release-train": "releasing trainer actors between steps", "--update-weight-mode": "delta weight sync",
     "--update-weight-transport": "disk weight sync", "--custom-config-path": "free-form YAML attributes",
-    "--eval-config": "OmegaConf eval dataset configs (use --eval-prompt-data NAME PATH ...)",
     "--only-train-params-name-list": "partial-parameter training", "--freeze-params-name-list": "parameter freezing",
     "--pg-loss-type": "REINFORCE score centering", "--use-score-centering": "REINFORCE score centering",
     "--use-opsm": "off-policy sequence masking", "--allgather-cp": "all-gather context parallelism",

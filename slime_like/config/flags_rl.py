@@ -169,6 +169,9 @@ def add_eval_group(parser):
     a("--eval-function-path", default=None, help="'module.function' for eval generation; default = rollout's.")
     a("--eval-interval", type=int, default=None, help="Evaluate every N rollouts (needs --eval-prompt-data).")
     a("--eval-prompt-data", nargs="+", default=None, metavar="NAME PATH", help="Eval datasets as NAME PATH pairs.")
+    a("--eval-config", default=None,
+      help="slime's OmegaConf YAML / JSON file of eval datasets (eval.datasets, eval.defaults) with per-dataset "
+           "settings; replaces --eval-prompt-data.")
     a("--eval-shuffle", action="store_true",
       help="(slime_like) Shuffle the order of the eval prompts each evaluation (RLinf validation_shuffle; seeded by "
            "--rollout-seed and the rollout id). Metrics cover every prompt either way.")

@@ -87,12 +87,15 @@ def _data(args, errors: list, notes: list) -> None:
             errors += e
             notes += n
     data = args.eval_prompt_data or []
-    keys = {"--eval-input-key": getattr(args, "eval_input_key", None) or args.input_key}
-    label = getattr(args, "eval_label_key", None) or args.label_key
-    if label:
-        keys["--eval-label-key"] = label
+    own = {d["name"]: d["overrides"] for d in getattr(args, "eval_datasets", None) or ()}  # --eval-config
     for name, path in zip(data[0::2], data[1::2]):
-        e, n = check_data_file(path, f"--eval-prompt-data {name}", keys)
+        o = own.get(name, {})
+        keys = {"--eval-input-key": o.get("eval_input_key") or getattr(args, "eval_input_key", None) or args.input_key}
+        label = o.get("eval_label_key") or getattr(args, "eval_label_key", None) or args.label_key
+        if label:
+            keys["--eval-label-key"] = label
+        flag = f"--eval-config {args.eval_config} dataset {name}" if name in own else f"--eval-prompt-data {name}"
+        e, n = check_data_file(path, flag, keys)
         errors += e
         notes += n
 

@@ -186,6 +186,8 @@ INFORMATIONAL = {
     "num_epoch": "validate.py: derives num_rollout from the prompt count",
     "debug_train_only": "validate_cluster.py / plan.py: no local engines",
     "dump_details": "validate.py: sets --save-debug-rollout-data and --save-debug-train-data to files under it",
+    "eval_config": "eval_config.py reads the file into args.eval_datasets (and --eval-prompt-data), read by "
+                   "rollout/eval.py",
     # the LR schedule's arithmetic lives in config/schedule.py: the trainer's scheduler and the preflight use it
     "lr_warmup_iters": "schedule.py: warm-up steps", "lr_warmup_fraction": "schedule.py: warm-up as a fraction",
     "lr_decay_iters": "schedule.py: the decay horizon", "train_iters": "schedule.py: the decay horizon's fallback",

@@ -17,6 +17,7 @@ from slime_like.config.support import (check_engine_passthrough, check_flag_supp
 from slime_like.config.validate_cluster import validate_cluster
 from slime_like.config.validate_extras import validate_extras
 from slime_like.config.validate_slime import validate_slime_features
+from slime_like.config.eval_config import read_eval_config
 
 
 def validate_args(args, raise_path_problems: bool = True) -> None:
@@ -170,6 +171,12 @@ def _rollout_and_eval(args):
                               f"--rollout-max-context-len {args.rollout_max_context_len} (room for one new token)")
     if args.eval_max_context_len is None:
         args.eval_max_context_len = args.rollout_max_context_len
+    args.eval_datasets = None
+    if args.eval_config:  # slime: the file replaces --eval-prompt-data
+        if args.eval_prompt_data:
+            warn(args, f"--eval-config {args.eval_config} replaces --eval-prompt-data {' '.join(args.eval_prompt_data)}")
+        args.eval_datasets = read_eval_config(args.eval_config)
+        args.eval_prompt_data = [v for d in args.eval_datasets for v in (d["name"], d["path"])]
     data = args.eval_prompt_data
     if data is not None:
         if len(data) == 1:

@@ -146,3 +146,10 @@ def evaluate_greedy(model_or_dir, heldout, max_new_tokens: int = MAX_NEW_TOKENS,
     if was_training:
         model.train()
     return correct / max(len(records), 1)
+
+
+def distill_only_rewards(args, samples) -> tuple[list[float], list[float]]:
+    """`--custom-reward-post-process-path slime_like.demo.arith.distill_only_rewards`: pure on-policy distillation
+    (slime's OPD recipe trains on zero task reward): the exact-match rewards are kept for the logs, the rewards
+    trained on are 0, so with --use-opd the teacher's reverse KL is the only learning signal."""
+    return [float(s.reward) for s in samples], [0.0] * len(samples)

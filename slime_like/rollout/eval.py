@@ -32,6 +32,18 @@ def eval_datasets(args) -> list[tuple[str, str]]:
     return [(items[i], items[i + 1]) for i in range(0, len(items), 2)]
 
 
+def dataset_args(args, name: str):
+    """The flags in force while dataset `name` is evaluated: --eval-config's settings for it (config/eval_config.py)
+    on a copy; the shared namespace unchanged. Without --eval-config, `args` itself."""
+    for dataset in getattr(args, "eval_datasets", None) or ():
+        if dataset["name"] == name and dataset["overrides"]:
+            view = copy.copy(args)
+            for dest, value in dataset["overrides"].items():
+                setattr(view, dest, value)
+            return view
+    return args
+
+
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k = 1 - C(n-c, k) / C(n, k), as the numerically stable product."""
     if k > n:
@@ -64,21 +76,22 @@ def eval_args(args):
 async def eval_rollout(args, rollout_id: int) -> dict:
     """{dataset name: list of groups}; every prompt of every dataset, n samples each, scored."""
     state = current_state()
-    eargs = eval_args(args)
-    n = int(getattr(args, "n_samples_per_eval_prompt", 1) or 1)
-    params = sampling_params_from_args(args, evaluation=True)
     out = {}
     for name, path in eval_datasets(args):
-        records = load_prompts(path, state.tokenizer, getattr(args, "eval_input_key", None) or args.input_key,
-                               getattr(args, "eval_label_key", None) or getattr(args, "label_key", None),
-                               getattr(args, "metadata_key", "metadata"),
-                               bool(getattr(args, "apply_chat_template", False)),
-                               getattr(args, "eval_max_prompt_len", None), flag=f"--eval-prompt-data {name}",
-                               tool_key=getattr(args, "eval_tool_key", None) or getattr(args, "tool_key", None),
-                               template_kwargs=getattr(args, "apply_chat_template_kwargs", None),
-                               context_length=prompt_context_length(args),
-                               skip_bad=bool(getattr(args, "skip_over_long_prompts", False)))
-        if getattr(args, "eval_shuffle", False):  # RLinf validation_shuffle: the order only; every prompt is scored
+        dargs = dataset_args(args, name)  # --eval-config: this dataset's own settings
+        eargs = eval_args(dargs)
+        n = int(getattr(dargs, "n_samples_per_eval_prompt", 1) or 1)
+        params = sampling_params_from_args(dargs, evaluation=True)
+        records = load_prompts(path, state.tokenizer, getattr(dargs, "eval_input_key", None) or dargs.input_key,
+                               getattr(dargs, "eval_label_key", None) or getattr(dargs, "label_key", None),
+                               getattr(dargs, "metadata_key", "metadata"),
+                               bool(getattr(dargs, "apply_chat_template", False)),
+                               getattr(dargs, "eval_max_prompt_len", None), flag=f"--eval-prompt-data {name}",
+                               tool_key=getattr(dargs, "eval_tool_key", None) or getattr(dargs, "tool_key", None),
+                               template_kwargs=getattr(dargs, "apply_chat_template_kwargs", None),
+                               context_length=prompt_context_length(dargs),
+                               skip_bad=bool(getattr(dargs, "skip_over_long_prompts", False)))
+        if getattr(dargs, "eval_shuffle", False):  # RLinf validation_shuffle: the order only; every prompt is scored
             random.Random(f"{args.rollout_seed}:{rollout_id}:{name}").shuffle(records)
         groups = [make_group(rec, i, n) for i, rec in enumerate(records)]
         out[name] = await asyncio.gather(*(generate_group(eargs, g, params, None, True) for g in groups))
@@ -86,7 +99,7 @@ async def eval_rollout(args, rollout_id: int) -> dict:
 
 
 def eval_metrics(args, name: str, groups: list) -> dict:
-    eargs = eval_args(args)
+    eargs = eval_args(dataset_args(args, name))
     rewards, correct_per_group, lengths, truncated = [], [], [], []
     for group in groups:
         rs = [scalar_reward(eargs, s.reward) if s.status != Status.FAILED else 0.0 for s in group]

@@ -100,3 +100,8 @@ async def generate_two_per_prompt(args, sample, sampling_params):
 
 async def generate_not_a_sample(args, sample, sampling_params):
     return {"text": "no"}
+
+
+def reward_label_is_answer_field(args, sample):
+    """1.0 when the sample's label came from the `answer` field (an --eval-config dataset's own label_key)."""
+    return 1.0 if sample.label == "A" else 0.0

@@ -40,6 +40,48 @@ def test_eval_metrics_per_dataset(engine_url, prompt_file, make_args):
         assert 0 <= m[p + "truncated_ratio"] <= 1 and m[p + "num_prompts"] == 3
 
 
+def test_eval_config_gives_each_dataset_its_own_settings(engine_url, prompt_file, make_args, tmp_path):
+    """slime's --eval-config: defaults, then each dataset's own keys, over the command line's eval flags."""
+    import yaml
+
+    other = prompt_file([{"q": r["q"], "a": r["a"], "answer": "A"} for r in ROWS], "other.jsonl")
+    cfg = tmp_path / "eval.yaml"
+    cfg.write_text(yaml.safe_dump({"eval": {
+        "defaults": {"n_samples_per_eval_prompt": 2, "max_response_len": 2},
+        "datasets": [{"name": "short", "path": prompt_file(ROWS, "eval.jsonl")},
+                     {"name": "long", "path": other, "max_response_len": 6, "n_samples_per_eval_prompt": 1,
+                      "label_key": "answer", "custom_rm_path": f"{H}.reward_label_is_answer_field",
+                      "temperature": 0.0}]}}))
+    args = make_args(prompt_file(ROWS), "--rollout-batch-size", 1, "--custom-rm-path", f"{H}.reward_length",
+                     "--eval-config", str(cfg), "--n-samples-per-eval-prompt", 4, "--eval-max-response-len", 3)
+    assert args.eval_prompt_data[0::2] == ["short", "long"]
+    ctl = RolloutController(args, [engine_url])
+    m = ctl.evaluate(0)
+    ctl.close()
+    assert m["eval/short/pass@2"] >= 0 and "eval/short/pass@4" not in m        # defaults: 2 samples, not the CLI's 4
+    assert 0 < m["eval/short/response_len/mean"] <= 2                          # defaults: 2 tokens, not the CLI's 3
+    assert m["eval/short/reward"] == pytest.approx(m["eval/short/response_len/mean"])  # the run's reward function
+    assert m["eval/long/reward"] == 1.0 and "eval/long/pass@2" not in m        # its own reward, label key, n = 1
+    assert m["eval/long/response_len/mean"] > 3 or m["eval/long/truncated_ratio"] < 1  # up to 6 tokens
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"name": "x", "path": "p.jsonl", "app_service": "http://h"}, r"key 'app_service' is not honoured by slime_like"),
+    ({"name": "x", "path": "p.jsonl", "temprature": 0.5}, r"eval.datasets\[0\] \(x\) has unknown key 'temprature'"),
+    ({"name": "x"}, r"eval.datasets\[0\] \(x\) needs a `path` string"),
+    ({"name": "x", "path": "p.jsonl", "top_p": 2}, r"top_p: 2 is not valid"),
+])
+def test_eval_config_mistakes_are_named(make_args, prompt_file, tmp_path, entry, message):
+    import yaml
+
+    from slime_like.config.errors import ConfigError
+
+    cfg = tmp_path / "eval.yaml"
+    cfg.write_text(yaml.safe_dump({"eval": {"datasets": [entry]}}))
+    with pytest.raises(ConfigError, match=message):
+        make_args(prompt_file(ROWS), "--rollout-batch-size", 1, "--eval-config", str(cfg))
+
+
 def test_calculator_tool():
     assert calculator("2 + 3*4") == "14"
     assert calculator("__import__('os')").startswith("error")
