@@ -9,6 +9,7 @@ ALIASES = {
     "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std":
         "slime_like.rollout.filters.check_reward_nonzero_std",
     "slime.rollout.sft_rollout.generate_rollout": "slime_like.rollout.sft_rollout.generate_rollout",
+    "slime.rollout.forge_load.generate_rollout": "slime_like.rollout.forge_load.generate_rollout",
     "slime.rollout.fully_async_rollout.generate_rollout_fully_async":
         "slime_like.rollout.fully_async.generate_rollout_fully_async",
 }

@@ -114,7 +114,6 @@ UNSUPPORTED = {
     "train_env_vars": "environment variables for the trainer processes are not forwarded; export them "  # pending: ray
                       "before `ray start` instead",
     # slime features another issue is adding (issue 18)
-    "load_forge_rollout_data": f"replaying dumped rollouts through forge_load: {_ISSUE18}",  # pending: feat
     "opsm_delta": "off-policy sequence masking (--use-opsm) is not implemented",
     # weight sync through files, agent rollout buffers
     "update_weight_disk_dir": _DISK_SYNC,

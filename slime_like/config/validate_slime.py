@@ -1,5 +1,5 @@
 """slime feature flags checked by validate.validate_args: on-policy distillation (slime's rules,
-slime/utils/arguments.py) and --check-weight-update-equal.
+slime/utils/arguments.py), --check-weight-update-equal and --load-forge-rollout-data.
 
 --use-opd needs --opd-type; megatron needs --opd-teacher-load (a directory); sglang must not have one; a
 teacher path without --use-opd is an error (it would be ignored). --opd-type sglang parses (a GPU recipe's
@@ -14,6 +14,7 @@ from slime_like.config.errors import ConfigError
 
 def validate_slime_features(args, path_problem) -> None:
     validate_opd(args, path_problem)
+    _forge(args, path_problem)
     if args.check_weight_update_equal and args.rollout_engine == "vllm":
         args.launch_refusals.append("--check-weight-update-equal with --rollout-engine vllm: the vLLM adapter has no "
                                     "/weights_checker route (SGLang and the CPU engine have it)")
@@ -21,6 +22,22 @@ def validate_slime_features(args, path_problem) -> None:
         args.launch_refusals.append("--check-weight-update-equal with --rollout-external-engine-addrs: the check "
                                     "overwrites the engines' weights with noise before the first push; run it on "
                                     "engines the run starts itself")
+
+
+def _forge(args, path_problem) -> None:
+    """--load-forge-rollout-data is read only by slime's forge_load rollout function: one without the other is an
+    error (the flag would be ignored, or the rollout would fail at its first call)."""
+    forge = (args.rollout_function_path or "").endswith("rollout.forge_load.generate_rollout")
+    if args.load_forge_rollout_data and not forge:
+        raise ConfigError(f"--load-forge-rollout-data {args.load_forge_rollout_data} is read by slime's forge_load "
+                          "rollout only: add --rollout-function-path slime.rollout.forge_load.generate_rollout "
+                          "(or use --load-debug-rollout-data to train on dumps without engines)")
+    if forge and not args.load_forge_rollout_data:
+        raise ConfigError(f"--rollout-function-path {args.rollout_function_path} needs --load-forge-rollout-data PATH "
+                          "(a --save-debug-rollout-data dump, or a {rollout_id} template of them)")
+    path = args.load_forge_rollout_data
+    if path and "{rollout_id}" not in path and not os.path.exists(path):
+        path_problem(args, f"--load-forge-rollout-data {path}: no such file")
 
 
 def validate_opd(args, path_problem) -> None:

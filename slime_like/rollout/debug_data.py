@@ -24,14 +24,15 @@ def save_rollout(pattern: str, rollout_id: int, samples) -> str:
     return path
 
 
-def load_rollout(pattern: str, rollout_id: int, subsample: float | None = None) -> list:
+def load_rollout(pattern: str, rollout_id: int, subsample: float | None = None,
+                 flag: str = "--load-debug-rollout-data") -> list:
     path = pattern.format(rollout_id=rollout_id)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"--load-debug-rollout-data: {path} does not exist (rollout {rollout_id}); "
+        raise FileNotFoundError(f"{flag}: {path} does not exist (rollout {rollout_id}); "
                                 f"was it written by --save-debug-rollout-data with the same pattern?")
     data = read_json(path) if is_json_file(path) else _load_slime_dump(path)
     if not isinstance(data, dict) or not isinstance(data.get("samples"), list):
-        raise ValueError(f"--load-debug-rollout-data: {path} is not a rollout dump (expected an object with a "
+        raise ValueError(f"{flag}: {path} is not a rollout dump (expected an object with a "
                          f"'samples' list)")
     samples = [sample_from_dict(_known_fields(d)) for d in data["samples"]]
     if subsample:   # keep whole groups: the first ceil(fraction * groups) of them

@@ -203,6 +203,32 @@ def test_debug_save_and_load(engine_url, prompt_file, make_args, tmp_path):
         RolloutController(replay_args, []).generate(8)
 
 
+def test_forge_load_replays_dumps_with_the_engines_live(engine_url, prompt_file, make_args, tmp_path):
+    """slime's forge_load rollout: dumped samples come back as the rollout (literal path: every rollout; template:
+    per rollout, falling back to rollout 0's file); eval replays eval_<id> files of a template, or nothing."""
+    from slime_like.config.errors import ConfigError
+
+    pattern = str(tmp_path / "dump" / "{rollout_id}.json")
+    args = make_args(prompt_file(ROWS), "--rollout-batch-size", 2, "--custom-rm-path", f"{H}.reward_length",
+                     "--save-debug-rollout-data", pattern)
+    ctl = RolloutController(args, [engine_url])
+    saved, _ = ctl.generate(0)
+    ctl.close()
+    key = lambda ss: [(s.group_index, s.tokens, s.rollout_log_probs, s.reward) for s in ss]  # noqa: E731
+    forge = ["--rollout-function-path", "slime.rollout.forge_load.generate_rollout"]
+    for path in (pattern.format(rollout_id=0), pattern):  # literal, then template (rollout 3 falls back to 0.json)
+        replay = make_args(prompt_file(ROWS), "--rollout-batch-size", 2, "--custom-rm-path", f"{H}.reward_length",
+                           *forge, "--load-forge-rollout-data", path, "--eval-prompt-data", "e", prompt_file(ROWS))
+        ctl = RolloutController(replay, [engine_url])
+        assert key(ctl.generate(0)[0]) == key(saved) and key(ctl.generate(3)[0]) == key(saved)
+        assert ctl.evaluate(0) == {}  # no eval_0 dump
+        ctl.close()
+    with pytest.raises(ConfigError, match="--load-forge-rollout-data .* is read by slime's forge_load rollout only"):
+        make_args(prompt_file(ROWS), "--rollout-batch-size", 2, "--load-forge-rollout-data", pattern)
+    with pytest.raises(ConfigError, match="forge_load.generate_rollout needs --load-forge-rollout-data PATH"):
+        make_args(prompt_file(ROWS), "--rollout-batch-size", 2, *forge)
+
+
 def test_slime_post_rollout_hooks_and_passrate(engine_url, prompt_file, make_args):
     from rollout import hooks_for_tests
     from slime_like.rollout.batch import to_train_batch
