@@ -185,6 +185,9 @@ def main():
     a = p.parse_args()
     torch.set_num_threads(1)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # the engines' tensor route needs a run secret (its payload names shared memory); engines, senders and
+    # clients all read it from the environment, as in a run
+    os.environ.setdefault("SLIME_LIKE_ENGINE_API_KEY", __import__("secrets").token_hex(16))
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     from bench_e2e import SIZES, prepare
 

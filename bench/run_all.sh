@@ -17,12 +17,16 @@ log() { echo; echo "=== $* ($(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/l
 
 log "machine"; echo "nproc $(nproc); $(grep -m1 'model name' /proc/cpuinfo)" | tee bench/results/machine.txt
 [ -x bench/.venv-trl/bin/python ] || bash bench/trl_peer/setup_env.sh
+# vLLM as an engine of ours (--rollout-engine vllm) beside the cpu engine, when its venv is built
+# (bash bench/vllm_peer/setup_env.sh)
+VLLM_ROLLOUT=""; ENGINES=cpu
+if [ -x bench/.venv-vllm/bin/python ]; then VLLM_ROLLOUT="--vllm-engine"; ENGINES=cpu,vllm; fi
 
 log "1. end to end vs TRL";       $PY bench/bench_e2e.py $E2E
-log "2. rollout throughput";      $PY bench/bench_rollout.py | tee bench/results/bench_rollout.log
+log "2. rollout throughput";      $PY bench/bench_rollout.py $VLLM_ROLLOUT | tee bench/results/bench_rollout.log
 tail -1 bench/results/bench_rollout.log > bench/results/bench_rollout.json   # its last line is the JSON
 log "3. train step throughput";   $PY bench/bench_train_step.py --out bench/results/bench_train_step.json
-log "4. weight sync";             $PY bench/bench_weight_sync.py --repeat $REP
+log "4. weight sync";             $PY bench/bench_weight_sync.py --repeat $REP --engines $ENGINES
 log "5. start-up";                $PY bench/bench_startup.py --repeat $([ "${QUICK:-0}" = 1 ] && echo 1 || echo 3)
 log "plot";                       $PY bench/bench_e2e.py --plot-only docs/benchmarks.png
 log "done: bench/results/*.json"

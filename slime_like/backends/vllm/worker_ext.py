@@ -78,20 +78,20 @@ class SlimeWorkerExtension:
 
     def slime_update_from_disk(self, model_path: str, fix_tied: bool = True) -> dict:
         """Every *.safetensors of an HF dir (fix_tied=False only shows the stale-head fact in a test)."""
-        files = sorted(glob.glob(os.path.join(model_path, "*.safetensors")))
-        if not files:
-            raise FileNotFoundError(f"update_weights_from_disk: no *.safetensors in {model_path}")
-        from safetensors import safe_open
-
-        def named():
-            for path in files:
-                with safe_open(path, framework="pt") as f:
-                    for key in f.keys():
-                        yield key, f.get_tensor(key)
-
         self.__dict__.pop("_slime_staged", None)
         self.__dict__["_slime_ckpt"] = model_path   # later pushes are checked against this checkpoint's names
-        return self._reload(named(), fix_tied)
+        return self._reload(_safetensors(model_path), fix_tied)
+
+    def slime_plain_load_weights(self, model_path: str) -> str:
+        """vLLM's plain ``model.load_weights`` (what GPU RL frameworks call) with a checkpoint's tensors; returns
+        the error it raised, '' if none. Not used for updates: a test pins that it fails on CPU (vLLM re-packs
+        linear weights for its CPU GEMM kernels and leaves the loader's tensors empty), which is why updates go
+        through reload_weights. Reload a checkpoint afterwards: a failed load can leave weights half-written."""
+        try:
+            self.model_runner.get_model().load_weights(_safetensors(model_path))
+        except Exception as e:  # noqa: BLE001  (the failure is the result)
+            return f"{type(e).__name__}: {e}"[:2000]
+        return ""
 
     # ------------------------------------------------------------------ process group (disaggregated)
     def slime_init_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
@@ -139,6 +139,21 @@ class SlimeWorkerExtension:
         """The first values of one parameter as vLLM holds it (tests compare it with what was sent)."""
         param = dict(self.model_runner.get_model().named_parameters())[name]
         return param.detach().flatten()[:8].float().tolist()
+
+
+def _safetensors(model_path: str):
+    """(name, tensor) of every *.safetensors of an HF dir, one tensor at a time."""
+    files = sorted(glob.glob(os.path.join(model_path, "*.safetensors")))
+    if not files:
+        raise FileNotFoundError(f"update_weights_from_disk: no *.safetensors in {model_path}")
+    from safetensors import safe_open
+
+    def named():
+        for path in files:
+            with safe_open(path, framework="pt") as f:
+                for key in f.keys():
+                    yield key, f.get_tensor(key)
+    return named()
 
 
 def _checkpoint_names(worker) -> dict:
