@@ -28,5 +28,6 @@ tail -1 bench/results/bench_rollout.log > bench/results/bench_rollout.json   # i
 log "3. train step throughput";   $PY bench/bench_train_step.py --out bench/results/bench_train_step.json
 log "4. weight sync";             $PY bench/bench_weight_sync.py --repeat $REP --engines $ENGINES
 log "5. start-up";                $PY bench/bench_startup.py --repeat $([ "${QUICK:-0}" = 1 ] && echo 1 || echo 3)
+log "6. loop modes (sync / one-step-off / fully async)"; $PY bench/bench_fully_async.py --rollouts $([ "${QUICK:-0}" = 1 ] && echo 10 || echo 40)
 log "plot";                       $PY bench/bench_e2e.py --plot-only docs/benchmarks.png
 log "done: bench/results/*.json"

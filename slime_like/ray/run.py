@@ -273,9 +273,12 @@ class Run:
         return [g for g in (self.critic, self.actor) if g is not None]
 
     def shutdown(self):
-        """Stop engines first (they are child processes), then the actors; leave no orphans."""
+        """Stop engines first (they are child processes), then the actors; leave no orphans. A fully async
+        worker is stopped before the engines (its requests are aborted), so it never waits on a stopped one."""
         groups = self._trainers() + ([self.reference] if self.reference is not None else [])
-        for step in (self.engines.stop, lambda: ray.get(self.rollout.close.remote(), timeout=30),
+        close_rollout = lambda: ray.get(self.rollout.close.remote(), timeout=30)  # noqa: E731  (idempotent)
+        first = [close_rollout] if self.fully_async else []
+        for step in (*first, self.engines.stop, close_rollout,
                      lambda: ray.kill(self.rollout), *(g.kill for g in groups),
                      self.placement.remove):
             try:
