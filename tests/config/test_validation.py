@@ -220,6 +220,8 @@ def test_max_staleness_defaults_to_one_in_fully_async_mode_and_warns_elsewhere(b
     fn = ["--rollout-function-path", "slime.rollout.fully_async_rollout.generate_rollout_fully_async"]
     a = parse(base + fn)
     assert a.max_staleness == 1 and not any("--max-staleness" in w for w in a.config_warnings)
+    from slime_like.config.support import refuse_at_launch
+    refuse_at_launch(a)   # slime's own path names our function: not refused as a foreign slime module
     a = parse(base + ["--max-staleness", "2"])
     assert any("--max-staleness 2 has no effect" in w for w in a.config_warnings)
     a = parse(base + fn + ["--over-sampling-batch-size", "8"])
