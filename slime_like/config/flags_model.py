@@ -28,8 +28,11 @@ def add_model_group(parser):
     a("--rotary-interleaved", action="store_true", help="Interleaved (GPT-J style) rotary embedding.")
     a("--rotary-seq-len-interpolation-factor", type=int, default=None, help="Linear RoPE position interpolation factor.")
     a("--use-rope-scaling", action="store_true", help="Llama-3.1 style RoPE frequency scaling.")
-    a("--rope-scaling-factor", "--rotary-scaling-factor", type=float, default=8.0, dest="rope_scaling_factor",
-      help="RoPE scaling factor for --use-rope-scaling (--rotary-scaling-factor: the spelling slime's llama file uses).")
+    # two flags as in Megatron-LM: Llama 3.x frequency scaling reads --rope-scaling-factor, MLA's YaRN
+    # --rotary-scaling-factor (slime's llama files pass the latter; config/support.py says when that is ignored)
+    a("--rope-scaling-factor", type=float, default=8.0, help="Llama 3.x RoPE scaling factor for --use-rope-scaling.")
+    a("--rotary-scaling-factor", type=float, default=1.0,
+      help="YaRN RoPE scaling factor of multi-latent attention (HF rope_scaling factor); 1 = no scaling.")
     a("--no-rope-fusion", action="store_false", dest="apply_rope_fusion", help="Disable the fused RoPE kernel.")
     a("--no-position-embedding", action="store_false", dest="add_position_embedding",
       help="Do not add learned absolute position embeddings.")

@@ -25,6 +25,8 @@ CHECKED = {
     "moe_router_topk": "num_experts_per_tok", "moe_ffn_hidden_size": "moe_intermediate_size",
     "multi_latent_attention": "kv_lora_rank (present)", "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
     "qk_head_dim": "qk_nope_head_dim", "qk_pos_emb_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim",
+    "rotary_scaling_factor": "rope_scaling.factor (yarn)", "mscale": "rope_scaling.mscale (yarn)",
+    "mscale_all_dim": "rope_scaling.mscale_all_dim (yarn)",
 }
 
 
@@ -37,6 +39,7 @@ class ModelFamily:
     # DeepSeek-V3-style router: sigmoid scores + a per-expert correction bias (HF e_score_correction_bias) for the
     # choice, group-limited top-k, renormalised top-k weights times routed_scaling_factor, shared experts
     biased_router: bool = False
+    fused_gate_up: bool = False    # the MLP's gate and up projections are one HF tensor gate_up_proj (GLM-4)
     trainable: bool = False        # the Megatron trainer builds it and maps its HF weights (hf_weights.py)
 
 
@@ -47,9 +50,11 @@ MODEL_FAMILIES = {
     "qwen2_moe": ModelFamily(qkv_bias=True),
     "qwen3": ModelFamily(qk_norm=True, trainable=True),
     "qwen3_moe": ModelFamily(qk_norm=True, trainable=True),
-    "glm4": ModelFamily(glm_sandwich=True),
+    "glm4": ModelFamily(glm_sandwich=True, fused_gate_up=True, trainable=True),
     "glm4_moe": ModelFamily(biased_router=True, trainable=True),  # GLM-4.5/4.6: no sandwich norms (unlike glm4)
     "deepseek_v3": ModelFamily(biased_router=True, trainable=True),  # + multi-latent attention (kv_lora_rank)
+    # Kimi-K2's config.json: model_type kimi_k2 (remote code), DeepseekV3ForCausalLM weights and architecture
+    "kimi_k2": ModelFamily(biased_router=True, trainable=True),
 }
 _GENERIC = ModelFamily()  # an unknown model_type: MODEL_ARGS from the sizes alone (tools/model_args)
 
@@ -158,13 +163,27 @@ def _mla_flags(cfg: dict) -> list:
            "--qk-pos-emb-head-dim", cfg["qk_rope_head_dim"], "--v-head-dim", cfg["v_head_dim"], "--qk-layernorm"]
     if cfg.get("q_lora_rank"):
         out += ["--q-lora-rank", cfg["q_lora_rank"]]
-    _, scaling = _rope(cfg)
-    if scaling and scaling.get("rope_type", scaling.get("type")) == "yarn":
-        out += ["--rotary-scaling-factor", _num(scaling["factor"]), "--mscale", _num(scaling.get("mscale", 1.0)),
-                "--mscale-all-dim", _num(scaling.get("mscale_all_dim", 0.0))]
-    else:  # Megatron's MLA default is 1 (no scaling); our shared dest defaults to Llama 3.1's 8
-        out += ["--rotary-scaling-factor", "1.0"]
+    yarn = yarn_settings(cfg)
+    out += ["--rotary-scaling-factor", _num(yarn["rotary_scaling_factor"])]  # 1.0: no scaling (slime's files say so)
+    if yarn["rotary_scaling_factor"] != 1.0:
+        out += ["--mscale", _num(yarn["mscale"]), "--mscale-all-dim", _num(yarn["mscale_all_dim"])]
     return out
+
+
+def yarn_settings(cfg: dict) -> dict:
+    """MLA's YaRN RoPE from config.json's rope_scaling, as megatron-core's MLATransformerConfig fields.
+
+    HF leaves `factor` out when it is max_position_embeddings / original_max_position_embeddings; its defaults are
+    beta_fast 32, beta_slow 1 (Kimi-K2 publishes 1 and 1: slime's recipes, which cannot pass them, build 32)."""
+    _, scaling = _rope(cfg)
+    if not scaling or scaling.get("rope_type", scaling.get("type")) != "yarn":
+        return dict(rotary_scaling_factor=1.0, mscale=1.0, mscale_all_dim=0.0)
+    original = scaling.get("original_max_position_embeddings") or cfg.get("max_position_embeddings", 4096)
+    factor = scaling.get("factor") or cfg["max_position_embeddings"] / original
+    return dict(rotary_scaling_factor=float(factor), mscale=float(scaling.get("mscale") or 1.0),
+                mscale_all_dim=float(scaling.get("mscale_all_dim") or 0.0), original_max_position_embeddings=original,
+                beta_fast=float(scaling.get("beta_fast") or 32), beta_slow=float(scaling.get("beta_slow") or 1),
+                truncate=bool(scaling.get("truncate", True)))
 
 
 def router_settings(cfg: dict) -> dict:
@@ -231,6 +250,10 @@ def expected_from_hf(cfg: dict) -> dict:
         exp.update(multi_latent_attention=True, q_lora_rank=cfg.get("q_lora_rank"), kv_lora_rank=cfg["kv_lora_rank"],
                    qk_head_dim=cfg["qk_nope_head_dim"], qk_pos_emb_head_dim=cfg["qk_rope_head_dim"],
                    v_head_dim=cfg["v_head_dim"])
+        yarn = yarn_settings(cfg)
+        exp["rotary_scaling_factor"] = yarn["rotary_scaling_factor"]
+        if yarn["rotary_scaling_factor"] != 1.0:  # the attention scales mean something only with YaRN
+            exp.update(mscale=yarn["mscale"], mscale_all_dim=yarn["mscale_all_dim"])
     n_exp = cfg.get("num_experts") or cfg.get("n_routed_experts")
     if n_exp:
         exp.update(num_experts=n_exp, moe_router_topk=cfg["num_experts_per_tok"],
@@ -317,6 +340,9 @@ _HF_FIELDS = {
     "moe_layer_freq": lambda c: moe_layer_pattern_from_hf(c) if _num_experts(c) else None,
     "attention_dropout": lambda c: c.get("attention_dropout", 0.0),
     "hidden_dropout": lambda c: 0.0,  # HF decoder LMs of these families train without hidden dropout
+    "post_self_attn_layernorm": lambda c: family_of(c).glm_sandwich,
+    "post_mlp_layernorm": lambda c: family_of(c).glm_sandwich,
+    "rotary_interleaved": lambda c: family_of(c).glm_sandwich,
 }
 
 
@@ -335,6 +361,9 @@ def _fill_router_and_mla(out, cfg: dict) -> None:
         out.q_lora_rank, out.kv_lora_rank = cfg.get("q_lora_rank"), cfg["kv_lora_rank"]
         out.qk_head_dim, out.qk_pos_emb_head_dim = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"]
         out.v_head_dim = cfg["v_head_dim"]
+        yarn = yarn_settings(cfg)
+        out.rotary_scaling_factor, out.mscale, out.mscale_all_dim = (yarn["rotary_scaling_factor"], yarn["mscale"],
+                                                                     yarn["mscale_all_dim"])
 
 
 def fill_args_from_hf(args, hf_dir: str):
@@ -357,6 +386,9 @@ def fill_args_from_hf(args, hf_dir: str):
         if getattr(out, name, None) is None:
             setattr(out, name, read(cfg))
     _fill_router_and_mla(out, cfg)
+    out.hf_model_type = cfg.get("model_type", "")  # the HF weight layout (hf_weights.py), e.g. GLM-4's fused MLP
+    if "kv_lora_rank" in cfg:  # YaRN's parts Megatron has no flags for (beta_fast / _slow, original length)
+        out.hf_yarn = yarn_settings(cfg)
     if getattr(out, "use_rotary_position_embeddings", False):
         out.position_embedding_type = "rope"
     if not getattr(out, "group_query_attention", False):

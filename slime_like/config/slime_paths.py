@@ -15,6 +15,10 @@ ALIASES = {
 }
 FULLY_ASYNC_ROLLOUT = "slime_like.rollout.fully_async.generate_rollout_fully_async"
 
+# slime's GLM-4 layer spec: mcore's spec with the sandwich norms its flags ask for, which the Megatron trainer builds
+# from the same flags (backends/megatron/sandwich.py)
+GLM4_SPEC = ("slime_plugins.models.glm4", "get_glm_spec")
+
 
 def resolve(path):
     """slime_like's function for one of slime's built-in paths; any other value unchanged."""

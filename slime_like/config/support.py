@@ -28,7 +28,7 @@ import functools
 
 from slime_like.config.errors import ConfigError, warn
 from slime_like.config.flags_misc import UNSUPPORTED as SLIME_ONLY_FLAGS
-from slime_like.config.slime_paths import foreign
+from slime_like.config.slime_paths import GLM4_SPEC, foreign
 
 _MEGATRON = "the Megatron trainer does not implement it"
 _ARCH = "the Megatron trainer builds the model without it, so the weights would be used wrongly"
@@ -41,28 +41,28 @@ _FP8 = "FP8 needs TransformerEngine on Hopper-class GPUs and the Megatron traine
 
 UNSUPPORTED = {
     # model architecture: a different network than the one asked for
-    "rotary_interleaved": f"interleaved (GPT-J style) RoPE: {_ARCH}",  # pending: megatron
     "rotary_seq_len_interpolation_factor": f"RoPE position interpolation: {_ARCH}",  # pending: megatron
     "add_position_embedding": "learned absolute positions switched off without RoPE: "  # pending: megatron
                               "use --position-embedding-type rope (or none)",
     "apply_layernorm_1p": f"zero-centred LayerNorm: {_ARCH}",  # pending: megatron
     "apply_residual_connection_post_layernorm": f"post-layernorm residual: {_ARCH}",  # pending: megatron
-    "post_self_attn_layernorm": f"GLM-4 sandwich norm: {_ARCH}",  # pending: megatron
-    "post_mlp_layernorm": f"GLM-4 sandwich norm: {_ARCH}",  # pending: megatron
     "openai_gelu": f"tanh-approximate GeLU: {_ARCH}",  # pending: megatron
     "squared_relu": f"squared ReLU: {_ARCH}",  # pending: megatron
     # pending: megatron
     "padded_vocab_size": "the trainer pads the vocabulary itself (--make-vocab-size-divisible-by x TP); "
                          "drop it or set --make-vocab-size-divisible-by",
-    "rope_scaling_factor": "YaRN RoPE scaling of multi-latent attention is not verified against transformers yet; "
-                           "MLA models are built without RoPE scaling (--rotary-scaling-factor 1)",
-    "mscale": "a YaRN setting of multi-latent attention, which is built without RoPE scaling here",
-    "mscale_all_dim": "a YaRN setting of multi-latent attention, which is built without RoPE scaling here",
+    "rotary_scaling_factor": "it is the YaRN factor of multi-latent attention; Megatron-LM builds Llama 3.x "
+                             "scaling from --rope-scaling-factor (default 8.0) and ignores this one without "
+                             "--multi-latent-attention. Pass --use-rope-scaling --rope-scaling-factor VALUE "
+                             "(config.json's rope_scaling.factor)",
+    "mscale": "a YaRN setting of multi-latent attention; without --multi-latent-attention it changes nothing",
+    "mscale_all_dim": "a YaRN setting of multi-latent attention; without --multi-latent-attention it changes nothing",
     "attention_output_gate": f"gated attention (Qwen3-Next / Qwen3.5): {_ARCH}",  # pending: models
     "use_gated_attention": f"gated attention (Qwen3-Next / Qwen3.5): {_ARCH}",  # pending: models
     "moe_shared_expert_gate": f"the shared-expert sigmoid gate: {_ARCH}",  # pending: models
     "custom_model_provider_path": f"custom model providers: {_MEGATRON}",  # pending: megatron
-    "spec": f"custom layer specs: {_MEGATRON}",  # pending: megatron
+    "spec": "custom layer specs: the Megatron trainer builds its own; of slime's plugins it builds "
+            "`slime_plugins.models.glm4 get_glm_spec` (GLM-4 sandwich norms) only",
     # MoE routing / MTP
     "moe_z_loss_coeff": _MOE_ROUTER,  # pending: megatron
     "moe_input_jitter_eps": _MOE_ROUTER,  # pending: megatron
@@ -217,10 +217,14 @@ ROLE_EXTRA_KEYS = ("micro_batch_size", "update_weight_buffer_size")
 
 # dest -> predicate(args_view, value): the rule applies only when this is true.
 APPLIES_WHEN = {
-    "rope_scaling_factor": lambda a, v: a.multi_latent_attention and v != 1.0,  # Llama 3.1's scaling is honoured
-    "mscale": lambda a, v: a.multi_latent_attention and a.rope_scaling_factor != 1.0,
-    "mscale_all_dim": lambda a, v: a.multi_latent_attention and a.rope_scaling_factor != 1.0,
+    # slime's llama files pass --use-rope-scaling --rotary-scaling-factor F: refused only where F is not what
+    # Megatron builds anyway (--rope-scaling-factor, 8.0 unless set), e.g. Llama 3.2's 32
+    "rotary_scaling_factor": lambda a, v: not a.multi_latent_attention
+    and not (a.use_rope_scaling and v == a.rope_scaling_factor),
+    "mscale": lambda a, v: not a.multi_latent_attention,
+    "mscale_all_dim": lambda a, v: not a.multi_latent_attention,
     "save_hf": lambda a, v: a.train_backend != "fsdp",
+    "spec": lambda a, v: list(v) != list(GLM4_SPEC),
     "add_position_embedding": lambda a, v: a.position_embedding_type == "learned_absolute"
     and not a.use_rotary_position_embeddings,
     "tokenizer_model": lambda a, v: v != a.hf_checkpoint,

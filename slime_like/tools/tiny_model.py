@@ -4,7 +4,7 @@ Tests, the demo and the benchmarks use these instead of downloading anything. Th
 character-level (one token per character, built with the `tokenizers` library), so any text over its
 alphabet round-trips exactly and token counts are easy to reason about.
 
-    python -m slime_like.tools.tiny_model OUT_DIR [--arch qwen2|qwen3|qwen3_moe|llama|glm4_moe] [--hidden-size 64] ...
+    python -m slime_like.tools.tiny_model OUT_DIR [--arch qwen2|qwen3|qwen3_moe|llama|glm4|...] [--hidden-size 64] ...
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import os
 import string
 
 PAD, EOS = "<pad>", "<eos>"
-ARCHS = ("qwen2", "qwen3", "qwen3_moe", "llama", "glm4_moe", "deepseek_v3", "moonlight")
+ARCHS = ("qwen2", "qwen3", "qwen3_moe", "llama", "glm4", "glm4_moe", "deepseek_v3", "moonlight", "kimi_k2")
 # ChatML-style turns, written with plain characters so the char tokenizer covers them.
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -73,6 +73,10 @@ def build_tiny_checkpoint(out_dir: str, arch: str = "qwen2", hidden_size: int = 
                                           num_experts_per_tok=moe_topk, moe_intermediate_size=ffn_hidden_size,
                                           decoder_sparse_step=1, norm_topk_prob=True, **common)
         cls = transformers.Qwen3MoeForCausalLM
+    elif arch == "glm4":  # GLM-4 dense: sandwich norms, half the head dims rotated as interleaved pairs, QKV bias
+        cfg = transformers.Glm4Config(head_dim=hidden_size // num_heads, partial_rotary_factor=0.5, attention_bias=True,
+                                      **common)
+        cls = transformers.Glm4ForCausalLM
     elif arch == "glm4_moe":  # GLM-4.5 style: one dense layer, then MoE with a biased sigmoid router
         cfg = transformers.Glm4MoeConfig(head_dim=hidden_size // num_heads, n_routed_experts=num_experts or 4,
                                          num_experts_per_tok=moe_topk, moe_intermediate_size=ffn_hidden_size // 4,
@@ -80,8 +84,13 @@ def build_tiny_checkpoint(out_dir: str, arch: str = "qwen2", hidden_size: int = 
                                          norm_topk_prob=True, first_k_dense_replace=1, partial_rotary_factor=0.5,
                                          use_qk_norm=True, attention_bias=True, **common)
         cls = transformers.Glm4MoeForCausalLM
-    elif arch in ("deepseek_v3", "moonlight"):  # multi-latent attention + GLM-4.5's router; Moonlight: no q low
-        head, moonlight = hidden_size // num_heads, arch == "moonlight"  # rank, one expert group, 2 shared experts
+    elif arch in ("deepseek_v3", "moonlight", "kimi_k2"):  # multi-latent attention + GLM-4.5's router; Moonlight:
+        head, moonlight = hidden_size // num_heads, arch == "moonlight"  # no q low rank, 1 group, 2 shared experts
+        if arch == "kimi_k2":  # Kimi-K2's YaRN shape (beta_fast = beta_slow = 1), scaled to the tiny context;
+            # mscale != mscale_all_dim so the cos/sin and softmax scales are not 1
+            common = dict(common, rope_parameters=dict(
+                rope_type="yarn", rope_theta=rope_theta, factor=4.0, mscale=1.0, mscale_all_dim=0.5,
+                original_max_position_embeddings=max_position_embeddings // 4, beta_fast=1.0, beta_slow=1.0))
         cfg = transformers.DeepseekV3Config(n_routed_experts=num_experts or 4, num_experts_per_tok=moe_topk,
                                             moe_intermediate_size=ffn_hidden_size // 4,
                                             n_shared_experts=2 if moonlight else 1, n_group=1 if moonlight else 2,
@@ -97,13 +106,31 @@ def build_tiny_checkpoint(out_dir: str, arch: str = "qwen2", hidden_size: int = 
         raise ValueError(f"unknown tiny arch {arch!r}; choose {', '.join(ARCHS)}")
     torch.manual_seed(seed)
     model = cls(cfg).to(torch.float32)
+    if arch == "glm4":  # HF initialises norms to ones: random scales make a swapped sandwich norm show in the logits
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("layernorm.weight"):
+                    p.copy_(1 + 0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))))
     for name, buf in model.named_buffers():  # HF initialises the routers' correction bias to zeros: make it matter
         if name.endswith("e_score_correction_bias"):
             buf.copy_(torch.randn(buf.shape, generator=torch.Generator().manual_seed(seed + 1)) * 0.1)
     os.makedirs(out_dir, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)
+    if arch == "kimi_k2":  # Kimi-K2's config.json names its own model_type over DeepSeek-V3's architecture
+        _set_model_type(out_dir, "kimi_k2")
     tok.save_pretrained(out_dir)
     return out_dir
+
+
+def _set_model_type(out_dir: str, model_type: str) -> None:
+    import json
+
+    path = os.path.join(out_dir, "config.json")
+    with open(path) as f:
+        cfg = json.load(f)
+    cfg["model_type"] = model_type
+    with open(path, "w") as f:
+        json.dump(cfg, f, indent=2)
 
 
 def main(argv=None):

@@ -84,6 +84,18 @@ PUBLISHED = {
                     "num_nextn_predict_layers": 1, "max_position_embeddings": 163840,
                     "rope_scaling": {"type": "yarn", "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
                                      "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1}},
+    # moonshotai/Kimi-K2-Instruct (model_type kimi_k2 over DeepseekV3ForCausalLM; its YaRN has beta_fast = beta_slow
+    # = 1); cross-checked with slime's scripts/models/kimi-k2.sh at 624b824
+    "kimi-k2": {"model_type": "kimi_k2", "hidden_act": "silu", "hidden_size": 7168, "intermediate_size": 18432,
+                "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 64,
+                "num_key_value_heads": 64, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 163840, "rms_norm_eps": 1e-06,
+                "rope_theta": 50000.0, "tie_word_embeddings": False, "attention_bias": False,
+                "n_routed_experts": 384, "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 1,
+                "n_group": 1, "topk_group": 1, "routed_scaling_factor": 2.827, "norm_topk_prob": True,
+                "num_nextn_predict_layers": 0, "max_position_embeddings": 131072,
+                "rope_scaling": {"type": "yarn", "factor": 32.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                                 "original_max_position_embeddings": 4096, "beta_fast": 1.0, "beta_slow": 1.0}},
     # moonshotai/Moonlight-16B-A3B (model_type deepseek_v3, no q low rank, no RoPE scaling): the values of slime's
     # scripts/models/moonlight.sh at 624b824 in config.json keys
     "moonlight-16B-A3B": {"model_type": "deepseek_v3", "hidden_act": "silu", "hidden_size": 2048,

@@ -27,13 +27,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # UNSUPPORTED / NO_EFFECT_HERE dests that product code does read, only to refuse or warn at run time (the
 # Megatron trainer's own guard). The start-up check says it earlier; any other overlap means the flag is
 # now honoured and its table entry must go.
-GUARDED_DOWNSTREAM = {"rope_scaling_factor", "context_parallel_size", "use_unbiased_kl", "custom_tis_function_path",
+GUARDED_DOWNSTREAM = {"rotary_scaling_factor", "mscale", "mscale_all_dim", "context_parallel_size", "use_unbiased_kl", "custom_tis_function_path",
                       "reset_optimizer_states", "log_probs_chunk_size", "recompute_loss_function",
-                      "save_hf"}  # --save-hf: honoured by --train-backend fsdp, refused (APPLIES_WHEN) for megatron
+                      "save_hf", "spec"}  # --save-hf: honoured by --train-backend fsdp, refused (APPLIES_WHEN) for megatron
 # flags whose rule applies only in context (support.APPLIES_WHEN): the tokens that create it
-CONTEXT = {"rope_scaling_factor": ["--multi-latent-attention"],
-           "mscale": ["--multi-latent-attention", "--rotary-scaling-factor", "40"],
-           "mscale_all_dim": ["--multi-latent-attention", "--rotary-scaling-factor", "40"]}
+CONTEXT = {}
 
 
 def _name(node) -> str:
@@ -188,8 +186,8 @@ def _overlay(tmp_path, overrides, role="critic") -> str:
 
 def test_yaml_overlay_follows_the_same_rules(base, tmp_path):
     ppo = base + ["--advantage-estimator", "ppo"]
-    with pytest.raises(ConfigError, match=r"roles.yaml \(role critic\): key 'rotary_interleaved'.*not honoured"):
-        overlay = _overlay(tmp_path, {"rotary_interleaved": True})
+    with pytest.raises(ConfigError, match=r"roles.yaml \(role critic\): key 'apply_layernorm_1p'.*not honoured"):
+        overlay = _overlay(tmp_path, {"apply_layernorm_1p": True})
         support.refuse_at_launch(parse(ppo + ["--megatron-config-path", overlay]))
     with pytest.raises(ConfigError, match=r"key 'use_routing_replay' is a slime setting for MoE routing replay"):
         parse(ppo + ["--megatron-config-path", _overlay(tmp_path, {"use_routing_replay": True})])

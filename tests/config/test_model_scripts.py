@@ -97,7 +97,7 @@ def test_tool_errors_cleanly(tmp_path):
 # ours -> slime's scripts/models file of the same model (flag lists recorded in slime_recipes/recipes.json)
 SLIME_TWINS = {"glm4.5-106B-A12B": "glm4.5-106B-A12B.sh", "glm4.5-355B-A32B": "glm4.5-355B-A32B.sh",
                "qwen3-30B-A3B": "qwen3-30B-A3B.sh", "qwen3-4B": "qwen3-4B.sh", "deepseek-v3": "deepseek-v3.sh",
-               "moonlight-16B-A3B": "moonlight.sh"}
+               "moonlight-16B-A3B": "moonlight.sh", "kimi-k2": "kimi-k2.sh", "glm4-9B": "glm4-9B.sh"}
 
 
 @pytest.mark.parametrize("name", sorted(SLIME_TWINS))
@@ -110,10 +110,11 @@ def test_shipped_file_agrees_with_slimes_own(name):
     kernel_choices = {"moe_grouped_gemm", "moe_permute_fusion", "moe_token_dispatcher_type", "moe_router_dtype",
                       "moe_router_load_balancing_type", "moe_router_pre_softmax", "position_embedding_type",
                       "add_position_embedding", "apply_rope_fusion", "use_rotary_position_embeddings",
-                      "moe_token_drop_policy"}
+                      "moe_token_drop_policy",
+                      "spec"}  # slime's GLM-4 spec plugin: the trainer builds the same layers from the flags
     if theirs["multi_latent_attention"]:  # MLA takes head widths from the --qk-* / --v-head-dim flags
         kernel_choices.add("kv_channels")
-        if theirs["rope_scaling_factor"] == 1.0:  # YaRN's attention scales mean nothing without YaRN
+        if theirs["rotary_scaling_factor"] == 1.0:  # YaRN's attention scales mean nothing without YaRN
             kernel_choices |= {"mscale", "mscale_all_dim"}
     differ = {d: (theirs[d], ours[d]) for d in theirs
               if theirs[d] != defaults[d] and d not in kernel_choices and theirs[d] != ours[d]}

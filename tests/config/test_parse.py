@@ -105,8 +105,18 @@ def test_unimplemented_slime_flags_say_so(base):
     assert "--use-routing-replay" not in build_parser()[0].format_help()
 
 
-def test_slime_llama_spelling_of_rope_scaling(base):
-    assert parse(base + ["--rotary-scaling-factor", "4.0"]).rope_scaling_factor == 4.0
+def test_rope_and_rotary_scaling_factors_are_megatrons_two_flags(base):
+    """--rope-scaling-factor: Llama 3.x scaling (default 8); --rotary-scaling-factor: MLA's YaRN (default 1). slime's
+    llama files pass --use-rope-scaling --rotary-scaling-factor F: fine where F is what Megatron builds anyway
+    (Llama 3.1's 8), refused at launch otherwise (Llama 3.2's 32 would silently be built as 8)."""
+    from slime_like.config.support import refuse_at_launch
+
+    a = parse(base + ["--rotary-scaling-factor", "4.0"])
+    assert (a.rope_scaling_factor, a.rotary_scaling_factor) == (8.0, 4.0)
+    refuse_at_launch(parse(base + ["--use-rope-scaling", "--rotary-scaling-factor", "8.0"]))
+    with pytest.raises(ConfigError, match=r"--rotary-scaling-factor 32.0 .*--rope-scaling-factor VALUE"):
+        refuse_at_launch(parse(base + ["--use-rope-scaling", "--rotary-scaling-factor", "32.0"]))
+    refuse_at_launch(parse(base + ["--use-rope-scaling", "--rope-scaling-factor", "32.0"]))
 
 
 # Every flag issue 2 and the seeds name (plus those other parts of the product need) is registered.

@@ -48,6 +48,11 @@ def placeholder_hf_config(argv) -> dict:
                    v_head_dim=int(_value(argv, "--v-head-dim", 128)), num_key_value_heads=heads)
         if cfg["q_lora_rank"] is not None:
             cfg["q_lora_rank"] = int(cfg["q_lora_rank"])
+        factor = float(_value(argv, "--rotary-scaling-factor", 1.0))
+        if factor != 1.0:  # YaRN, as the DeepSeek-V3 / Kimi-K2 checkpoints publish it
+            cfg["rope_scaling"] = {"type": "yarn", "factor": factor, "mscale": float(_value(argv, "--mscale", 1.0)),
+                                   "mscale_all_dim": float(_value(argv, "--mscale-all-dim", 0.0)),
+                                   "original_max_position_embeddings": 4096}
     else:
         cfg["num_key_value_heads"] = int(_value(argv, "--num-query-groups", 1)) \
             if "--group-query-attention" in argv else heads

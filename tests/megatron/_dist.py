@@ -27,12 +27,17 @@ TINY = {
     "qwen3": dict(arch="qwen3", tie_embeddings=True),
     "llama": dict(arch="llama", tie_embeddings=False),
     "qwen3_moe": dict(arch="qwen3_moe", tie_embeddings=True, num_experts=4, moe_topk=2),
+    # GLM-4 dense: sandwich norms (random scales), interleaved partial RoPE, QKV bias, fused gate_up_proj
+    "glm4": dict(arch="glm4", tie_embeddings=False),
     # GLM-4.5 style: dense layer 0, MoE layer 1 (sigmoid router + correction bias, 2 groups, shared expert), partial
     # RoPE, qk-norm, QKV bias
     "glm4_moe": dict(arch="glm4_moe", tie_embeddings=False, num_experts=4, moe_topk=2),
     # DeepSeek-V3 style: multi-latent attention (q and kv low rank, interleaved RoPE part) + the same MoE router
     "deepseek_v3": dict(arch="deepseek_v3", tie_embeddings=False, num_experts=4, moe_topk=2),
     "moonlight": dict(arch="moonlight", tie_embeddings=False, num_experts=4, moe_topk=2),  # MLA without q low rank
+    # Kimi-K2: model_type kimi_k2 over DeepSeek-V3's architecture, YaRN RoPE (factor 4, beta_fast = beta_slow = 1,
+    # mscale 1 vs mscale_all_dim 0.5)
+    "kimi_k2": dict(arch="kimi_k2", tie_embeddings=False, num_experts=4, moe_topk=2),
 }
 
 

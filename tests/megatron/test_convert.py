@@ -99,3 +99,13 @@ def test_bad_input_fails_before_spawning(tiny_ckpts, tmp_path):
                  "--save-hf", tmp_path / "y")
     assert r.returncode != 0 and "not a Megatron checkpoint directory" in r.stderr
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+@pytest.mark.slow
+def test_round_trip_glm4_dense_tp2_to_pp2(tiny_ckpts, tmp_path):
+    # GLM-4 dense: the fused gate_up_proj split per TP rank as [gate_r; up_r], sandwich norms; saved at TP=2, read
+    # back at PP=2 (each stage exports its own layers into one file of the index)
+    _, back = round_trip(tiny_ckpts["glm4"], tmp_path, ["--tensor-model-parallel-size", 2],
+                         ["--pipeline-model-parallel-size", 2])
+    assert "model.layers.1.post_mlp_layernorm.weight" in hf_tensors(back)
+    assert_identical_and_loads(tiny_ckpts["glm4"], back)

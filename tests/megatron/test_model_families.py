@@ -50,3 +50,30 @@ def test_moe_family_grpo_step(tiny_ckpts, arch, bias_rate):
         assert steps == [0.0, 0.0, 0.0]
     else:  # megatron-core's rule: +-rate per expert by the sign of (mean load - its load); 0 if perfectly balanced
         assert all(s == 0.0 or s == pytest.approx(0.01) for s in steps) and max(steps) == pytest.approx(0.01), steps
+
+
+def dense_grpo_case(rank, world_size, port, ckpt):
+    t = _trainer(ckpt, rank, world_size, port, "--lr", "3e-3", "--global-batch-size", "8", "--micro-batch-size", "2",
+                 "--num-steps-per-rollout", "1")
+    batch = make_batch(8, seed=1)
+    batch.update(t.compute_log_probs(batch))
+    before = response_logprob_sums(batch["log_probs"], batch)
+    batch.update(t.compute_advantages(batch))
+    losses = [t.train_step(i, batch)["loss"] for i in range(2)]
+    after = response_logprob_sums(t.compute_log_probs(batch)["log_probs"], batch)
+    layer = t.chunks[0].decoder.layers[0]
+    return {"losses": losses, "before": before, "after": after, "layer": type(layer).__name__,
+            "sandwich": [hasattr(layer, n) for n in ("post_self_attn_layernorm", "post_mlp_layernorm")],
+            "flags": (t.args.rotary_interleaved, t.args.rotary_percent)}
+
+
+@pytest.mark.slow
+def test_glm4_dense_grpo_step(tiny_ckpts):
+    """GLM-4 dense from config.json alone: sandwich-norm layers, interleaved half RoPE; GRPO steps move log-probs
+    the way the advantages say."""
+    out = run_ranks(dense_grpo_case, 1, tiny_ckpts["glm4"])[0]
+    assert out["layer"] == "SandwichTransformerLayer" and out["sandwich"] == [True, True]
+    assert out["flags"] == (True, 0.5)
+    assert out["losses"][-1] < out["losses"][0], out["losses"]
+    (pos0, neg0), (pos1, neg1) = out["before"], out["after"]
+    assert pos1 > pos0 and neg1 < neg0, (out["before"], out["after"])

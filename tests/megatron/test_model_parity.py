@@ -2,11 +2,16 @@
 and iter_hf_weights gives back every HF tensor bit-identical.
 
 Each topology runs in spawned gloo ranks (real megatron-core, CPU patches): TP=1, TP=2, PP=2, and EP=2 for
-MoE. Every run covers qwen2 (tied and untied), qwen3 (tied), llama (untied), qwen3_moe (tied, local MoE layer) and
-glm4_moe (GLM-4.5 style, untied: dense then MoE layer, sigmoid router with correction bias and 2 expert groups,
+MoE. Every run covers qwen2 (tied and untied), qwen3 (tied), llama (untied), qwen3_moe (tied, local MoE layer), glm4
+(GLM-4 dense, untied: sandwich norms with random scales, half of each head rotated as interleaved pairs, QKV bias, fused
+gate_up_proj), glm4_moe (GLM-4.5 style, untied: dense then MoE layer, sigmoid router with correction bias and 2 expert groups,
 shared expert, partial RoPE, qk-norm, QKV bias) and deepseek_v3 (multi-latent attention with low-rank q and kv,
-interleaved RoPE part, then the same MoE as glm4_moe).
+interleaved RoPE part, then the same MoE as glm4_moe) and kimi_k2 (model_type kimi_k2: DeepSeek-V3's architecture
+with YaRN RoPE, beta_fast / beta_slow from config.json, cos/sin and softmax scales != 1; its reference is transformers'
+deepseek_v3 on the same weights, since transformers has no kimi_k2).
 """
+import json
+import shutil
 import os
 import subprocess
 import warnings
@@ -15,7 +20,7 @@ import pytest
 import torch
 from _dist import run_ranks, tiny_ckpts  # noqa: F401  (tiny_ckpts is a fixture)
 
-ARCHS = ["qwen2", "qwen2_untied", "qwen3", "llama", "qwen3_moe", "glm4_moe", "deepseek_v3"]
+ARCHS = ["qwen2", "qwen2_untied", "qwen3", "llama", "qwen3_moe", "glm4", "glm4_moe", "deepseek_v3", "kimi_k2"]
 
 
 def forward_logits(chunks, ids):
@@ -51,6 +56,26 @@ def tiny_qwen2_argv(hf_dir, tp, pp):
                   "--pipeline-model-parallel-size", str(pp), "--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
 
 
+def hf_reference_dir(path):
+    """The checkpoint transformers loads as the reference: Kimi-K2's (model_type kimi_k2, remote code upstream) as
+    transformers' deepseek_v3, the architecture its config.json names."""
+    with open(os.path.join(path, "config.json")) as f:
+        cfg = json.load(f)
+    if cfg["model_type"] != "kimi_k2":
+        return path
+    ref = path.rstrip("/") + "_as_deepseek_v3"
+    if not os.path.isdir(ref):
+        tmp = f"{ref}.{os.getpid()}"
+        shutil.copytree(path, tmp)
+        with open(os.path.join(tmp, "config.json"), "w") as f:
+            json.dump(dict(cfg, model_type="deepseek_v3"), f)
+        try:
+            os.rename(tmp, ref)
+        except OSError:  # another rank renamed its copy first
+            shutil.rmtree(tmp)
+    return ref
+
+
 def parity_rank(rank, world, port, ckpts, tp, pp, ep, archs):
     warnings.filterwarnings("ignore")
     import transformers
@@ -84,7 +109,7 @@ def parity_rank(rank, world, port, ckpts, tp, pp, ep, archs):
         logits = forward_logits(chunks, ids)
         if logits is None:
             continue
-        hf = transformers.AutoModelForCausalLM.from_pretrained(ckpts[arch], dtype=torch.float32).eval()
+        hf = transformers.AutoModelForCausalLM.from_pretrained(hf_reference_dir(ckpts[arch]), dtype=torch.float32).eval()
         with torch.no_grad():
             ref = hf(ids).logits
         vocab = ref.shape[-1]
@@ -139,7 +164,7 @@ def test_parity_pp2(tiny_ckpts):
 @pytest.mark.slow
 def test_parity_moe_ep2(tiny_ckpts):
     # EP=2 over 2 data-parallel ranks: each rank holds 2 of the 4 experts; both ranks check their logits
-    moe = ["qwen3_moe", "glm4_moe", "deepseek_v3"]
+    moe = ["qwen3_moe", "glm4_moe", "deepseek_v3", "kimi_k2"]
     results = run_ranks(parity_rank, 2, tiny_ckpts, 1, 1, 2, moe)
     _check(results, len(moe))
     for diffs, _ in results:

@@ -1,11 +1,12 @@
-"""Hugging Face <-> megatron-core weights for Qwen2/2.5, Qwen3, Llama 3, Qwen3-MoE and GLM-4.5-style MoE, at any
-TP/PP/EP.
+"""Hugging Face <-> megatron-core weights for Qwen2/2.5, Qwen3, Llama 3, Qwen3-MoE, GLM-4 dense, GLM-4.5-style MoE and
+DeepSeek-V3-style MLA, at any TP/PP/EP.
 
 One table (`_rule`) maps each mcore parameter of a chunk to the HF tensor(s) it is made of:
 
   embedding.word_embeddings / output_layer   <- embed_tokens / lm_head, rows padded to the padded vocab
   linear_qkv (weight, bias)                  <- q/k/v_proj fused per KV group: [q rows of group g, k_g, v_g]
-  linear_proj <- o_proj;  linear_fc2 <- down_proj;  linear_fc1 = [gate; up] (each half split over TP)
+  linear_proj <- o_proj;  linear_fc2 <- down_proj;  linear_fc1 = [gate; up] (each half split over TP; GLM-4 keeps
+  the two halves fused in one gate_up_proj);  post_self_attn_layernorm / post_mlp_layernorm <- same names (GLM-4)
   input_layernorm | linear_qkv.layer_norm_weight (TE)      <- input_layernorm
   pre_mlp_layernorm | linear_fc1.layer_norm_weight (TE)    <- post_attention_layernorm
   q_layernorm / k_layernorm <- q_norm / k_norm (Qwen3);  router <- mlp.gate;  experts.E <- experts.E (MoE)
@@ -26,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from slime_like.backends.megatron.model import ValueHead, padded_vocab_size
-from slime_like.config.hf_config import read_hf_config
+from slime_like.config.hf_config import family_of, read_hf_config
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
 _LOCAL_EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.linear_fc([12])\.(weight|bias)$")
@@ -45,6 +46,8 @@ _SIMPLE = {  # layer-relative mcore name -> layer-relative HF name
     "mlp.router.weight": "mlp.gate.weight",
     "mlp.router.expert_bias": "mlp.gate.e_score_correction_bias",  # a buffer (DeepSeek-V3 / GLM-4.5 routers)
     "mlp.shared_experts.linear_fc2.weight": "mlp.shared_experts.down_proj.weight",
+    "post_self_attn_layernorm.weight": "post_self_attn_layernorm.weight",  # GLM-4 dense sandwich norms
+    "post_mlp_layernorm.weight": "post_mlp_layernorm.weight",
 }
 
 
@@ -97,6 +100,8 @@ def _rule(name: str, chunk, args):
         return "qkv", [f"{pre}self_attn.{p}_proj.{kind}" for p in "qkv"]
     if rest in ("mlp.linear_fc1.weight", "mlp.linear_fc1.bias"):
         kind = rest.rsplit(".", 1)[1]
+        if family_of({"model_type": getattr(args, "hf_model_type", "")}).fused_gate_up:  # GLM-4: one [gate; up]
+            return "gate_up_fused", [f"{pre}mlp.gate_up_proj.{kind}"]
         return "gate_up", [f"{pre}mlp.gate_proj.{kind}", f"{pre}mlp.up_proj.{kind}"]
     if rest == "mlp.shared_experts.linear_fc1.weight":
         return "gate_up", [f"{pre}mlp.shared_experts.gate_proj.weight", f"{pre}mlp.shared_experts.up_proj.weight"]
@@ -146,7 +151,7 @@ def _heads(args):
 
 def _merge(kind, tensors, args):
     """HF tensors -> one full (unsharded) mcore tensor."""
-    if kind == "copy":
+    if kind in ("copy", "gate_up_fused"):
         return tensors[0]
     if kind == "vocab":
         t = tensors[0]
@@ -161,7 +166,7 @@ def _merge(kind, tensors, args):
 
 def _split(kind, full, args, hf_vocab):
     """Full mcore tensor -> HF tensors (inverse of _merge)."""
-    if kind == "copy":
+    if kind in ("copy", "gate_up_fused"):
         return [full]
     if kind == "vocab":
         return [full[:hf_vocab]]
@@ -178,7 +183,7 @@ def _shard(kind, full, param, rank, size):
     if not getattr(param, "tensor_model_parallel", False) or size == 1:
         return full
     dim = param.partition_dim
-    if kind == "gate_up":  # each half is split over TP so every rank holds [gate_r; up_r]
+    if kind in ("gate_up", "gate_up_fused"):  # each half is split over TP so every rank holds [gate_r; up_r]
         return torch.cat([h.chunk(size, dim=dim)[rank] for h in full.chunk(2, dim=0)], dim=0)
     return full.chunk(size, dim=dim)[rank]
 
@@ -189,7 +194,7 @@ def _unshard(kind, local, param, size, group):
     parts = [torch.empty_like(local) for _ in range(size)]
     dist.all_gather(parts, local.contiguous(), group=group)
     dim = param.partition_dim
-    if kind == "gate_up":
+    if kind in ("gate_up", "gate_up_fused"):
         halves = [p.chunk(2, dim=0) for p in parts]
         return torch.cat([torch.cat([h[i] for h in halves], dim=dim) for i in range(2)], dim=0)
     return torch.cat(parts, dim=dim)

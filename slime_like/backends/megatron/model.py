@@ -1,5 +1,5 @@
-"""Build megatron-core GPTModel chunks from Megatron-style args (Qwen2/2.5, Qwen3, Llama 3, Qwen3-MoE, GLM-4.5-style
-MoE, DeepSeek-V3-style multi-latent attention).
+"""Build megatron-core GPTModel chunks from Megatron-style args (Qwen2/2.5, Qwen3, Llama 3, Qwen3-MoE, GLM-4 dense,
+GLM-4.5-style MoE, DeepSeek-V3-style multi-latent attention).
 
 Args use Megatron-LM dest names (num_layers, hidden_size, ...). Flags left unset are filled from an HF
 config.json by `slime_like.config.hf_config.fill_args_from_hf` (the trainer and the conversion tools call it).
@@ -79,6 +79,7 @@ def transformer_config_from_args(args):
         recompute_num_layers=_get(args, "recompute_num_layers"),
         calculate_per_token_loss=_get(args, "calculate_per_token_loss", False),
         deterministic_mode=bool(_get(args, "deterministic_mode", False)),
+        rotary_interleaved=bool(_get(args, "rotary_interleaved", False)),  # GLM-4: RoPE on interleaved pairs
     )
     # mcore rejects Megatron's default "allgather" dispatcher with variable_seq_lengths, even for dense
     # models (where it is unused); MoE + PP needs alltoall (or flex).
@@ -110,19 +111,23 @@ def transformer_config_from_args(args):
 
 def _mla_config(args, kw):
     """Multi-latent attention (DeepSeek-V3 / Kimi-K2 / Moonlight). RoPE lives inside the attention (GPTModel builds
-    none); YaRN scaling is refused until verified against transformers."""
+    none): plain RoPE at --rotary-scaling-factor 1, megatron-core's YaRN otherwise (factor, --mscale,
+    --mscale-all-dim from the flags; beta_fast / beta_slow / original length from config.json where the trainer
+    read one, megatron-core's defaults 32 / 1 / 4096 otherwise, as in Megatron-LM)."""
     from megatron.core.transformer.transformer_config import MLATransformerConfig
 
-    factor = _get(args, "rope_scaling_factor", 1.0)
-    if factor != 1.0:
-        raise ValueError(f"--rotary-scaling-factor {factor}: YaRN RoPE for multi-latent attention is not verified "
-                         "against transformers yet; slime_like builds MLA models without RoPE scaling only "
-                         "(--rotary-scaling-factor 1)")
+    factor = args.rotary_scaling_factor
     kw.pop("kv_channels", None)
     kw.update(q_lora_rank=_get(args, "q_lora_rank"), kv_lora_rank=args.kv_lora_rank, qk_head_dim=args.qk_head_dim,
-              qk_pos_emb_head_dim=args.qk_pos_emb_head_dim, v_head_dim=args.v_head_dim, rope_type="rope",
-              rotary_base=_get(args, "rotary_base", 10000), rotary_percent=1.0, rotary_scaling_factor=1.0,
+              qk_pos_emb_head_dim=args.qk_pos_emb_head_dim, v_head_dim=args.v_head_dim,
+              rope_type="rope" if factor == 1.0 else "yarn", rotary_base=_get(args, "rotary_base", 10000),
+              rotary_percent=1.0, rotary_scaling_factor=factor, mscale=args.mscale, mscale_all_dim=args.mscale_all_dim,
               apply_rope_fusion=False, num_query_groups=None)
+    yarn = getattr(args, "hf_yarn", None) or {}
+    if factor != 1.0 and not yarn.get("truncate", True):
+        raise ValueError("config.json rope_scaling.truncate false: megatron-core's YaRN rounds the correction range "
+                         "to whole dims (truncate true) only")
+    kw.update({k: yarn[k] for k in ("original_max_position_embeddings", "beta_fast", "beta_slow") if k in yarn})
     return MLATransformerConfig(**kw)
 
 
@@ -161,11 +166,17 @@ def layer_spec(config, args):
                                                           get_gpt_layer_local_spec,
                                                           get_gpt_layer_with_transformer_engine_spec)
 
+    from slime_like.config.slime_paths import GLM4_SPEC
+
+    spec_flag = _get(args, "spec")
+    if spec_flag and tuple(spec_flag) != GLM4_SPEC:  # the launch check says so first (config/support.py)
+        raise ValueError(f"--spec {' '.join(spec_flag)}: custom layer specs are not built; of slime's plugins only "
+                         f"`--spec {' '.join(GLM4_SPEC)}` is (the same model its flags describe)")
     te, mla = _use_te(), config.multi_latent_attention
     if config.num_moe_experts:  # a block spec: dense and MoE layers may alternate (moe_layer_freq)
         spec = get_gpt_decoder_block_spec(config, use_transformer_engine=te, normalization=config.normalization)
     elif te:
-        return get_gpt_layer_with_transformer_engine_spec(qk_layernorm=config.qk_layernorm, multi_latent_attention=mla)
+        spec = get_gpt_layer_with_transformer_engine_spec(qk_layernorm=config.qk_layernorm, multi_latent_attention=mla)
     else:
         spec = get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm, normalization=config.normalization,
                                         multi_latent_attention=mla)
@@ -173,7 +184,21 @@ def layer_spec(config, args):
         from slime_like.backends.megatron.mla import use_local_mla_attention
 
         spec = use_local_mla_attention(spec)
+    post_attn, post_mlp = bool(_get(args, "post_self_attn_layernorm", False)), bool(_get(args, "post_mlp_layernorm", False))
+    if post_attn or post_mlp:  # GLM-4 dense sandwich norms (backends/megatron/sandwich.py)
+        from slime_like.backends.megatron.sandwich import use_sandwich_norms
+
+        spec = use_sandwich_norms(spec, _norm_class(te, spec), post_attn, post_mlp)
     return spec
+
+
+def _norm_class(te: bool, spec):
+    """The norm module the layer spec builds (TE fuses its own into the linears: TENorm stands alone)."""
+    if te:
+        from megatron.core.extensions.transformer_engine import TENorm
+
+        return TENorm
+    return (getattr(spec, "layer_specs", None) or [spec])[0].submodules.input_layernorm
 
 
 class ValueHead(torch.nn.Module):
