@@ -108,7 +108,7 @@ ROUTES = {"/generate": "GenerateReqInput", "/update_weights_from_tensor": "Updat
           "/release_memory_occupation": "ReleaseMemoryOccupationReqInput",
           "/resume_memory_occupation": "ResumeMemoryOccupationReqInput",
           "/pause_generation": "PauseGenerationReqInput", "/continue_generation": "ContinueGenerationReqInput",
-          "/abort_request": "AbortReq"}
+          "/abort_request": "AbortReq", "/weights_checker": "CheckWeightsReqInput"}
 
 
 # sglang modules that import torchvision at module level (vision model configs), reached from io_struct through

@@ -157,6 +157,8 @@ def record_bodies(tmp_path):
         await c.release_memory()
         await c.resume_memory()
         await c.update_weights_from_disk(str(tmp_path))
+        for action in ("snapshot", "reset_tensors", "compare"):
+            await c.check_weights(action)
     asyncio.run(drive())
     sender = weight_sync.TensorWeightSender([rec.url])
     sender.send(named)
@@ -177,8 +179,9 @@ def test_every_request_body_we_send_is_accepted_by_sglangs_request_classes(check
     for route in ("/generate", "/abort_request", "/pause_generation", "/continue_generation",
                   "/release_memory_occupation", "/resume_memory_occupation", "/update_weights_from_disk",
                   "/update_weights_from_tensor", "/init_weights_update_group", "/update_weights_from_distributed",
-                  "/destroy_weights_update_group"):
+                  "/destroy_weights_update_group", "/weights_checker"):
         assert r["accepted"].get(route), (route, r)
+    assert r["unmapped"] == [], r["unmapped"]   # a new route of ours: map it to its SGLang class in ROUTES
 
 
 def test_cpu_engine_answers_have_the_fields_sglangs_own_code_builds(checked):
