@@ -103,3 +103,15 @@ def test_stale_groups_are_generated_again(engine_url, tiny_ckpt, prompt_file, ma
         ctl.close()
     trained += sorted({s.group_index for s in third})
     assert len(trained) == len(set(trained)) == 6 and sorted(trained + pending2) == list(range(issued2))
+
+
+def test_a_generation_error_fails_the_step_instead_of_hanging(engine_url, prompt_file, make_args):
+    args = make_args(prompt_file(ROWS), "--rollout-batch-size", 2, "--n-samples-per-prompt", 2,
+                     "--rollout-function-path", FN, "--custom-rm-path", f"{H}.reward_raises")
+    ctl = RolloutController(args, [engine_url])
+    try:
+        with pytest.raises(Exception, match="reward"):
+            ctl.generate(0)
+    finally:
+        ctl.close()
+    assert fully_async.active_worker() is None
