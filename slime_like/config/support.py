@@ -108,7 +108,6 @@ UNSUPPORTED = {
     "ckpt_format": "checkpoints are written and read as torch_dist only",  # pending: megatron
     # algorithm
     "use_rollout_entropy": f"entropy from rollout log-probs: {_MEGATRON}",  # pending: megatron
-    "keep_old_actor": f"a copy of the rollout-time weights: {_MEGATRON}",  # pending: megatron
     # rollout / data
     "multimodal_keys": "multimodal prompts: prompts are text (or chat messages) only",
     "train_env_vars": "environment variables for the trainer processes are not forwarded; export them "  # pending: ray

@@ -15,6 +15,12 @@ from slime_like.config.errors import ConfigError
 def validate_slime_features(args, path_problem) -> None:
     validate_opd(args, path_problem)
     _forge(args, path_problem)
+    if args.keep_old_actor and args.train_backend != "megatron":
+        args.launch_refusals.append(f"--keep-old-actor with --train-backend {args.train_backend}: only the Megatron "
+                                    "trainer keeps the pushed weights; use --train-backend megatron")
+    if args.keep_old_actor and args.use_rollout_logprobs:
+        raise ConfigError("--keep-old-actor scores the old policy with the pushed weights, --use-rollout-logprobs "
+                          "takes the engine's log-probs as the old policy instead: use one of them")
     if args.check_weight_update_equal and args.rollout_engine == "vllm":
         args.launch_refusals.append("--check-weight-update-equal with --rollout-engine vllm: the vLLM adapter has no "
                                     "/weights_checker route (SGLang and the CPU engine have it)")

@@ -143,9 +143,13 @@ class TrainerActor:
         if self.weight_sender is None:
             for _ in named:  # not a sender: still take part in the gathers
                 pass
-            return 0
-        return self.weight_sender.send(named, bucket_bytes=self.args.update_weight_buffer_size,
-                                       weight_version=None if weight_version is None else str(weight_version))
+            sent = 0
+        else:
+            sent = self.weight_sender.send(named, bucket_bytes=self.args.update_weight_buffer_size,
+                                           weight_version=None if weight_version is None else str(weight_version))
+        if self.args.keep_old_actor and self.role == "actor" and weight_version is not None:
+            self.trainer.remember_pushed_weights(weight_version)  # the weights the engines generate with now
+        return sent
 
 
 class TrainerGroup:

@@ -132,7 +132,15 @@ def to_train_batch(args, samples) -> dict:
         batch["sample_indices"].append(s.index)
         batch["truncated"].append(int(s.status == Status.TRUNCATED))
     _teacher_column(batch, flat)
+    if getattr(args, "keep_old_actor", False):  # the trainer scores each sample with the weights that wrote it
+        batch["weight_versions"] = [_oldest_version(s) for s in flat]
     return batch
+
+
+def _oldest_version(sample) -> int | None:
+    """The oldest integer weight version among the engine answers that wrote this sample (None: not reported)."""
+    versions = [int(v) for v in sample.weight_versions if str(v).lstrip("-").isdigit()]
+    return min(versions) if versions else None
 
 
 def _teacher_column(batch: dict, samples) -> None:

@@ -66,3 +66,31 @@ def test_unbiased_kl_weights_the_kl_term_by_the_importance_ratio(tiny_ckpt):
     assert plain[1] > 0
     # later steps are off-policy: the ratio-weighted estimate differs
     assert abs(unbiased[1] - plain[1]) > 1e-3 * plain[1], (plain, unbiased)
+
+
+def old_actor_case(rank, world_size, port, ckpt):
+    """--keep-old-actor: log-probs of each sample from the pushed weights of its version, not the current ones."""
+    t = _trainer(ckpt, rank, world_size, port, "--lr", "1e-2", "--global-batch-size", "8", "--micro-batch-size", "4",
+                 "--keep-old-actor")
+    batch = make_batch(8, seed=70)
+    v0 = t.compute_log_probs(batch)["log_probs"]            # nothing pushed yet: the current weights
+    t.remember_pushed_weights(0)                              # the engines now generate with these
+    batch.update(t.compute_advantages(batch))
+    t.train_step(0, batch)                                    # the trainer moves on
+    assert t.old_log_probs_needed()
+    stale = dict(batch, weight_versions=[0] * 8)
+    from_v0 = t.compute_log_probs(stale)["log_probs"]
+    t.remember_pushed_weights(1)
+    mixed = dict(batch, weight_versions=[0, 1] * 4)
+    from_mixed = t.compute_log_probs(mixed)["log_probs"]
+    current = t._forward_only(t.model, batch, "logp")         # the trainer's own weights are back in place
+    return v0, from_v0, from_mixed, current
+
+
+def test_keep_old_actor_scores_each_sample_with_the_weights_that_generated_it(tiny_ckpt):
+    v0, from_v0, mixed, current = run_ranks(old_actor_case, 1, tiny_ckpt)[0]
+    for a, b in zip(from_v0, v0):
+        torch.testing.assert_close(a, b)                      # exactly the pushed version-0 weights
+    assert max(float((a - b).abs().max()) for a, b in zip(current, v0)) > 1e-3  # the trainer did move
+    for i, lp in enumerate(mixed):                            # per sample: version 0 or the version-1 push
+        torch.testing.assert_close(lp, v0[i] if i % 2 == 0 else current[i])

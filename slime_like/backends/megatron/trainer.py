@@ -29,6 +29,7 @@ from slime_like import algorithms as alg
 from slime_like.backends.megatron import hooks as H
 from slime_like.backends.megatron.checks import check_supported
 from slime_like.backends.megatron import optimizer as O
+from slime_like.backends.megatron.old_actor import OldActorMixin
 from slime_like.backends.megatron.trainer_dist import TrainerDistMixin
 from slime_like.backends.training import ci_checks
 from slime_like.backends.training import data as D
@@ -44,7 +45,7 @@ POLICY_FIELDS = ("log_probs", "advantages", "ref_log_probs", "rollout_log_probs"
 VALUE_FIELDS = ("values", "returns")
 
 
-class MegatronTrainer(TrainerDistMixin):
+class MegatronTrainer(TrainerDistMixin, OldActorMixin):
     """Implements `slime_like.backends.trainer_api.TrainerBackend` (`--train-backend megatron`)."""
 
     checkpoint_format = "torch_dist"
@@ -239,8 +240,8 @@ class MegatronTrainer(TrainerDistMixin):
         args = self.args
         if self.role != "actor":
             return False
-        if self._reward_kl_coef() or (args.use_opd and not args.use_rollout_logprobs):
-            return True  # compute_advantages reads them (reward KL; the student side of the OPD term)
+        if self._reward_kl_coef() or ((args.use_opd or args.keep_old_actor) and not args.use_rollout_logprobs):
+            return True  # compute_advantages reads them (reward KL, OPD's student side); the pushed weights' copy
         if args.use_rollout_logprobs or args.loss_type == "sft_loss":
             return False
         dropout = args.attention_dropout or args.hidden_dropout
@@ -259,7 +260,8 @@ class MegatronTrainer(TrainerDistMixin):
         out, hook = {}, "custom_megatron_before_log_prob_hook_path"
         if old_policy:
             self.hooks.call(hook, self.args, self.chunks, "")
-            out["log_probs"] = self._forward_only(self.model, batch, "logp")
+            out["log_probs"] = self.old_actor_log_probs(batch) if self.args.keep_old_actor else \
+                self._forward_only(self.model, batch, "logp")
         if self.ref_model is not None:
             self.hooks.call(hook, self.args, self.ref_chunks, "ref_")
             out["ref_log_probs"] = self._forward_only(self.ref_model, batch, "logp")
