@@ -82,11 +82,13 @@ class RolloutManager:
 
         resume_after_weight_update(weight_version)
 
-    def dead_engines(self) -> dict:
-        """{URL: last error} of the engines the rollout (or the fully async worker) found dead, not yet replaced."""
+    def dead_engines(self, probe: bool = False) -> dict:
+        """{URL: last error} of the engines the rollout (or the fully async worker) found dead, not yet replaced;
+        probe: health-check the live ones first."""
         from slime_like.rollout import fully_async
 
-        return {**self.controller.dead_engines, **fully_async.dead_engines()}
+        found = self.controller.probe_engines() if probe else self.controller.dead_engines
+        return {**found, **fully_async.dead_engines()}
 
     def replace_engines(self, replaced: dict) -> None:
         """{dead URL: restarted engine's URL}, once the restarted engines hold the current weights."""

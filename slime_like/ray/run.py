@@ -179,10 +179,10 @@ class Run:
                 "weights/version": version}
 
     def _refresh_engines(self) -> dict:
-        """Before a push: restart the engines the rollout found dead or hung (--use-fault-tolerance; slime restarts
-        at the weight update too), and rebuild the weight path over the engines that are live now, so the push
+        """Before a push: restart the engines the rollout found dead or hung, or that fail a health check now
+        (--use-fault-tolerance; slime restarts at the weight update too), and rebuild the weight path over the engines that are live now, so the push
         brings restarted engines to the current weights and never waits on a dead one. -> {dead URL: new URL}."""
-        dead = ray.get(self.rollout.dead_engines.remote())
+        dead = ray.get(self.rollout.dead_engines.remote(probe=bool(self.args.use_fault_tolerance)))
         replaced = self._restart(dead) if dead and self.args.use_fault_tolerance else {}
         live = [u for u in self.engines.urls if u not in dead]
         if live != self._weight_urls:

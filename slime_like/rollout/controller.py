@@ -191,7 +191,9 @@ class RolloutController:
             metrics.update(out.metrics)
         if self.dead_engines:
             metrics["rollout/dead_engines"] = len(self.dead_engines)
-        if self._pool is not None:  # how many engines served this rollout, how many are live at its end
+        if self._pool is not None and any(self._pool.answered.values()):
+            # how many engines served this rollout, how many are live at its end (not in fully async mode, where
+            # the worker's own pool generates)
             metrics["rollout/engines_answering"] = sum(n > 0 for n in self._pool.answered.values())
             metrics["rollout/engines_live"] = len(self._pool.alive)
         metrics.update(category_metrics(self.args, samples))
@@ -224,6 +226,13 @@ class RolloutController:
             return metrics
         handled = load_function(path, "--" + flag.replace("_", "-"))(*hook_args)
         return {} if handled else metrics
+
+    def probe_engines(self) -> dict[str, str]:
+        """Health-check every live engine now (--use-fault-tolerance, before a weight push: an engine that died
+        while the trainer trained is found here, not by the push) -> {URL: error} of the dead ones."""
+        if self._pool is not None:
+            self._loop.run_until_complete(self._pool.probe())
+        return dict(self.dead_engines)
 
     def replace_engines(self, replaced: dict[str, str]) -> None:
         """{dead URL: URL of its restarted engine} (--use-fault-tolerance; the Ray layer restarted it and pushed

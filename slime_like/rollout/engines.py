@@ -124,16 +124,20 @@ class EnginePool:
         self._dead_events[url].set()   # wakes the requests waiting on it
 
     async def _watch(self) -> None:
-        interval, timeout, first_wait = self._health
+        interval, _, first_wait = self._health
         await asyncio.sleep(first_wait)
         while True:
             await asyncio.sleep(interval)
-            alive = self.alive
+            await self.probe()
 
-            async def probe(url):
-                if not await self.clients[url].health(generate=False, timeout=timeout):
-                    self._mark_dead(url, f"no answer to /health within {timeout:g}s (--rollout-health-check-timeout)")
-            await asyncio.gather(*(probe(u) for u in alive))
+    async def probe(self) -> None:
+        """Ask every live engine for /health once; one silent for --rollout-health-check-timeout is marked dead."""
+        timeout = self._health[1]
+
+        async def one(url):
+            if not await self.clients[url].health(generate=False, timeout=timeout):
+                self._mark_dead(url, f"no answer to /health within {timeout:g}s (--rollout-health-check-timeout)")
+        await asyncio.gather(*(one(u) for u in self.alive))
 
     async def _on(self, url: str, coro):
         """Await `coro` (a request to `url`) unless `url` is marked dead first: then EngineUnreachable."""

@@ -43,3 +43,16 @@ async def kill_engine0(args, sample, sampling_params):
 async def stop_engine1(args, sample, sampling_params):
     """SIGSTOP of the second engine mid-rollout: its port still accepts connections, nothing answers."""
     return await _generate_with_fault(args, sample, sampling_params, 1, signal.SIGSTOP)
+
+
+
+def kill_an_engine_while_training(args, rollout_id, step_id, model, optimizer, opt_param_scheduler):
+    """(--custom-megatron-before-train-step-hook-path, in the trainer) kill -9 of one engine server as rollout 2's
+    training starts: no rollout runs, so only the health check before the weight push can find it."""
+    if rollout_id != 2 or step_id != 0:
+        return
+    raylet = psutil.Process(os.getppid())   # the trainer and the engine actors are workers of this run's raylet
+    engines = [p for p in raylet.children(recursive=True) if "slime_like.backends.cpu_engine" in " ".join(p.cmdline())]
+    victim = min(engines, key=lambda p: p.pid)
+    print(f"engine_faults: kill -9 of engine server pid {victim.pid} while training rollout {rollout_id}", flush=True)
+    victim.kill()
