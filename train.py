@@ -27,7 +27,7 @@ def train(args, run, logger):
         run.onload_engines()
         if (rollout_id + 1) % args.update_weights_interval == 0:
             metrics.update(run.update_weights(rollout_id))
-        if args.eval_interval and (rollout_id + 1) % args.eval_interval == 0:
+        if run.eval_due(rollout_id):
             metrics.update(run.evaluate(rollout_id))
         logger.log(rollout_id, metrics)
 

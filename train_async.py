@@ -39,7 +39,7 @@ def train_async(args, run, logger):
         if (rollout_id + 1) % args.update_weights_interval == 0:
             ray.wait([next_rollout])  # never swap weights under a running generation
             metrics.update(run.update_weights(rollout_id))
-        if args.eval_interval and (rollout_id + 1) % args.eval_interval == 0:
+        if run.eval_due(rollout_id):
             metrics.update(run.evaluate(rollout_id))
         logger.log(rollout_id, metrics)
 
@@ -57,7 +57,7 @@ def train_fully_async(args, run, logger):
             run.save(rollout_id)  # the prompts still generating are saved back into the data buffer
         if (rollout_id + 1) % args.update_weights_interval == 0:
             metrics.update(run.update_weights(rollout_id))  # pauses the worker around the push
-        if args.eval_interval and (rollout_id + 1) % args.eval_interval == 0:
+        if run.eval_due(rollout_id):
             metrics.update(run.evaluate(rollout_id))
         logger.log(rollout_id, metrics)
 

@@ -276,6 +276,7 @@ def _num_rollout_from_epochs(args):
         with open(path, "rb") as f:
             n += sum(1 for line in f if line.strip())
     args.num_rollout = max(1, args.num_epoch * n // args.rollout_batch_size)
+    args.num_rollout_per_epoch = max(1, n // args.rollout_batch_size)  # slime saves / evaluates at epoch ends
     if args.rollout_max_prompt_len is not None:
         warn(args, f"--num-rollout {args.num_rollout} derived from --num-epoch {args.num_epoch} x {n} prompts counted "
                    "before --rollout-max-prompt-len filtering")

@@ -235,10 +235,20 @@ class Run:
 
     # ---- checkpoints: rollout state first, then each role's checkpoint, then the run's marker last ----
     def save_due(self, rollout_id: int) -> bool:
-        """Every --save-interval rollouts, and after the last rollout (as slime does), so a finished run's
-        final weights are always saved; nothing without --save-interval."""
-        interval = self.args.save_interval
-        return bool(interval) and ((rollout_id + 1) % interval == 0 or rollout_id + 1 == self.args.num_rollout)
+        """Every --save-interval rollouts, at the end of each --num-epoch pass, and after the last rollout (slime's
+        should_run_periodic_action), so a finished run's final weights are always saved; nothing without
+        --save-interval."""
+        return self._periodic(rollout_id, self.args.save_interval) or \
+            (bool(self.args.save_interval) and rollout_id + 1 == self.args.num_rollout)
+
+    def eval_due(self, rollout_id: int) -> bool:
+        """Every --eval-interval rollouts and at the end of each --num-epoch pass (slime's rule for eval)."""
+        return self._periodic(rollout_id, self.args.eval_interval)
+
+    def _periodic(self, rollout_id: int, interval) -> bool:
+        per_epoch = getattr(self.args, "num_rollout_per_epoch", None)  # set when --num-epoch derived --num-rollout
+        return bool(interval) and ((rollout_id + 1) % interval == 0
+                                   or bool(per_epoch) and (rollout_id + 1) % per_epoch == 0)
 
     def save(self, rollout_id: int):
         state = ray.get(self.rollout.state_dict.remote())
