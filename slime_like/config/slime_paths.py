@@ -10,6 +10,9 @@ ALIASES = {
         "slime_like.rollout.filters.check_reward_nonzero_std",
     "slime.rollout.sft_rollout.generate_rollout": "slime_like.rollout.sft_rollout.generate_rollout",
     "slime.rollout.forge_load.generate_rollout": "slime_like.rollout.forge_load.generate_rollout",
+    "slime.rollout.on_policy_distillation.reward_func": "slime_like.rollout.on_policy_distillation.reward_func",
+    "slime.rollout.on_policy_distillation.post_process_rewards":
+        "slime_like.rollout.on_policy_distillation.post_process_rewards",
     "slime.rollout.fully_async_rollout.generate_rollout_fully_async":
         "slime_like.rollout.fully_async.generate_rollout_fully_async",
 }

@@ -2,14 +2,13 @@
 slime/utils/arguments.py), --check-weight-update-equal and --load-forge-rollout-data.
 
 --use-opd needs --opd-type; megatron needs --opd-teacher-load (a directory); sglang must not have one; a
-teacher path without --use-opd is an error (it would be ignored). --opd-type sglang parses (a GPU recipe's
---dry-run plans it) and is refused at launch. What each type does: docs/guide.md.
+teacher path without --use-opd is an error (it would be ignored). What each type does: docs/guide.md.
 """
 from __future__ import annotations
 
 import os
 
-from slime_like.config.errors import ConfigError
+from slime_like.config.errors import ConfigError, warn
 
 
 def validate_slime_features(args, path_problem) -> None:
@@ -79,12 +78,16 @@ def validate_opd(args, path_problem) -> None:
         if args.opd_teacher_ckpt_step is not None:
             raise ConfigError("--opd-teacher-ckpt-step selects an iteration of --opd-teacher-load (--opd-type "
                               "megatron); drop it with --opd-type sglang")
-        # pending: feat (the teacher engine's prompt log-probs: the CPU engine refuses logprob_start_len >= 0)
-        args.launch_refusals.append(
-            "--opd-type sglang is not implemented yet: the teacher engine would have to score the student's tokens "
-            "(SGLang's logprob_start_len / input_token_logprobs), which the CPU engine does not serve, and "
-            "slime.rollout.on_policy_distillation's reward / post-process pair is not provided; use --opd-type "
-            "megatron --opd-teacher-load TEACHER_DIR (a frozen teacher in the trainer)")
+        rm = args.custom_rm_path or ""
+        if rm.endswith("on_policy_distillation.reward_func") and not args.rm_url:
+            raise ConfigError(f"--opd-type sglang with --custom-rm-path {rm} needs --rm-url "
+                              "http://TEACHER:PORT/generate (the teacher engine that scores the student's tokens)")
+        if not rm.endswith("on_policy_distillation.reward_func"):
+            warn(args, "--opd-type sglang: the samples need the teacher's log-probs; slime's recipe gets them with "
+                       "--custom-rm-path slime.rollout.on_policy_distillation.reward_func --custom-reward-post-process-"
+                       "path slime.rollout.on_policy_distillation.post_process_rewards --rm-url http://TEACHER/generate; "
+                       "otherwise your functions must set sample.teacher_log_probs (training stops at the first "
+                       "rollout without them)")
     if args.opd_type == "megatron" and args.train_backend != "megatron":
         args.launch_refusals.append(f"--opd-type megatron with --train-backend {args.train_backend}: only the Megatron "
                                     "trainer holds a teacher model; use --train-backend megatron")

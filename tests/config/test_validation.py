@@ -220,12 +220,18 @@ def test_save_and_eval_follow_slimes_periodic_rule(base, tmp_path):
 
 
 
-def test_opd_sglang_parses_and_is_refused_at_launch(base):
+def test_opd_sglang_needs_its_teacher_and_megatron_teachers_need_megatron(base):
     from slime_like.config.support import refuse_at_launch
 
     args = parse(base + ["--use-opd", "--opd-type", "sglang"])
-    with pytest.raises(ConfigError, match=r"--opd-type sglang is not implemented yet: .* use --opd-type megatron"):
-        refuse_at_launch(args)
+    assert any("--opd-type sglang: the samples need the teacher's log-probs" in w for w in args.config_warnings)
+    with pytest.raises(ConfigError, match=r"--opd-type sglang with --custom-rm-path .* needs --rm-url"):
+        parse(base + ["--use-opd", "--opd-type", "sglang", "--custom-rm-path",
+                      "slime.rollout.on_policy_distillation.reward_func"])
+    args = parse(base + ["--use-opd", "--opd-type", "sglang", "--custom-rm-path",
+                         "slime.rollout.on_policy_distillation.reward_func", "--rm-url", "http://127.0.0.1:1/generate"])
+    refuse_at_launch(args)
+    assert not any("teacher's log-probs" in w for w in args.config_warnings)
     args = parse(base + ["--use-opd", "--opd-type", "megatron", "--opd-teacher-load", base[base.index(
         "--hf-checkpoint") + 1], "--train-backend", "fsdp"])
     with pytest.raises(ConfigError, match=r"--opd-type megatron with --train-backend fsdp: only the Megatron trainer"):

@@ -12,9 +12,11 @@ PROMPTS = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14, 15, 16, 17, 18, 19], [3], [20
 GREEDY = {"temperature": 0, "ignore_eos": True}
 
 
-def gen(url, prompt, rid=None, return_logprob=True, **sp):
+def gen(url, prompt, rid=None, return_logprob=True, logprob_start_len=None, **sp):
+    extra = {} if logprob_start_len is None else {"logprob_start_len": logprob_start_len}
+
     async def go():
-        return await EngineClient(url).generate(prompt, sp, return_logprob=return_logprob, rid=rid)
+        return await EngineClient(url).generate(prompt, sp, return_logprob=return_logprob, rid=rid, **extra)
     return run(go())
 
 
@@ -119,6 +121,21 @@ def test_logprobs_equal_forward_pass(engine, tiny_ckpt, hf_models, sp):
     assert torch.allclose(torch.tensor(lps), ref, atol=1e-4), (lps, ref.tolist())
 
 
+def test_prompt_logprobs_score_given_tokens(engine, tiny_ckpt, hf_models):
+    """SGLang's logprob_start_len: the prompt's own tokens scored (how a teacher engine scores a student's tokens,
+    --opd-type sglang): [None, id] for the first token, then log_softmax(logits / T) of each token given its prefix."""
+    tokens = PROMPTS[2] + [7, 9, 11, 5]
+    r = gen(engine.url, tokens, max_new_tokens=0, temperature=0.7, logprob_start_len=0)
+    got = r["meta_info"]["input_token_logprobs"]
+    assert [t for _, t, _ in got] == tokens and got[0][0] is None and r["output_ids"] == []
+    with torch.no_grad():
+        logits = hf_models[tiny_ckpt](torch.tensor([tokens])).logits[0, :-1].float()
+    ref = torch.log_softmax(logits / 0.7, dim=-1).gather(-1, torch.tensor(tokens[1:])[:, None]).squeeze(-1)
+    assert torch.allclose(torch.tensor([lp for lp, _, _ in got[1:]]), ref, atol=1e-4)
+    tail = gen(engine.url, tokens, max_new_tokens=0, temperature=0.7, logprob_start_len=3)
+    assert tail["meta_info"]["input_token_logprobs"] == got[3:]
+
+
 def test_concurrent_requests_are_batched(engine):
     async def go():
         async with EngineClient(engine.url) as c:
@@ -198,8 +215,8 @@ def test_bad_requests_fail_clearly(engine):
 def test_unsupported_generate_fields_and_text_in_logprobs(engine, tiny_ckpt):
     async def go(body):
         return await EngineClient(engine.url).request("POST", "/generate", body)
-    with pytest.raises(EngineError, match="logprob_start_len=0 is not supported"):
-        run(go({"input_ids": [3, 4], "return_logprob": True, "logprob_start_len": 0}))
+    with pytest.raises(EngineError, match=r"logprob_start_len=2 must be -1 or a position in the prompt \[0, 1\]"):
+        run(go({"input_ids": [3, 4], "return_logprob": True, "logprob_start_len": 2}))
     with pytest.raises(EngineError, match="unknown /generate field"):
         run(go({"input_ids": [3, 4], "sampling_param": {}}))
     with pytest.raises(EngineError, match="lora_path"):   # no LoRA adapters on the CPU engine (docs/engines.md)

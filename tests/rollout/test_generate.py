@@ -203,6 +203,26 @@ def test_debug_save_and_load(engine_url, prompt_file, make_args, tmp_path):
         RolloutController(replay_args, []).generate(8)
 
 
+def test_opd_sglang_teacher_scores_the_students_tokens(engine_url, prompt_file, make_args):
+    """--opd-type sglang with slime's reward / post-process pair: the teacher engine (here the student's own engine,
+    so the scores must equal the rollout log-probs) scores each response token; rewards trained on are 0."""
+    from slime_like.rollout.batch import to_train_batch
+
+    opd = "slime.rollout.on_policy_distillation"
+    args = make_args(prompt_file(ROWS), "--rollout-batch-size", 2, "--n-samples-per-prompt", 2, "--use-opd",
+                     "--opd-type", "sglang", "--custom-rm-path", f"{opd}.reward_func", "--custom-reward-post-process-path",
+                     f"{opd}.post_process_rewards", "--rm-url", f"{engine_url}/generate", "--rollout-temperature", 0.7)
+    ctl = RolloutController(args, [engine_url])
+    samples, _ = ctl.generate(0)
+    ctl.close()
+    for s in samples:
+        assert len(s.teacher_log_probs) == s.response_length
+        assert s.teacher_log_probs == pytest.approx(s.rollout_log_probs, abs=2e-4)  # same weights, same temperature
+    batch = to_train_batch(args, samples)
+    assert batch["teacher_log_probs"] == [pytest.approx(s.teacher_log_probs) for s in samples]
+    assert batch["rewards"] == [0.0] * 4  # pure distillation: the OPD term is the only signal
+
+
 def test_forge_load_replays_dumps_with_the_engines_live(engine_url, prompt_file, make_args, tmp_path):
     """slime's forge_load rollout: dumped samples come back as the rollout (literal path: every rollout; template:
     per rollout, falling back to rollout 0's file); eval replays eval_<id> files of a template, or nothing."""

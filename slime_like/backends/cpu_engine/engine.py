@@ -43,6 +43,8 @@ class Request:
     on_done: Callable[["Request"], None] | None = None
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
+    logprob_start_len: int = -1                 # >= 0: score_prompts fills input_logprobs from this position
+    input_logprobs: list = field(default_factory=list)
     finish_reason: dict | None = None
     abort_message: str | None = None
     created: float = field(default_factory=time.time)
@@ -295,6 +297,23 @@ class CPUEngine:
             if weight_version is not None:
                 self.weight_version = weight_version
             return n
+
+    def score_prompts(self, reqs: list[Request]) -> None:
+        """SGLang's prompt log-probs (logprob_start_len >= 0): log p(token_i | tokens_<i) for i >= start, None for
+        token 0 (nothing before it), temperature-scaled like the output log-probs; one forward per prompt, between
+        two scheduler steps (weights cannot change under it)."""
+        with self.model_lock, torch.inference_mode():
+            for r in reqs:
+                if r.logprob_start_len < 0:
+                    continue
+                ids = torch.tensor([r.input_ids])
+                logits = self.model(input_ids=ids).logits[0].float()
+                t = r.params.temperature  # the same distribution as the output log-probs (sampling.py)
+                if t > 0 and t != 1.0 and not self.return_original_logprob:
+                    logits = logits / t
+                logp = torch.log_softmax(logits, dim=-1)
+                scored = logp[:-1].gather(-1, ids[0, 1:].unsqueeze(-1)).squeeze(-1).tolist()
+                r.input_logprobs = ([None] + scored)[r.logprob_start_len:]
 
     def check_weights(self, action: str) -> tuple[bool, str]:
         """SGLang's /weights_checker actions (snapshot / reset_tensors / compare): weights.WeightsChecker."""

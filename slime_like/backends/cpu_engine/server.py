@@ -98,6 +98,8 @@ async def generate(request):
     parsed, is_batch = await asyncio.get_running_loop().run_in_executor(
         request.app["tokenizer_thread"], protocol.parse_generate, body, eng.tokenizer, request.app["max_text_chars"])
     reqs = _to_engine_requests(parsed)
+    if any(r.logprob_start_len >= 0 for r in reqs):  # the prompts' own log-probs (e.g. a teacher scoring tokens)
+        await _in_thread(eng.score_prompts, reqs)
     eng.stats["generate_calls"] += 1
     loop = asyncio.get_running_loop()
     all_done = loop.create_future()
@@ -128,7 +130,8 @@ def _to_engine_requests(parsed: list) -> list[Request]:
         key = id(g.sampling_params)
         if key not in params:
             params[key] = SamplingParams.from_dict(g.sampling_params)
-        r = Request(g.input_ids, params[key], g.return_logprob, g.return_text_in_logprobs)
+        r = Request(g.input_ids, params[key], g.return_logprob, g.return_text_in_logprobs,
+                    logprob_start_len=g.logprob_start_len)
         if g.rid is not None:
             r.rid = g.rid
         reqs.append(r)

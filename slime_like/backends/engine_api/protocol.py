@@ -11,7 +11,7 @@ Response per request (SGLang field names)::
                                     | {"type": "abort", "message": str, "status_code": ..., "err_type": ...},
         "prompt_tokens": int, "completion_tokens": int, "cached_tokens": 0, "e2e_latency": s,
         "weight_version": str, "num_retractions": 0, "reasoning_tokens": 0,
-        # only with return_logprob:
+        # only with return_logprob (input_token_logprobs filled from logprob_start_len >= 0, else []):
         "input_token_logprobs": [], "output_token_logprobs": [[logprob, token_id, None], ...],
         "output_token_logprobs_length": int,
     }}
@@ -32,7 +32,7 @@ _REQ_KEYS = {"text", "input_ids", "sampling_params", "rid", "return_logprob", "l
              "token_ids_logprob", "return_hidden_states", "bootstrap_host", "bootstrap_room", "data_parallel_rank"}
 
 # Fields SGLang accepts that the CPU engine only supports at their default (anything else is a clear error).
-_DEFAULT_ONLY = {"top_logprobs_num": (None, 0), "logprob_start_len": (None, -1), "lora_path": (None,),
+_DEFAULT_ONLY = {"top_logprobs_num": (None, 0), "lora_path": (None,),
                  "custom_logit_processor": (None,), "token_ids_logprob": (None,), "return_hidden_states": (None, False),
                  "bootstrap_host": (None,), "bootstrap_room": (None,), "data_parallel_rank": (None, 0)}
 
@@ -49,6 +49,7 @@ class GenerateRequest:
     return_logprob: bool
     return_text_in_logprobs: bool
     rid: str | None
+    logprob_start_len: int = -1        # >= 0: also score the prompt's tokens from this position (input_token_logprobs)
 
 
 MAX_TEXT_CHARS = 1 << 22   # default --max-text-chars: 4 Mi characters of prompt text per request
@@ -125,8 +126,14 @@ def parse_generate(body: dict, tokenizer, max_text_chars: int = MAX_TEXT_CHARS) 
     rids = per_item("rid", None, str, "a string (a list of strings for a batch)")
     logprob = per_item("return_logprob", False, bool, "true or false")
     with_text = bool(body.get("return_text_in_logprobs"))
-    reqs = [GenerateRequest(list(p), sp, bool(lp), with_text, rid)
-            for p, sp, rid, lp in zip(prompts, sps, rids, logprob)]
+    starts = per_item("logprob_start_len", -1, int, "an integer (-1: no prompt log-probs)")
+    for p, start in zip(prompts, starts):
+        start = -1 if start is None else start
+        if isinstance(start, bool) or not -1 <= start < len(p):
+            raise BadRequest(f"/generate field logprob_start_len={start!r} must be -1 or a position in the prompt "
+                             f"[0, {len(p) - 1}]")
+    reqs = [GenerateRequest(list(p), sp, bool(lp), with_text, rid, -1 if start is None else start)
+            for p, sp, rid, lp, start in zip(prompts, sps, rids, logprob, starts)]
     return reqs, is_batch
 
 
@@ -147,6 +154,11 @@ def build_response(r, tokenizer, weight_version: str) -> dict:
         texts = ([tokenizer.decode([t]) for t in r.output_ids] if r.return_text_in_logprobs
                  else [None] * len(r.output_ids))
         add_logprobs(meta, [[lp, t, x] for lp, t, x in zip(r.output_logprobs, r.output_ids, texts)])
+        start = getattr(r, "logprob_start_len", -1)
+        if start >= 0:  # SGLang: [logprob, id, text] per prompt token from start; the very first token has None
+            prompt = r.input_ids[start:]
+            ptexts = [tokenizer.decode([t]) for t in prompt] if r.return_text_in_logprobs else [None] * len(prompt)
+            meta["input_token_logprobs"] = [[lp, t, x] for lp, t, x in zip(r.input_logprobs, prompt, ptexts)]
     return {"text": text, "output_ids": list(r.output_ids), "meta_info": with_sglang_counters(meta)}
 
 

@@ -54,6 +54,9 @@ def split_batch(body: dict) -> list[dict]:
                      ("lora_path", "LoRA adapters"), ("session_params", "sessions")):
         if body.get(key):
             raise BadRequest(f"/generate: {key!r} ({why}) is not supported by the vllm engine adapter")
+    if body.get("logprob_start_len", -1) not in (None, -1):
+        raise BadRequest("/generate: logprob_start_len >= 0 (the prompt's own log-probs) is not supported by the vllm "
+                         "engine adapter; the CPU engine and SGLang serve it")
     if body.get("top_logprobs_num"):
         raise BadRequest("/generate: top_logprobs_num is not supported by the vllm engine adapter "
                          "(the sampled token's log-prob is returned with return_logprob)")
