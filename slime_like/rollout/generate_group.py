@@ -122,7 +122,8 @@ def append_engine_output(sample: Sample, out: dict, loss_mask_value: int = 1) ->
     sample.loss_mask += [loss_mask_value] * len(new_ids)
     sample.rollout_log_probs += new_lps
     sample.response += out.get("text", "")
-    if meta.get("weight_version") is not None:   # which weights wrote these tokens (slime records it the same way)
+    if new_ids and meta.get("weight_version") is not None:   # which weights wrote these tokens (as slime records
+        # it; an answer aborted before its first token wrote nothing, so its version would only inflate staleness)
         sample.weight_versions.append(str(meta["weight_version"]))
     kind = (meta.get("finish_reason") or {}).get("type")
     sample.status = {"length": Status.TRUNCATED, "abort": Status.ABORTED}.get(kind, Status.COMPLETED)

@@ -43,7 +43,7 @@ def _run_steps(ctl, engine_url, ckpt, steps: int, staleness: int):
             assert s.weight_versions, s                # every answer carried the engine's version
             v = min(int(x) for x in s.weight_versions)
             assert 0 <= step - v <= staleness, (step, s.weight_versions)
-            versions.append(v)
+            versions.append((step, v))
             mixed += len(set(s.weight_versions)) > 1
         _push(engine_url, ckpt, step + 1)            # while the worker goes on generating
     return trained, versions, metrics, mixed
@@ -51,7 +51,7 @@ def _run_steps(ctl, engine_url, ckpt, steps: int, staleness: int):
 
 @pytest.mark.parametrize("partial", [False, True])
 def test_pushes_while_generating_bound_and_no_prompt_lost(engine_url, tiny_ckpt, prompt_file, make_args, partial):
-    flags = ["--rollout-batch-size", 4, "--n-samples-per-prompt", 2, "--rollout-max-response-len", 48,
+    flags = ["--rollout-batch-size", 4, "--n-samples-per-prompt", 2, "--rollout-max-response-len", 96,
              "--rollout-function-path", FN, "--max-staleness", 1, "--custom-rm-path", f"{H}.reward_length"]
     args = make_args(prompt_file(ROWS), *flags, *(["--partial-rollout"] if partial else []))
     ctl = RolloutController(args, [engine_url])
@@ -63,7 +63,8 @@ def test_pushes_while_generating_bound_and_no_prompt_lost(engine_url, tiny_ckpt,
     assert fully_async.active_worker() is None        # close() stopped the worker thread
     assert len(trained) == len(set(trained)) == 20     # never trained twice
     assert set(pending).isdisjoint(trained) and sorted(trained + pending) == list(range(issued))  # never lost
-    assert 1 in versions                               # generation went on across the pushes
+    assert any(step - v == 1 for step, v in versions)  # generated before a push, trained after it
+    assert max(v for _, v in versions) >= 3            # and the new weights were used
     assert metrics["rollout/buffer_groups"] + metrics["rollout/running_groups"] <= 2 * 4   # (S + 1) * B
     if partial:   # groups running at a push were aborted and continued on the new weights
         assert metrics["rollout/resumed_partial"] >= 1 and mixed >= 1, (metrics, mixed)
