@@ -34,7 +34,7 @@ def _fresh_tmp(path: str) -> str:
 
 
 def prepare(out_dir: str, *, seed: int = 0, sft_target: float = 0.15, sft_lr: float = 1e-3, sft_eval_every: int = 10,
-            sft_max_steps: int = 3000, threads: int = 1, log=print) -> dict:
+            sft_max_steps: int = 3000, threads: int = 1, teacher_target: float | None = None, log=print) -> dict:
     """Build what is missing in out_dir; return the paths and the SFT result."""
     from slime_like.demo.sft import sft_warmup
     from slime_like.tools.tiny_model import build_tiny_checkpoint
@@ -74,8 +74,32 @@ def prepare(out_dir: str, *, seed: int = 0, sft_target: float = 0.15, sft_lr: fl
             json.dump(result, f, indent=1)
         os.replace(tmp, sft)
         log(f"sft: saved the warmed-up checkpoint to {sft}")
+    out = {"data_dir": data_dir, **paths, "base_model": base, "sft_model": sft, "sft": result}
+    if teacher_target is not None:  # a stronger model of the same architecture: the on-policy distillation teacher
+        out["teacher_model"], out["teacher"] = _warmed_up(
+            base, os.path.join(out_dir, "teacher_model"), "teacher", log, target=teacher_target, lr=sft_lr,
+            eval_every=sft_eval_every, max_steps=sft_max_steps, seed=seed, threads=threads)
     log(f"prepare: done in {time.perf_counter() - t0:.1f}s")
-    return {"data_dir": data_dir, **paths, "base_model": base, "sft_model": sft, "sft": result}
+    return out
+
+
+def _warmed_up(base: str, path: str, what: str, log, **sft) -> tuple[str, dict]:
+    """The SFT warm-up of `base` into `path` (skipped when it exists); (path, its result)."""
+    from slime_like.demo.sft import sft_warmup
+
+    if os.path.exists(os.path.join(path, SFT_RESULT)):
+        with open(os.path.join(path, SFT_RESULT)) as f:
+            result = json.load(f)
+        log(f"{what}: {path} exists (held-out accuracy {result['heldout_accuracy']:.3f}), skipped")
+        return path, result
+    train_pairs, heldout_pairs = split_pairs()
+    tmp = _fresh_tmp(path)
+    result = sft_warmup(base, train_pairs, heldout_pairs, tmp, log=log, **sft)
+    with open(os.path.join(tmp, SFT_RESULT), "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(tmp, path)
+    log(f"{what}: saved the warmed-up checkpoint to {path}")
+    return path, result
 
 
 def main(argv=None):
@@ -87,9 +111,12 @@ def main(argv=None):
     p.add_argument("--sft-eval-every", type=int, default=10)
     p.add_argument("--sft-max-steps", type=int, default=3000)
     p.add_argument("--threads", type=int, default=1, help="torch threads for SFT (results depend on it)")
+    p.add_argument("--teacher-target", type=float, default=None,
+                   help="also warm up a stronger copy to this held-out accuracy into teacher_model/ (the on-policy "
+                        "distillation teacher, docs/demo.md)")
     a = p.parse_args(argv)
     out = prepare(a.out_dir, seed=a.seed, sft_target=a.sft_target, sft_lr=a.sft_lr, sft_eval_every=a.sft_eval_every,
-                  sft_max_steps=a.sft_max_steps, threads=a.threads)
+                  sft_max_steps=a.sft_max_steps, threads=a.threads, teacher_target=a.teacher_target)
     print(f"train with: --hf-checkpoint {out['sft_model']} --prompt-data {out['train']} --input-key prompt "
           f"--label-key label --eval-prompt-data arith {out['heldout']} --custom-rm-path slime_like.demo.arith.reward")
 

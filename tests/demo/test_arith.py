@@ -99,6 +99,12 @@ def test_prepare_builds_then_skips(tmp_path, capsys):
     assert {p: os.path.getmtime(p) for p in files} == files
     assert again["sft"]["heldout_accuracy"] == acc
     assert not any(name.endswith(".tmp") for name in os.listdir(tmp_path))
+    # --teacher-target: a stronger copy for on-policy distillation, built once beside the student
+    with_teacher = prepare(str(tmp_path), sft_target=0.01, sft_eval_every=5, teacher_target=0.02)
+    assert with_teacher["teacher"]["heldout_accuracy"] >= 0.02 and "teacher: saved" in capsys.readouterr().out
+    prepare(str(tmp_path), sft_target=0.01, sft_eval_every=5, teacher_target=0.02)
+    rerun = capsys.readouterr().out
+    assert "teacher: " in rerun and "exists" in rerun and "teacher: saved" not in rerun  # skipped the second time
 
 
 def test_sft_is_deterministic(tmp_path):
