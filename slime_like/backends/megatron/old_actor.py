@@ -22,12 +22,22 @@ class OldActorMixin:
     def _kept_versions(self) -> int:
         return max(2, int(getattr(self.args, "max_staleness", 0) or 0) + 1)
 
+    def _host_copy(self) -> list[dict]:
+        return [{name: p.detach().to("cpu", copy=True) for name, p in chunk.named_parameters()}
+                for chunk in self.chunks]
+
+    def keep_trained_weights(self) -> None:
+        """After each train step: the weights the next push sends. Copied now, while they are resident (a
+        colocated GPU trainer is offloaded by the time the push happens)."""
+        self._trained = self._host_copy()
+
     def remember_pushed_weights(self, version) -> None:
         """Called after every weight push with the version the engines now report."""
         if not hasattr(self, "_pushed"):
             self._pushed = {}
-        self._pushed[int(version)] = [{name: p.detach().to("cpu", copy=True) for name, p in chunk.named_parameters()}
-                                      for chunk in self.chunks]
+        trained = getattr(self, "_trained", None)
+        self._pushed[int(version)] = trained if trained is not None else self._host_copy()  # first push: as loaded
+        self._trained = None
         while len(self._pushed) > self._kept_versions():
             del self._pushed[min(self._pushed)]
 

@@ -380,6 +380,8 @@ class MegatronTrainer(TrainerDistMixin, OldActorMixin):
         interval = args.ref_update_interval
         if self.ref_model is not None and interval and (rollout_id + 1) % interval == 0:
             self._update_reference()
+        if args.keep_old_actor and self.role == "actor":
+            self.keep_trained_weights()
         return self._average_steps(history)
 
     def save(self, rollout_id: int) -> str:
