@@ -7,6 +7,8 @@ hands the trainer one shard of the finished rollout per data-parallel rank.
 """
 from __future__ import annotations
 
+import sys
+
 import ray
 
 from slime_like.ray.placement import QUIET_OPENMP, Placement
@@ -154,6 +156,7 @@ class EngineGroup:
         self.actors, self.urls = list(actors), list(urls)
         self.router, self.router_url = router, router_url  # a router process we started / any router in use
         self.restarts = 0
+        self._respawn = None   # index -> (new actor on that engine's slot, ref of its start()): set by start()
 
     def restart(self, url: str) -> str:
         """Restart the engine that served `url` through its actor (which kills the old process first); returns
@@ -161,7 +164,16 @@ class EngineGroup:
         if url not in self.urls or not self.actors:
             raise ValueError(f"cannot restart rollout engine {url}: this run started {self.urls if self.actors else 'none'}")
         index = self.urls.index(url)
-        self.urls[index] = ray.get(self.actors[index].restart.remote())
+        try:
+            self.urls[index] = ray.get(self.actors[index].restart.remote())
+        except ray.exceptions.RayActorError:
+            if self._respawn is None:
+                raise
+            # the actor itself died (its engine followed it: --parent-pid): a new actor on the same slot
+            print(f"[slime_like] the Ray actor of rollout engine {index} died; starting a new one on its slot",
+                  file=sys.stderr, flush=True)
+            self.actors[index], start = self._respawn(index)
+            self.urls[index] = ray.get(start)
         self.restarts += 1
         return self.urls[index]
 
@@ -174,14 +186,17 @@ class EngineGroup:
     def start(cls, args, placement: Placement, engine_slots: list, gpu_share: float, kind: str) -> "EngineGroup":
         """One engine actor per plan entry, each starting its server (`kind`: the --rollout-engine value)."""
         placement.check_same_node(engine_slots)
-        actors = []
-        for i, slots in enumerate(engine_slots):
+
+        def new_actor(i):
+            slots = engine_slots[i]
             gpu_ids = [placement.bundles[s].gpu_id for s in slots]
             # The engine uses all its GPUs through --base-gpu-id, so Ray must not narrow CUDA_VISIBLE_DEVICES
             # down to the one bundle the actor sits on.
             env = {"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1", **QUIET_OPENMP}}
-            actors.append(EngineActor.options(num_gpus=gpu_share, scheduling_strategy=placement.strategy(slots[0]),
-                                              runtime_env=env).remote(args, i, gpu_ids))
+            return EngineActor.options(num_gpus=gpu_share, scheduling_strategy=placement.strategy(slots[0]),
+                                       runtime_env=env).remote(args, i, gpu_ids)
+
+        actors = [new_actor(i) for i in range(len(engine_slots))]
         try:
             multi_node = cluster_spans_nodes()
             urls = ray.get([a.start.remote(kind, multi_node) for a in actors])
@@ -190,7 +205,13 @@ class EngineGroup:
             for a in actors:  # the engines that did start exit with their actor (--parent-pid watchdog)
                 ray.kill(a)
             raise
-        return cls(actors, urls, router, router_url)
+        group = cls(actors, urls, router, router_url)
+
+        def respawn(i):
+            actor = new_actor(i)
+            return actor, actor.start.remote(kind, multi_node)
+        group._respawn = respawn
+        return group
 
     @classmethod
     def external(cls, args, addrs: list) -> "EngineGroup":
@@ -205,7 +226,10 @@ class EngineGroup:
             self.router = None
         if not self.actors:  # external engines: nothing of ours; ray.get([]) would auto-start a Ray cluster
             return
-        ray.get([a.stop.remote() for a in self.actors])
+        try:
+            ray.get([a.stop.remote() for a in self.actors])
+        except ray.exceptions.RayActorError:  # an engine actor that died (its engine went with it)
+            pass
         for a in self.actors:
             ray.kill(a)
 

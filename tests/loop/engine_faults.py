@@ -25,13 +25,19 @@ def _server_pid(url: str) -> int:
     raise RuntimeError(f"no process of ours listens on {url}")
 
 
-async def _generate_with_fault(args, sample, sampling_params, engine: int, sig: int):
+async def _generate_with_fault(args, sample, sampling_params, engine: int, sig: int, actor_kill_at: int = 0):
     _calls[0] += 1
     if _calls[0] == FAULT_AT_CALL:
         url = current_state().pool.urls[engine]
         pid = _server_pid(url)
         print(f"engine_faults: signal {sig} to rollout engine {url} (pid {pid})", flush=True)
         os.kill(pid, sig)
+    if _calls[0] == actor_kill_at:   # the engine's Ray actor and its server die together (e.g. a lost node)
+        server = psutil.Process(_server_pid(current_state().pool.urls[0]))
+        actor = server.parent()
+        print(f"engine_faults: kill -9 of the engine actor pid {actor.pid} and its server {server.pid}", flush=True)
+        actor.kill()
+        server.kill()
     return await generate_sample(args, sample, sampling_params)
 
 
@@ -41,8 +47,9 @@ async def kill_engine0(args, sample, sampling_params):
 
 
 async def stop_engine1(args, sample, sampling_params):
-    """SIGSTOP of the second engine mid-rollout: its port still accepts connections, nothing answers."""
-    return await _generate_with_fault(args, sample, sampling_params, 1, signal.SIGSTOP)
+    """SIGSTOP of the second engine mid-rollout: its port still accepts connections, nothing answers. Then, at
+    the 17th sample of rollout 3, kill -9 of the first engine's Ray actor and its server."""
+    return await _generate_with_fault(args, sample, sampling_params, 1, signal.SIGSTOP, actor_kill_at=3 * 64 + 16)
 
 
 
