@@ -15,6 +15,9 @@ import os
 from dataclasses import dataclass
 
 from slime_like.config.errors import ConfigError
+from slime_like.config.hf_rope import partial_rotary, yarn_settings
+from slime_like.config.hf_rope import rope_and_scaling as _rope
+from slime_like.config.slime_paths import MINIMAX_M2_SPEC
 
 # dest -> what it is called in config.json (for messages)
 CHECKED = {
@@ -35,14 +38,22 @@ class ModelFamily:
     """What an HF model_type needs beyond the sizes config.json states."""
     qkv_bias: bool = False         # bias on the q/k/v projections (Qwen2) even without attention_bias
     qk_norm: bool = False          # RMSNorm on queries and keys per head (Qwen3)
+    # one RMSNorm over all query heads together and one over all key heads (MiniMax-M2), built through slime's spec
+    # name for it (slime_paths.MINIMAX_M2_SPEC; backends/megatron/qk_norm.py)
+    qk_norm_across_heads: bool = False
     glm_sandwich: bool = False     # GLM-4: norms after attention and MLP, RoPE on interleaved pairs
     # DeepSeek-V3-style router: sigmoid scores + a per-expert correction bias (HF e_score_correction_bias) for the
     # choice, group-limited top-k, renormalised top-k weights times routed_scaling_factor, shared experts
     biased_router: bool = False
     fused_gate_up: bool = False    # the MLP's gate and up projections are one HF tensor gate_up_proj (GLM-4)
     trainable: bool = False        # the Megatron trainer builds it and maps its HF weights (hf_weights.py)
+    not_built: str = ""            # why the trainer refuses a family slime trains (read_hf_config says it)
 
 
+_GATED_DELTA_NET = ("its gated delta net layers need flash-linear-attention's Triton kernels in megatron-core 0.16 "
+                    "(CUDA only; the layer will not build without them) and slime_like has no verified HF <-> Megatron "
+                    "mapping of the linear-attention (in_proj_qkvz / in_proj_ba / conv1d / A_log / dt_bias) and "
+                    "gated-attention weights")
 # model_type -> family. Add a family here (and its weight names in backends/megatron/hf_weights.py to train it).
 MODEL_FAMILIES = {
     "llama": ModelFamily(trainable=True),
@@ -55,6 +66,11 @@ MODEL_FAMILIES = {
     "deepseek_v3": ModelFamily(biased_router=True, trainable=True),  # + multi-latent attention (kv_lora_rank)
     # Kimi-K2's config.json: model_type kimi_k2 (remote code), DeepseekV3ForCausalLM weights and architecture
     "kimi_k2": ModelFamily(biased_router=True, trainable=True),
+    # MiniMax-M2: every layer MoE (sigmoid router with correction bias, no groups, no shared expert), partial RoPE
+    "minimax_m2": ModelFamily(biased_router=True, qk_norm_across_heads=True, trainable=True),
+    "qwen3_next": ModelFamily(not_built=_GATED_DELTA_NET),
+    "qwen3_5": ModelFamily(not_built=_GATED_DELTA_NET),
+    "qwen3_5_moe": ModelFamily(not_built=_GATED_DELTA_NET),
 }
 _GENERIC = ModelFamily()  # an unknown model_type: MODEL_ARGS from the sizes alone (tools/model_args)
 
@@ -81,25 +97,13 @@ def read_hf_config(path: str, *, for_training: bool = False) -> dict:
             raise ConfigError(f"{file}: not valid JSON ({e.msg}, line {e.lineno})") from None
     cfg = cfg.get("text_config", cfg) if isinstance(cfg.get("text_config"), dict) else cfg
     if for_training and not family_of(cfg).trainable:
-        raise ConfigError(f"{file}: model_type {cfg.get('model_type')!r} is not supported by the trainer; "
-                          f"supported: {', '.join(trainable_model_types())}")
+        why = family_of(cfg).not_built
+        raise ConfigError(f"{file}: model_type {cfg.get('model_type')!r} is not supported by the trainer"
+                          + (f" ({why})" if why else "") + f"; supported: {', '.join(trainable_model_types())}")
     if for_training and "kv_lora_rank" in cfg and not cfg.get("rope_interleave", True):
         raise ConfigError(f"{file}: rope_interleave false: megatron-core's multi-latent attention rotates "
                           "interleaved RoPE pairs (DeepSeek's layout) only")
     return cfg
-
-
-def _rope(cfg: dict):
-    """(theta, rope_scaling dict or None): transformers 5 nests them in rope_parameters."""
-    params = cfg.get("rope_parameters") or {}
-    theta = cfg.get("rope_theta", params.get("rope_theta", 10000.0))
-    scaling = cfg.get("rope_scaling") or (params if params.get("rope_type", "default") != "default" else None)
-    return theta, scaling
-
-
-def partial_rotary(cfg: dict) -> float:
-    """Fraction of each head's dims that get RoPE (transformers 5 may keep it in rope_parameters)."""
-    return float(cfg.get("partial_rotary_factor", (cfg.get("rope_parameters") or {}).get("partial_rotary_factor", 1.0)))
 
 
 def model_flags_from_hf(cfg: dict) -> list:
@@ -117,15 +121,17 @@ def model_flags_from_hf(cfg: dict) -> list:
     head_dim = cfg.get("head_dim")
     if "kv_lora_rank" in cfg:
         out += _mla_flags(cfg)
-    elif head_dim and (head_dim != hidden // heads or family.qk_norm):
+    elif head_dim and (head_dim != hidden // heads or family.qk_norm or family.qk_norm_across_heads):
         out += ["--kv-channels", head_dim]
     out += ["--use-rotary-position-embeddings"]
     if not cfg.get("mlp_bias", False):
         out.append("--disable-bias-linear")
     if family.qkv_bias or cfg.get("attention_bias", False):
         out.append("--add-qkv-bias")
-    if family.qk_norm or cfg.get("use_qk_norm", False):
+    if family.qk_norm or family.qk_norm_across_heads or cfg.get("use_qk_norm", False):
         out.append("--qk-layernorm")
+    if family.qk_norm_across_heads:
+        out += ["--spec", *MINIMAX_M2_SPEC]
     if "rms_norm_eps" in cfg:
         out += ["--normalization", "RMSNorm", "--norm-epsilon", _num(cfg["rms_norm_eps"])]
     else:
@@ -143,13 +149,13 @@ def model_flags_from_hf(cfg: dict) -> list:
     out += ["--vocab-size", cfg["vocab_size"]]
     if not cfg.get("tie_word_embeddings", False):
         out.append("--untie-embeddings-and-output-weights")
-    n_exp = cfg.get("num_experts") or cfg.get("n_routed_experts")
+    n_exp = _num_experts(cfg)
     if n_exp:
         out += ["--num-experts", n_exp, "--moe-router-topk", cfg["num_experts_per_tok"],
-                "--moe-ffn-hidden-size", cfg["moe_intermediate_size"],
+                "--moe-ffn-hidden-size", _expert_ffn(cfg),
                 "--moe-layer-freq", _layer_freq_expr(moe_layer_pattern_from_hf(cfg))]
         shared = cfg.get("shared_expert_intermediate_size") or \
-            cfg.get("n_shared_experts", 0) * cfg["moe_intermediate_size"]
+            cfg.get("n_shared_experts", 0) * _expert_ffn(cfg)
         if shared:
             out += ["--moe-shared-expert-intermediate-size", shared]
         out += _router_flags(cfg)
@@ -168,22 +174,6 @@ def _mla_flags(cfg: dict) -> list:
     if yarn["rotary_scaling_factor"] != 1.0:
         out += ["--mscale", _num(yarn["mscale"]), "--mscale-all-dim", _num(yarn["mscale_all_dim"])]
     return out
-
-
-def yarn_settings(cfg: dict) -> dict:
-    """MLA's YaRN RoPE from config.json's rope_scaling, as megatron-core's MLATransformerConfig fields.
-
-    HF leaves `factor` out when it is max_position_embeddings / original_max_position_embeddings; its defaults are
-    beta_fast 32, beta_slow 1 (Kimi-K2 publishes 1 and 1: slime's recipes, which cannot pass them, build 32)."""
-    _, scaling = _rope(cfg)
-    if not scaling or scaling.get("rope_type", scaling.get("type")) != "yarn":
-        return dict(rotary_scaling_factor=1.0, mscale=1.0, mscale_all_dim=0.0)
-    original = scaling.get("original_max_position_embeddings") or cfg.get("max_position_embeddings", 4096)
-    factor = scaling.get("factor") or cfg["max_position_embeddings"] / original
-    return dict(rotary_scaling_factor=float(factor), mscale=float(scaling.get("mscale") or 1.0),
-                mscale_all_dim=float(scaling.get("mscale_all_dim") or 0.0), original_max_position_embeddings=original,
-                beta_fast=float(scaling.get("beta_fast") or 32), beta_slow=float(scaling.get("beta_slow") or 1),
-                truncate=bool(scaling.get("truncate", True)))
 
 
 def router_settings(cfg: dict) -> dict:
@@ -254,10 +244,9 @@ def expected_from_hf(cfg: dict) -> dict:
         exp["rotary_scaling_factor"] = yarn["rotary_scaling_factor"]
         if yarn["rotary_scaling_factor"] != 1.0:  # the attention scales mean something only with YaRN
             exp.update(mscale=yarn["mscale"], mscale_all_dim=yarn["mscale_all_dim"])
-    n_exp = cfg.get("num_experts") or cfg.get("n_routed_experts")
+    n_exp = _num_experts(cfg)
     if n_exp:
-        exp.update(num_experts=n_exp, moe_router_topk=cfg["num_experts_per_tok"],
-                   moe_ffn_hidden_size=cfg["moe_intermediate_size"])
+        exp.update(num_experts=n_exp, moe_router_topk=cfg["num_experts_per_tok"], moe_ffn_hidden_size=_expert_ffn(cfg))
     return exp
 
 
@@ -327,14 +316,15 @@ _HF_FIELDS = {
     "max_position_embeddings": lambda c: c.get("max_position_embeddings", 4096),
     "untie_embeddings_and_output_weights": lambda c: not c.get("tie_word_embeddings", False),
     "add_qkv_bias": lambda c: family_of(c).qkv_bias or bool(c.get("attention_bias")),
-    "qk_layernorm": lambda c: family_of(c).qk_norm or bool(c.get("use_qk_norm")),
+    "qk_layernorm": lambda c: family_of(c).qk_norm or family_of(c).qk_norm_across_heads or bool(c.get("use_qk_norm")),
+    "spec": lambda c: list(MINIMAX_M2_SPEC) if family_of(c).qk_norm_across_heads else None,
     "rotary_percent": lambda c: partial_rotary(c),
     "swiglu": lambda c: c.get("hidden_act", "silu") == "silu",
     "normalization": lambda c: "RMSNorm",
     "add_bias_linear": lambda c: bool(c.get("mlp_bias", False)),
     "num_experts": lambda c: _num_experts(c),
     "moe_router_topk": lambda c: c.get("num_experts_per_tok", 2),
-    "moe_ffn_hidden_size": lambda c: c.get("moe_intermediate_size"),
+    "moe_ffn_hidden_size": lambda c: _expert_ffn(c) if _num_experts(c) else None,
     "moe_shared_expert_intermediate_size": lambda c: c.get("shared_expert_intermediate_size")
     or c.get("n_shared_experts", 0) * (c.get("moe_intermediate_size") or 0) or None,
     "moe_layer_freq": lambda c: moe_layer_pattern_from_hf(c) if _num_experts(c) else None,
@@ -346,8 +336,23 @@ _HF_FIELDS = {
 }
 
 
+def dropped_mtp_note(cfg: dict, where: str) -> str | None:
+    """What the trainer says when config.json declares MTP layers it does not build (docs/configuration.md)."""
+    n = int(cfg.get("num_nextn_predict_layers") or cfg.get("num_mtp_modules") or 0)
+    if not n:
+        return None
+    return (f"{where}: config.json declares {n} multi-token-prediction layer(s); the trainer builds the main model "
+            "only, so their tensors are not loaded, not trained and left out of HF exports (engines doing speculative "
+            "decoding keep the draft weights they loaded)")
+
+
 def _num_experts(cfg: dict):
     return cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts")
+
+
+def _expert_ffn(cfg: dict) -> int:
+    """Each expert's FFN width: moe_intermediate_size, or intermediate_size where every MLP is MoE (MiniMax-M2)."""
+    return cfg.get("moe_intermediate_size") or cfg["intermediate_size"]
 
 
 def _fill_router_and_mla(out, cfg: dict) -> None:

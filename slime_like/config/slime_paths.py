@@ -21,6 +21,9 @@ FULLY_ASYNC_ROLLOUT = "slime_like.rollout.fully_async.generate_rollout_fully_asy
 # slime's GLM-4 layer spec: mcore's spec with the sandwich norms its flags ask for, which the Megatron trainer builds
 # from the same flags (backends/megatron/sandwich.py)
 GLM4_SPEC = ("slime_plugins.models.glm4", "get_glm_spec")
+# slime's MiniMax-M2 spec: mcore's block spec with a query / key norm over all heads (backends/megatron/qk_norm.py)
+MINIMAX_M2_SPEC = ("slime_plugins.models.minimax_m2", "get_minimax_m2_layer_spec")
+BUILT_SPECS = (GLM4_SPEC, MINIMAX_M2_SPEC)
 
 
 def resolve(path):

@@ -28,7 +28,7 @@ import functools
 
 from slime_like.config.errors import ConfigError, warn
 from slime_like.config.flags_misc import UNSUPPORTED as SLIME_ONLY_FLAGS
-from slime_like.config.slime_paths import GLM4_SPEC, foreign
+from slime_like.config.slime_paths import BUILT_SPECS, foreign
 
 _MEGATRON = "the Megatron trainer does not implement it"
 _ARCH = "the Megatron trainer builds the model without it, so the weights would be used wrongly"
@@ -37,6 +37,10 @@ _ISSUE18 = "not implemented in slime_like yet (issue 18, slime features, adds it
 _DISK_SYNC = ("disk-based weight sync: weights reach the engines as tensors or over torch.distributed "
               "(--update-weight-buffer-size), never through files")
 _BUFFER = "slime's external rollout buffer (agent examples) is not implemented; use --custom-generate-function-path"
+_MTP_DROPPED = ("the Megatron trainer builds and trains the main model only (MTP layers are dropped: a checkpoint's "
+                "num_nextn_predict_layers are not loaded, HF exports leave them out, engines doing speculative "
+                "decoding keep their own draft weights, so acceptance may fall as the policy moves; outputs stay "
+                "exact)")
 _FP8 = "FP8 needs TransformerEngine on Hopper-class GPUs and the Megatron trainer does not implement it; use --bf16"
 
 UNSUPPORTED = {
@@ -62,16 +66,20 @@ UNSUPPORTED = {
     "moe_shared_expert_gate": f"the shared-expert sigmoid gate: {_ARCH}",  # pending: models
     "custom_model_provider_path": f"custom model providers: {_MEGATRON}",  # pending: megatron
     "spec": "custom layer specs: the Megatron trainer builds its own; of slime's plugins it builds "
-            "`slime_plugins.models.glm4 get_glm_spec` (GLM-4 sandwich norms) only",
+            "`slime_plugins.models.glm4 get_glm_spec` (GLM-4 sandwich norms) and `slime_plugins.models.minimax_m2 "
+            "get_minimax_m2_layer_spec` (MiniMax-M2's query / key norm over all heads) only. Not Qwen3-Next / "
+            "Qwen3.5 (qwen3_next, qwen3_5): megatron-core 0.16's gated delta net runs only with "
+            "flash-linear-attention's Triton (CUDA) kernels and slime_like has no HF weight mapping for its "
+            "linear-attention and gated-attention layers; not GLM-5 (glm5: DeepSeek sparse attention, whose indexer "
+            "and sparse MLA are TileLang CUDA kernels in slime's plugin)",
     # MoE routing / MTP
     "moe_z_loss_coeff": _MOE_ROUTER,  # pending: megatron
     "moe_input_jitter_eps": _MOE_ROUTER,  # pending: megatron
     "moe_token_drop_policy": _MOE_ROUTER,  # pending: megatron
     "moe_expert_capacity_factor": _MOE_ROUTER,  # pending: megatron
     "moe_pad_expert_input_to_capacity": _MOE_ROUTER,  # pending: megatron
-    "mtp_num_layers": f"multi-token prediction: {_MEGATRON}",
-    "mtp_loss_scaling_factor": f"multi-token prediction: {_MEGATRON}",
-    "enable_mtp_training": f"multi-token prediction: {_MEGATRON}",
+    "mtp_loss_scaling_factor": f"training multi-token prediction layers: {_MTP_DROPPED}",
+    "enable_mtp_training": f"training multi-token prediction layers: {_MTP_DROPPED}",
     # parallelism the trainer cannot run (it would also fail later, inside a Ray actor)
     # pending: megatron
     "context_parallel_size": "context parallelism > 1: the trainer's loss does not split responses over CP "
@@ -88,7 +96,6 @@ UNSUPPORTED = {
     "megatron_deepgemm_forward_modules": f"SGLang's block-FP8 DeepGEMM forward in the trainer: {_FP8}",
     "megatron_deepgemm_moe_forward_layers": f"SGLang's block-FP8 DeepGEMM forward in the trainer: {_FP8}",
     "megatron_deepgemm_moe_forward_modules": f"SGLang's block-FP8 DeepGEMM forward in the trainer: {_FP8}",
-    "use_stateless_adam": "stateless Adam: the Megatron trainer's Adam keeps its moments between steps",
     # precision / optimizer
     "min_loss_scale": "fp16 dynamic loss scaling keeps megatron-core's defaults; drop it",  # pending: megatron
     "loss_scale_window": "fp16 dynamic loss scaling keeps megatron-core's defaults; drop it",  # pending: megatron
@@ -136,6 +143,7 @@ UNSUPPORTED = {
 }
 
 NO_EFFECT_HERE = {
+    "mtp_num_layers": _MTP_DROPPED,
     "use_flash_attn": "the trainer chooses attention kernels itself (TransformerEngine on CUDA, unfused on CPU)",
     # pending: megatron
     "attention_backend": "the trainer chooses attention kernels itself (TransformerEngine on CUDA, unfused on "
@@ -223,7 +231,7 @@ APPLIES_WHEN = {
     "mscale": lambda a, v: not a.multi_latent_attention,
     "mscale_all_dim": lambda a, v: not a.multi_latent_attention,
     "save_hf": lambda a, v: a.train_backend != "fsdp",
-    "spec": lambda a, v: list(v) != list(GLM4_SPEC),
+    "spec": lambda a, v: tuple(v) not in BUILT_SPECS,
     "add_position_embedding": lambda a, v: a.position_embedding_type == "learned_absolute"
     and not a.use_rotary_position_embeddings,
     "tokenizer_model": lambda a, v: v != a.hf_checkpoint,

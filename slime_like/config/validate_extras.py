@@ -39,6 +39,11 @@ def _algorithm(args):
         raise ConfigError("--loss-agg-mode seq-mean-token-sum-norm divides by --rollout-max-response-len; set it")
     if args.reward_scale is not None and not args.reward_scale > 0:
         raise ConfigError(f"--reward-scale {args.reward_scale}: must be > 0")
+    if args.use_stateless_adam and (args.optimizer != "adam" or not args.no_save_optim):
+        raise ConfigError(f"--use-stateless-adam (with --optimizer {args.optimizer}"
+                          + ("" if args.no_save_optim else ", without --no-save-optim")
+                          + "): slime's stateless Adam is an Adam and keeps no moments to save; use --optimizer adam "
+                            "--no-save-optim")
     if args.calculate_per_token_loss and (args.loss_agg_mode != "token-mean" or args.loss_micro_batch_mean):
         raise ConfigError("--calculate-per-token-loss is megatron-core's token-mean path; it cannot be combined "
                           f"with --loss-agg-mode {args.loss_agg_mode} or --loss-micro-batch-mean")

@@ -13,7 +13,8 @@ import os
 import string
 
 PAD, EOS = "<pad>", "<eos>"
-ARCHS = ("qwen2", "qwen3", "qwen3_moe", "llama", "glm4", "glm4_moe", "deepseek_v3", "moonlight", "kimi_k2")
+ARCHS = ("qwen2", "qwen3", "qwen3_moe", "llama", "glm4", "glm4_moe", "deepseek_v3", "moonlight", "kimi_k2",
+         "minimax_m2")
 # ChatML-style turns, written with plain characters so the char tokenizer covers them.
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -100,16 +101,22 @@ def build_tiny_checkpoint(out_dir: str, arch: str = "qwen2", hidden_size: int = 
                                             qk_nope_head_dim=head, qk_rope_head_dim=head // 2, v_head_dim=head,
                                             rope_interleave=True, **dict(common, num_key_value_heads=num_heads))
         cls = transformers.DeepseekV3ForCausalLM
+    elif arch == "minimax_m2":  # every layer MoE (sigmoid router + correction bias), norms over all q / k heads,
+        head = hidden_size // num_heads  # RoPE on half of each head
+        cfg = transformers.MiniMaxM2Config(head_dim=head, rotary_dim=head // 2, num_local_experts=num_experts or 4,
+                                           num_experts_per_tok=moe_topk,
+                                           **dict(common, intermediate_size=ffn_hidden_size // 4))
+        cls = transformers.MiniMaxM2ForCausalLM
     elif arch == "llama":
         cfg, cls = transformers.LlamaConfig(attention_bias=False, mlp_bias=False, **common), transformers.LlamaForCausalLM
     else:
         raise ValueError(f"unknown tiny arch {arch!r}; choose {', '.join(ARCHS)}")
     torch.manual_seed(seed)
     model = cls(cfg).to(torch.float32)
-    if arch == "glm4":  # HF initialises norms to ones: random scales make a swapped sandwich norm show in the logits
+    if arch in ("glm4", "minimax_m2"):  # HF initialises norms to ones: random scales make a misplaced norm show
         with torch.no_grad():
             for name, p in model.named_parameters():
-                if name.endswith("layernorm.weight"):
+                if name.endswith(("layernorm.weight", "q_norm.weight", "k_norm.weight")):
                     p.copy_(1 + 0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))))
     for name, buf in model.named_buffers():  # HF initialises the routers' correction bias to zeros: make it matter
         if name.endswith("e_score_correction_bias"):

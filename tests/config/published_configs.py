@@ -96,6 +96,15 @@ PUBLISHED = {
                 "num_nextn_predict_layers": 0, "max_position_embeddings": 131072,
                 "rope_scaling": {"type": "yarn", "factor": 32.0, "mscale": 1.0, "mscale_all_dim": 1.0,
                                  "original_max_position_embeddings": 4096, "beta_fast": 1.0, "beta_slow": 1.0}},
+    # MiniMaxAI/MiniMax-M2 (M2.5 shares the architecture): its published config.json; cross-checked with slime's
+    # scripts/models/minimax-m2.sh at 624b824 (per_layer qk-norm, rotary_dim 64 of head_dim 128, MTP modules unused)
+    "minimax-m2": {"model_type": "minimax_m2", "hidden_act": "silu", "hidden_size": 3072, "intermediate_size": 1536,
+                   "num_hidden_layers": 62, "num_attention_heads": 48, "num_key_value_heads": 8, "head_dim": 128,
+                   "rotary_dim": 64, "rope_theta": 5000000, "vocab_size": 200064, "rms_norm_eps": 1e-06,
+                   "tie_word_embeddings": False, "num_local_experts": 256, "num_experts_per_tok": 8,
+                   "scoring_func": "sigmoid", "use_routing_bias": True, "use_qk_norm": True,
+                   "qk_norm_type": "per_layer", "shared_intermediate_size": 0, "max_position_embeddings": 196608,
+                   "router_aux_loss_coef": 0.001},
     # moonshotai/Moonlight-16B-A3B (model_type deepseek_v3, no q low rank, no RoPE scaling): the values of slime's
     # scripts/models/moonlight.sh at 624b824 in config.json keys
     "moonlight-16B-A3B": {"model_type": "deepseek_v3", "hidden_act": "silu", "hidden_size": 2048,

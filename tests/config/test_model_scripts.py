@@ -97,7 +97,8 @@ def test_tool_errors_cleanly(tmp_path):
 # ours -> slime's scripts/models file of the same model (flag lists recorded in slime_recipes/recipes.json)
 SLIME_TWINS = {"glm4.5-106B-A12B": "glm4.5-106B-A12B.sh", "glm4.5-355B-A32B": "glm4.5-355B-A32B.sh",
                "qwen3-30B-A3B": "qwen3-30B-A3B.sh", "qwen3-4B": "qwen3-4B.sh", "deepseek-v3": "deepseek-v3.sh",
-               "moonlight-16B-A3B": "moonlight.sh", "kimi-k2": "kimi-k2.sh", "glm4-9B": "glm4-9B.sh"}
+               "moonlight-16B-A3B": "moonlight.sh", "kimi-k2": "kimi-k2.sh", "glm4-9B": "glm4-9B.sh",
+               "minimax-m2": "minimax-m2.sh"}
 
 
 @pytest.mark.parametrize("name", sorted(SLIME_TWINS))
@@ -119,3 +120,24 @@ def test_shipped_file_agrees_with_slimes_own(name):
     differ = {d: (theirs[d], ours[d]) for d in theirs
               if theirs[d] != defaults[d] and d not in kernel_choices and theirs[d] != ours[d]}
     assert differ == {}
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5"])
+def test_qwen3_next_is_refused_naming_what_is_missing(tmp_path, model_type):
+    """Qwen3-Next / Qwen3.5 are not built: the trainer's config read says why (gated delta net kernels, weights)."""
+    from slime_like.config.errors import ConfigError
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type, "hidden_size": 64}))
+    read_hf_config(str(tmp_path))  # reading it for MODEL_ARGS is fine
+    with pytest.raises(ConfigError, match=rf"model_type '{model_type}' is not supported by the trainer "
+                                          r"\(its gated delta net layers need flash-linear-attention"):
+        read_hf_config(str(tmp_path), for_training=True)
+
+
+def test_mtp_layers_are_dropped_with_a_note():
+    """DeepSeek-V3 / GLM-4.5 / MiniMax-M2 checkpoints declare MTP layers the trainer does not build: the load says so."""
+    from slime_like.config.hf_config import dropped_mtp_note
+
+    assert "1 multi-token-prediction layer(s)" in dropped_mtp_note(PUBLISHED["deepseek-v3"], "ckpt")
+    assert "3 multi-token-prediction" in dropped_mtp_note({"num_mtp_modules": 3}, "ckpt")
+    assert dropped_mtp_note(PUBLISHED["qwen3-4B"], "ckpt") is None

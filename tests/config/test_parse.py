@@ -152,3 +152,11 @@ NAMED = """--num-layers --hidden-size --ffn-hidden-size --num-attention-heads --
 def test_every_named_flag_is_registered():
     options = build_parser()[0]._option_string_actions
     assert [f for f in NAMED if f not in options] == []
+
+
+def test_stateless_adam_needs_adam_and_no_saved_optimizer(base):
+    with pytest.raises(ConfigError, match="--use-stateless-adam .*without --no-save-optim.*--optimizer adam --no-save-optim"):
+        parse(base + ["--use-stateless-adam"])
+    with pytest.raises(ConfigError, match="--use-stateless-adam \\(with --optimizer sgd"):
+        parse(base + ["--use-stateless-adam", "--optimizer", "sgd", "--no-save-optim"])
+    assert parse(base + ["--use-stateless-adam", "--no-save-optim"]).use_stateless_adam

@@ -38,6 +38,9 @@ TINY = {
     # Kimi-K2: model_type kimi_k2 over DeepSeek-V3's architecture, YaRN RoPE (factor 4, beta_fast = beta_slow = 1,
     # mscale 1 vs mscale_all_dim 0.5)
     "kimi_k2": dict(arch="kimi_k2", tie_embeddings=False, num_experts=4, moe_topk=2),
+    # MiniMax-M2: MoE in every layer (sigmoid router + correction bias, no groups / shared expert), one RMSNorm over
+    # all query heads and one over all key heads (random scales), RoPE on half of each head
+    "minimax_m2": dict(arch="minimax_m2", tie_embeddings=False, num_experts=4, moe_topk=2),
 }
 
 

@@ -109,3 +109,11 @@ def test_round_trip_glm4_dense_tp2_to_pp2(tiny_ckpts, tmp_path):
                          ["--pipeline-model-parallel-size", 2])
     assert "model.layers.1.post_mlp_layernorm.weight" in hf_tensors(back)
     assert_identical_and_loads(tiny_ckpts["glm4"], back)
+
+
+@pytest.mark.slow
+def test_round_trip_tp2_minimax_m2(tiny_ckpts, tmp_path):
+    # MiniMax-M2: full-width q / k norms replicated over TP, Mixtral-style expert names, the routers' correction bias
+    _, back = round_trip(tiny_ckpts["minimax_m2"], tmp_path, ["--tensor-model-parallel-size", 2], [])
+    assert "model.layers.1.block_sparse_moe.experts.3.w3.weight" in hf_tensors(back)
+    assert_identical_and_loads(tiny_ckpts["minimax_m2"], back)

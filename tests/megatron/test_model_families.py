@@ -34,17 +34,18 @@ def grpo_step_case(rank, world_size, port, ckpt, bias_rate):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("arch, bias_rate", [("glm4_moe", "0"), ("glm4_moe", "0.01"), ("deepseek_v3", "0")])
-def test_moe_family_grpo_step(tiny_ckpts, arch, bias_rate):
-    """MODEL_ARGS from config.json (sigmoid router, 2 groups; MLA for deepseek_v3); the loss falls and log-probs
-    follow the advantage; the expert-bias correction stays fixed at update rate 0 (slime's recipes) and moves
-    when asked."""
+@pytest.mark.parametrize("arch, bias_rate, groups, moe_layers", [
+    ("glm4_moe", "0", 2, 1), ("glm4_moe", "0.01", 2, 1), ("deepseek_v3", "0", 2, 1), ("minimax_m2", "0", 1, 2)])
+def test_moe_family_grpo_step(tiny_ckpts, arch, bias_rate, groups, moe_layers):
+    """MODEL_ARGS from config.json (sigmoid router; MLA for deepseek_v3, the norm over all q / k heads for
+    minimax_m2); the loss falls and log-probs follow the advantage; the expert-bias correction stays fixed at update
+    rate 0 (slime's recipes) and moves when asked."""
     out = run_ranks(grpo_step_case, 1, tiny_ckpts[arch], bias_rate)[0]
-    assert out["router"] == ("sigmoid", 2, 1)
+    assert out["router"] == ("sigmoid", groups, 1)
     assert out["losses"][-1] < out["losses"][0], out["losses"]
     (pos0, neg0), (pos1, neg1) = out["before"], out["after"]
     assert pos1 > pos0 and neg1 < neg0, (out["before"], out["after"])
-    assert all(len(step) == 1 for step in out["bias_moved"])  # one MoE layer
+    assert all(len(step) == moe_layers for step in out["bias_moved"])
     steps = [max(step.values()) for step in out["bias_moved"]]
     if bias_rate == "0":
         assert steps == [0.0, 0.0, 0.0]

@@ -8,7 +8,9 @@ gate_up_proj), glm4_moe (GLM-4.5 style, untied: dense then MoE layer, sigmoid ro
 shared expert, partial RoPE, qk-norm, QKV bias) and deepseek_v3 (multi-latent attention with low-rank q and kv,
 interleaved RoPE part, then the same MoE as glm4_moe) and kimi_k2 (model_type kimi_k2: DeepSeek-V3's architecture
 with YaRN RoPE, beta_fast / beta_slow from config.json, cos/sin and softmax scales != 1; its reference is transformers'
-deepseek_v3 on the same weights, since transformers has no kimi_k2).
+deepseek_v3 on the same weights, since transformers has no kimi_k2) and minimax_m2 (MoE in every layer with the
+biased sigmoid router, one RMSNorm over all query heads and one over all key heads -- gathered over TP --, RoPE on half
+of each head, Mixtral-style block_sparse_moe / w1 w2 w3 names).
 """
 import json
 import shutil
@@ -20,7 +22,8 @@ import pytest
 import torch
 from _dist import run_ranks, tiny_ckpts  # noqa: F401  (tiny_ckpts is a fixture)
 
-ARCHS = ["qwen2", "qwen2_untied", "qwen3", "llama", "qwen3_moe", "glm4", "glm4_moe", "deepseek_v3", "kimi_k2"]
+ARCHS = ["qwen2", "qwen2_untied", "qwen3", "llama", "qwen3_moe", "glm4", "glm4_moe", "deepseek_v3", "kimi_k2",
+         "minimax_m2"]
 
 
 def forward_logits(chunks, ids):
@@ -164,7 +167,7 @@ def test_parity_pp2(tiny_ckpts):
 @pytest.mark.slow
 def test_parity_moe_ep2(tiny_ckpts):
     # EP=2 over 2 data-parallel ranks: each rank holds 2 of the 4 experts; both ranks check their logits
-    moe = ["qwen3_moe", "glm4_moe", "deepseek_v3", "kimi_k2"]
+    moe = ["qwen3_moe", "glm4_moe", "deepseek_v3", "kimi_k2", "minimax_m2"]
     results = run_ranks(parity_rank, 2, tiny_ckpts, 1, 1, 2, moe)
     _check(results, len(moe))
     for diffs, _ in results:

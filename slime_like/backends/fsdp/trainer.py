@@ -237,6 +237,8 @@ class FSDPTrainer(RLTrainerBase):
         lr = float(self.optimizer.param_groups[0]["lr"])
         ok = math.isfinite(grad_norm)  # a non-finite gradient never reaches the weights
         if ok:
+            if args.use_stateless_adam:  # slime's stateless Adam: each step is a fresh Adam's first (no moments kept)
+                self._reset_optimizer_states()
             self.optimizer.step()
             self.scheduler.step(increment=1)
         self.optimizer.zero_grad(set_to_none=True)

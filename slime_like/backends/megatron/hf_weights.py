@@ -19,6 +19,7 @@ Loading builds the full mcore-layout tensor, then takes this rank's TP slice alo
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -27,7 +28,9 @@ import torch
 import torch.distributed as dist
 
 from slime_like.backends.megatron.model import ValueHead, padded_vocab_size
-from slime_like.config.hf_config import family_of, read_hf_config
+from slime_like.config.hf_config import dropped_mtp_note, family_of, read_hf_config
+
+log = logging.getLogger(__name__)
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
 _LOCAL_EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.linear_fc([12])\.(weight|bias)$")
@@ -48,7 +51,15 @@ _SIMPLE = {  # layer-relative mcore name -> layer-relative HF name
     "mlp.shared_experts.linear_fc2.weight": "mlp.shared_experts.down_proj.weight",
     "post_self_attn_layernorm.weight": "post_self_attn_layernorm.weight",  # GLM-4 dense sandwich norms
     "post_mlp_layernorm.weight": "post_mlp_layernorm.weight",
+    "self_attention.q_norm.weight": "self_attn.q_norm.weight",  # MiniMax-M2: one norm over all heads
+    "self_attention.k_norm.weight": "self_attn.k_norm.weight",
 }
+# MiniMax-M2 (Mixtral's names): the MoE block is block_sparse_moe, experts' gate / up / down are w1 / w3 / w2
+_BLOCK_SPARSE_MOE = [(re.compile(r"\.mlp\.gate\.e_score_correction_bias$"), ".block_sparse_moe.e_score_correction_bias"),
+                     (re.compile(r"\.mlp\.gate\.weight$"), ".block_sparse_moe.gate.weight"),
+                     (re.compile(r"\.mlp\.experts\.(\d+)\.gate_proj\."), r".block_sparse_moe.experts.\1.w1."),
+                     (re.compile(r"\.mlp\.experts\.(\d+)\.up_proj\."), r".block_sparse_moe.experts.\1.w3."),
+                     (re.compile(r"\.mlp\.experts\.(\d+)\.down_proj\."), r".block_sparse_moe.experts.\1.w2.")]
 
 
 # multi-latent attention (DeepSeek-V3): layer-relative mcore name -> (kind, HF name); TE fuses the latent norms.
@@ -75,7 +86,15 @@ def unwrap(module):
 
 
 def _rule(name: str, chunk, args):
-    """(kind, hf_names) for one mcore parameter; kind in copy | vocab | qkv | gate_up | skip."""
+    """(kind, hf_names) for one mcore parameter; kind in copy | vocab | qkv | gate_up | gate_up_fused | skip."""
+    kind, names = _generic_rule(name, chunk, args)
+    if getattr(args, "hf_model_type", "") == "minimax_m2":
+        for pattern, repl in _BLOCK_SPARSE_MOE:
+            names = [pattern.sub(repl, n) for n in names]
+    return kind, names
+
+
+def _generic_rule(name: str, chunk, args):
     if name == "embedding.word_embeddings.weight":
         return "vocab", ["model.embed_tokens.weight"]
     if name == "output_layer.weight":
@@ -233,6 +252,9 @@ def load_hf_weights(model_chunks, hf_dir: str, args):
     if hf_cfg["vocab_size"] > padded_vocab_size(args):
         raise ValueError(f"{hf_dir}: vocab_size {hf_cfg['vocab_size']} exceeds the model's padded vocab "
                          f"{padded_vocab_size(args)}; fix --vocab-size")
+    note = dropped_mtp_note(hf_cfg, hf_dir)
+    if note:
+        log.warning(note)
     reader = _HFReader(hf_dir)
     for chunk in map(unwrap, model_chunks):
         for name, param in _tensors(chunk):

@@ -166,12 +166,12 @@ def layer_spec(config, args):
                                                           get_gpt_layer_local_spec,
                                                           get_gpt_layer_with_transformer_engine_spec)
 
-    from slime_like.config.slime_paths import GLM4_SPEC
+    from slime_like.config.slime_paths import BUILT_SPECS, MINIMAX_M2_SPEC
 
-    spec_flag = _get(args, "spec")
-    if spec_flag and tuple(spec_flag) != GLM4_SPEC:  # the launch check says so first (config/support.py)
+    spec_flag = tuple(_get(args, "spec") or ())
+    if spec_flag and spec_flag not in BUILT_SPECS:  # the launch check says so first (config/support.py)
         raise ValueError(f"--spec {' '.join(spec_flag)}: custom layer specs are not built; of slime's plugins only "
-                         f"`--spec {' '.join(GLM4_SPEC)}` is (the same model its flags describe)")
+                         + " and ".join(f"`--spec {' '.join(s)}`" for s in BUILT_SPECS) + " are")
     te, mla = _use_te(), config.multi_latent_attention
     if config.num_moe_experts:  # a block spec: dense and MoE layers may alternate (moe_layer_freq)
         spec = get_gpt_decoder_block_spec(config, use_transformer_engine=te, normalization=config.normalization)
@@ -184,6 +184,11 @@ def layer_spec(config, args):
         from slime_like.backends.megatron.mla import use_local_mla_attention
 
         spec = use_local_mla_attention(spec)
+    if spec_flag == MINIMAX_M2_SPEC:  # query / key norm over all heads (backends/megatron/qk_norm.py)
+        from slime_like.backends.megatron.qk_norm import use_across_heads_qk_norm
+
+        spec = use_across_heads_qk_norm(spec, config.num_query_groups or config.num_attention_heads,
+                                        config.tensor_model_parallel_size)
     post_attn, post_mlp = bool(_get(args, "post_self_attn_layernorm", False)), bool(_get(args, "post_mlp_layernorm", False))
     if post_attn or post_mlp:  # GLM-4 dense sandwich norms (backends/megatron/sandwich.py)
         from slime_like.backends.megatron.sandwich import use_sandwich_norms

@@ -364,6 +364,8 @@ class MegatronTrainer(TrainerDistMixin, OldActorMixin):
             lr = O.current_lr(self.optimizer)
             finite = self._grads_finite()
             if finite:
+                if args.use_stateless_adam:  # slime's stateless Adam: each step is a fresh Adam's first step
+                    O.reset_optimizer_states(self.optimizer)
                 ok, grad_norm, _ = self.optimizer.step()
             else:  # a NaN/inf gradient is never applied: the step is skipped and counted (Megatron's skipped iter)
                 self.optimizer.zero_grad()
