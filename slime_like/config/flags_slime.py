@@ -28,7 +28,11 @@ def add_slime_group(parser):
     a("--balance-by-flops", action="store_true", help="Partition micro-batches by estimated FLOPs, not tokens.")
     a("--data-pad-size-multiplier", type=int, default=128, help="Pad packed sequences to a multiple of this.")
     # weight sync through the file system and its delta variant
-    a("--update-weight-disk-dir", default=None, help="Directory of disk-based weight syncs.")
+    a("--update-weight-transport", default="nccl", choices=["nccl", "disk"],
+      help="How weights reach the engines: nccl = tensors (shared memory when colocated, else a process group; gloo "
+           "on CPU), disk = a full HF checkpoint per sync under --update-weight-disk-dir, loaded by each engine.")
+    a("--update-weight-disk-dir", default=None, help="Directory of disk-based weight syncs (--update-weight-transport "
+                                                     "disk); the engines must see it at the same path.")
     a("--update-weight-disk-keep-files", action="store_true", help="Keep the full checkpoints a disk sync wrote.")
     a("--update-weight-local-checkpoint-dir", default=None, help="Engine-host copy kept in sync by /pull_weights.")
     a("--update-weight-delta-encoding", default="xor", choices=["xor", "overwrite"], help="Delta encoding on disk.")

@@ -34,8 +34,8 @@ _MEGATRON = "the Megatron trainer does not implement it"
 _ARCH = "the Megatron trainer builds the model without it, so the weights would be used wrongly"
 _MOE_ROUTER = "the Megatron trainer's MoE router does not pass it to megatron-core (routing would differ)"
 _ISSUE18 = "not implemented in slime_like yet (issue 18, slime features, adds it)"
-_DISK_SYNC = ("disk-based weight sync: weights reach the engines as tensors or over torch.distributed "
-              "(--update-weight-buffer-size), never through files")
+_DELTA_SYNC = ("slime's delta weight sync (--update-weight-mode delta, engine-local checkpoints patched in place) is "
+               "not implemented; --update-weight-transport disk writes a full HF checkpoint per sync")
 _BUFFER = "slime's external rollout buffer (agent examples) is not implemented; use --custom-generate-function-path"
 _MTP_DROPPED = ("the Megatron trainer builds and trains the main model only (MTP layers are dropped: a checkpoint's "
                 "num_nextn_predict_layers are not loaded, HF exports leave them out, engines doing speculative "
@@ -122,12 +122,11 @@ UNSUPPORTED = {
     # slime features another issue is adding (issue 18)
     "opsm_delta": "off-policy sequence masking (--use-opsm) is not implemented",
     # weight sync through files, agent rollout buffers
-    "update_weight_disk_dir": _DISK_SYNC,
-    "update_weight_disk_keep_files": _DISK_SYNC,
-    "update_weight_local_checkpoint_dir": _DISK_SYNC,
-    "update_weight_delta_encoding": _DISK_SYNC,
-    "update_weight_delta_checksum": _DISK_SYNC,
-    "custom_update_weight_post_write_path": _DISK_SYNC,
+    "update_weight_local_checkpoint_dir": _DELTA_SYNC,
+    "update_weight_delta_encoding": _DELTA_SYNC,
+    "update_weight_delta_checksum": _DELTA_SYNC,
+    "custom_update_weight_post_write_path": "publishing a disk sync's files on a non-POSIX filesystem: "
+                                            "--update-weight-disk-dir must be a mount the engines see directly",
     "rollout_buffer_url": _BUFFER,
     "fetch_trajectory_retry_times": _BUFFER,
     "rollout_task_type": _BUFFER,

@@ -11,9 +11,24 @@ TEMPLATES = ("plain", "native", "chatml", "qwen2_5")
 
 
 def validate_extras(args) -> None:
+    _weight_transport(args)
     _sampling(args)
     _algorithm(args)
     _prompt_template(args)
+
+
+def _weight_transport(args):
+    if args.update_weight_transport == "disk":
+        if not args.update_weight_disk_dir:
+            raise ConfigError("--update-weight-transport disk needs --update-weight-disk-dir: a directory the trainer "
+                              "writes each sync's HF checkpoint to and every engine reads from (same path)")
+        if args.pipeline_model_parallel_size > 1:
+            raise ConfigError(f"--update-weight-transport disk with --pipeline-model-parallel-size "
+                              f"{args.pipeline_model_parallel_size}: each pipeline stage sends its own layers, so an "
+                              "engine would reload a partial checkpoint; use PP 1 or --update-weight-transport nccl")
+    elif args.update_weight_disk_dir or args.update_weight_disk_keep_files:
+        warn(args, "--update-weight-disk-dir / --update-weight-disk-keep-files without --update-weight-transport disk: "
+                   "nothing is written there (weights go to the engines as tensors)")
 
 
 def _sampling(args):

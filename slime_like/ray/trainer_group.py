@@ -108,7 +108,15 @@ class TrainerActor:
         from slime_like.backends.engine_api import weight_sync
 
         self._close_old_sender(leaving)
-        if colocate:
+        if self.args.update_weight_transport == "disk":  # a full HF checkpoint per sync (engine_api/disk_sync.py)
+            from slime_like.backends.engine_api.disk_sync import DiskWeightSender
+
+            self.weight_sender = DiskWeightSender(engine_urls, self.args.update_weight_disk_dir,
+                                                  hf_checkpoint=self.args.hf_checkpoint,
+                                                  keep_files=self.args.update_weight_disk_keep_files,
+                                                  api_key=getattr(self.args, "engine_api_key", None))
+            self.weight_sender.connect()
+        elif colocate:
             # One shared-memory send buffer for the whole run: a fresh one per sync costs its page faults
             # (100M: ~1.3 s); released by close_weight_sender() or, after a kill, by TrainerGroup.kill()
             self.weight_sender = weight_sync.TensorWeightSender(engine_urls, keep_buffer=True,

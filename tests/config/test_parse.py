@@ -160,3 +160,12 @@ def test_stateless_adam_needs_adam_and_no_saved_optimizer(base):
     with pytest.raises(ConfigError, match="--use-stateless-adam \\(with --optimizer sgd"):
         parse(base + ["--use-stateless-adam", "--optimizer", "sgd", "--no-save-optim"])
     assert parse(base + ["--use-stateless-adam", "--no-save-optim"]).use_stateless_adam
+
+
+def test_disk_weight_transport_needs_its_directory(base, tmp_path):
+    with pytest.raises(ConfigError, match="--update-weight-transport disk needs --update-weight-disk-dir"):
+        parse(base + ["--update-weight-transport", "disk"])
+    args = parse(base + ["--update-weight-transport", "disk", "--update-weight-disk-dir", str(tmp_path)])
+    assert args.update_weight_transport == "disk" and not args.launch_refusals
+    args = parse(base + ["--update-weight-disk-dir", str(tmp_path)])
+    assert any("nothing is written there" in w for w in args.config_warnings)

@@ -76,6 +76,34 @@ def test_tensor_sender_colocated_path(engine_w, tiny_ckpt, tiny_ckpt_b, refs):
     assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"torch_{os.getpid()}_")]
 
 
+def test_disk_sender_writes_a_checkpoint_per_sync_and_the_engines_load_it(engine_w, tiny_ckpt, tiny_ckpt_b, refs,
+                                                                           tmp_path):
+    """--update-weight-transport disk: one HF checkpoint per sync under the disk dir (weights + the model's config
+    and tokenizer files), loaded by the engine via /update_weights_from_disk; the previous one is removed unless
+    --update-weight-disk-keep-files."""
+    import os
+
+    from slime_like.backends.engine_api.disk_sync import DiskWeightSender
+
+    ref_a, ref_b = refs
+    sender = DiskWeightSender([engine_w.url], str(tmp_path / "sync"), hf_checkpoint=tiny_ckpt)
+    sender.connect()
+    assert sender.send(state(tiny_ckpt_b), weight_version="3") == sum(t.numel() * t.element_size()
+                                                                      for _, t in state(tiny_ckpt_b))
+    assert greedy(engine_w.url) == ref_b
+    info = run(EngineClient(engine_w.url).get_model_info())
+    assert info["weight_version"] == "3" and info["model_path"] == str(tmp_path / "sync" / "weights_v3")
+    assert {"model.safetensors", "config.json", "tokenizer.json"} <= set(os.listdir(tmp_path / "sync" / "weights_v3"))
+    sender.send(state(tiny_ckpt), weight_version="4")
+    assert greedy(engine_w.url) == ref_a
+    assert sorted(os.listdir(tmp_path / "sync")) == ["weights_v4"]  # v3 removed once the engine moved on
+    keep = DiskWeightSender([engine_w.url], str(tmp_path / "kept"), keep_files=True)
+    keep.send(state(tiny_ckpt_b), weight_version="5")
+    keep.send(state(tiny_ckpt), weight_version="6")
+    assert sorted(os.listdir(tmp_path / "kept")) == ["weights_v5", "weights_v6"]
+    assert greedy(engine_w.url) == ref_a
+
+
 def test_tensor_sender_rejects_unknown_names(engine_w):
     sender = weight_sync.TensorWeightSender([engine_w.url])
     with pytest.raises(EngineError, match="did you mean 'model.norm.weight'") as e:

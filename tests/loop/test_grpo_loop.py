@@ -106,3 +106,21 @@ def test_pipeline_parallel_actor_syncs_every_stage(tiny_ckpt, toy_prompts, tmp_p
     assert len(rows) == 2
     for r in rows:
         assert r["rollout/logprob_abs_diff"] < 1e-3, r
+
+
+def test_grpo_disk_weight_sync(tiny_ckpt, toy_prompts, tmp_path, capfd):
+    """--update-weight-transport disk: each sync is an HF checkpoint under --update-weight-disk-dir that the engine
+    reloads; the engine then holds exactly the trainer's weights (the check) and scores like it every rollout."""
+    sync_dir = tmp_path / "weights_sync"
+    argv = loop_argv(tiny_ckpt, toy_prompts[0], tmp_path, "--actor-num-gpus-per-node", "1", "--rollout-num-gpus", "1",
+                     "--num-rollout", "3", "--check-weight-update-equal", "--update-weight-transport", "disk",
+                     "--update-weight-disk-dir", str(sync_dir))
+    assert train.main(argv) == 0
+    assert "--check-weight-update-equal: every engine holds exactly the trainer's weights" in capfd.readouterr().err
+    rows = _rollouts(tmp_path)
+    assert len(rows) == 3
+    for r in rows:
+        assert r["weights/bytes_sent"] > 0 and r["rollout/logprob_abs_diff"] < 1e-3, r
+    kept = os.listdir(sync_dir)  # only the last sync's checkpoint is left (no --update-weight-disk-keep-files)
+    assert len(kept) == 1 and kept[0].startswith("weights_v"), kept
+    assert os.path.exists(sync_dir / kept[0] / "model.safetensors")
