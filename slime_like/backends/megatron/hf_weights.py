@@ -55,7 +55,8 @@ _SIMPLE = {  # layer-relative mcore name -> layer-relative HF name
     "self_attention.k_norm.weight": "self_attn.k_norm.weight",
 }
 # MiniMax-M2 (Mixtral's names): the MoE block is block_sparse_moe, experts' gate / up / down are w1 / w3 / w2
-_BLOCK_SPARSE_MOE = [(re.compile(r"\.mlp\.gate\.e_score_correction_bias$"), ".block_sparse_moe.e_score_correction_bias"),
+_BLOCK_SPARSE_MOE = [(re.compile(r"\.mlp\.gate\.e_score_correction_bias$"),
+                      ".block_sparse_moe.e_score_correction_bias"),
                      (re.compile(r"\.mlp\.gate\.weight$"), ".block_sparse_moe.gate.weight"),
                      (re.compile(r"\.mlp\.experts\.(\d+)\.gate_proj\."), r".block_sparse_moe.experts.\1.w1."),
                      (re.compile(r"\.mlp\.experts\.(\d+)\.up_proj\."), r".block_sparse_moe.experts.\1.w3."),

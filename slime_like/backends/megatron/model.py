@@ -189,7 +189,8 @@ def layer_spec(config, args):
 
         spec = use_across_heads_qk_norm(spec, config.num_query_groups or config.num_attention_heads,
                                         config.tensor_model_parallel_size)
-    post_attn, post_mlp = bool(_get(args, "post_self_attn_layernorm", False)), bool(_get(args, "post_mlp_layernorm", False))
+    post_attn = bool(_get(args, "post_self_attn_layernorm", False))
+    post_mlp = bool(_get(args, "post_mlp_layernorm", False))
     if post_attn or post_mlp:  # GLM-4 dense sandwich norms (backends/megatron/sandwich.py)
         from slime_like.backends.megatron.sandwich import use_sandwich_norms
 
