@@ -22,7 +22,7 @@ from slime_like.config.role_overrides import ROLES, apply_role, load_role_overri
 from slime_like.config.validate import validate_args
 from slime_like.plan import build_plan
 
-__all__ = ["ConfigError", "ROLES", "parse_args", "role_args"]
+__all__ = ["ConfigError", "ROLES", "make_args", "parse_args", "parse_run", "role_args"]
 
 
 def parse_args(argv=None, *, exit_on_error: bool = True, prog: str | None = None, preflight: bool = False):
@@ -32,6 +32,11 @@ def parse_args(argv=None, *, exit_on_error: bool = True, prog: str | None = None
     train.py's start and --dry-run use) also checks the files, schedules and custom functions the run will
     use (slime_like/config/preflight.py) and reports every problem found in one message.
     """
+    return parse_run(argv, exit_on_error=exit_on_error, prog=prog, preflight=preflight)[0]
+
+
+def parse_run(argv=None, *, exit_on_error: bool = True, prog: str | None = None, preflight: bool = False):
+    """`parse_args` and the run's placement plan, computed once: (args, plan). What the entry scripts use."""
     argv = [str(a) for a in (sys.argv[1:] if argv is None else argv)]
     prog = prog or os.path.basename(sys.argv[0] or "train.py") or "train.py"
     translation = None
@@ -44,7 +49,7 @@ def parse_args(argv=None, *, exit_on_error: bool = True, prog: str | None = None
         validate_args(args, raise_path_problems=not preflight)
         if preflight:
             args.preflight_notes = run_preflight(args)
-        build_plan(args)  # the layout must be placeable; raises ConfigError otherwise
+        plan = build_plan(args)  # the layout must be placeable; raises ConfigError otherwise
     except ConfigError as e:
         if translation is not None:  # an error about a flag the file wrote names the file's key too
             e = ConfigError(translation.explain(str(e)))
@@ -52,6 +57,26 @@ def parse_args(argv=None, *, exit_on_error: bool = True, prog: str | None = None
             raise e from None
         print(f"{prog}: error: {e}", file=sys.stderr)
         sys.exit(2)
+    return args, plan
+
+
+def make_args(*argv, validate: bool = False, **overrides):
+    """A Namespace from the real parser for tools and tests: `argv` are flags as a user types them.
+
+    validate=False gives the parser's defaults plus `argv` (every flag's dest present, no run-level checks: what
+    a unit of the rollout or a conversion tool needs); validate=True goes through `parse_args` (validation, the
+    derived defaults, the plan). `overrides` set attributes afterwards and must name a flag's dest, so a
+    renamed flag fails here instead of leaving a stale attribute nobody reads.
+    """
+    argv = [str(a) for a in argv]
+    if validate:
+        args = parse_args(argv, exit_on_error=False)
+    else:
+        args, _ = parse_namespace(argv)
+    for name, value in overrides.items():
+        if not hasattr(args, name):
+            raise AttributeError(f"make_args: {name!r} is no flag's dest; pass the flag in argv or fix the name")
+        setattr(args, name, value)
     return args
 
 

@@ -123,7 +123,7 @@ def _explicit_plan(args, placement: dict) -> Plan:
         engines = _engines_on(_slots(placement.get("rollout", []), per_node), args.rollout_num_gpus_per_engine,
                              per_node)
     reference = []
-    if train and getattr(args, "reference_worker", False):
+    if train and args.reference_worker:
         reference = _slots(placement["reference"], per_node)
     used = actor + critic + reference + [s for e in engines for s in e]
     num_nodes = max(args.num_nodes or 0, max((s.node for s in used), default=0) + 1)
@@ -132,7 +132,7 @@ def _explicit_plan(args, placement: dict) -> Plan:
 
 
 def build_plan(args) -> Plan:
-    placement = getattr(args, "placement_map", None)
+    placement = args.placement_map
     if placement:
         return _explicit_plan(args, placement)
     per_node, gpe = args.num_gpus_per_node, args.rollout_num_gpus_per_engine
@@ -159,8 +159,8 @@ def build_plan(args) -> Plan:
                 engine_kind=args.rollout_engine, actor=actor, critic=critic, engines=engines)
 
 
-def print_dry_run(args, file=None) -> None:
+def print_dry_run(args, plan: Plan | None = None, file=None) -> None:
     """Resolved config per role, batch arithmetic, placement plan. Imports nothing heavy."""
     from slime_like.config.dry_run import report
 
-    print(report(args, build_plan(args)), file=file)
+    print(report(args, plan if plan is not None else build_plan(args)), file=file)

@@ -3,7 +3,7 @@ arithmetic, placement plan per node. `plan` is a slime_like.plan.Plan (passed in
 module above it)."""
 from __future__ import annotations
 
-from slime_like.config.parser import build_parser, defaults_of, group_of
+from slime_like.config.parser import defaults_of, group_of, shared_parser
 from slime_like.config.role_overrides import apply_role
 
 # Bookkeeping attributes that are not flags (still shown when relevant, in their own section).
@@ -42,15 +42,15 @@ def _section(lines, title, diff, groups, sources=None):
 
 
 def report(args, plan) -> str:
-    parser, _ = build_parser()
+    parser = shared_parser()
     defaults, groups = defaults_of(parser), group_of(parser)
     lines = ["== slime_like dry run: configuration valid =="]
-    warnings = getattr(args, "config_warnings", [])
+    warnings = args.config_warnings
     if warnings:  # each was printed once on stderr when it was found
         lines.append(f"({len(warnings)} WARNING line(s) printed above)")
-    for note in getattr(args, "preflight_notes", []):
+    for note in args.preflight_notes:
         lines.append(f"NOTE: {note}")
-    refusals = getattr(args, "launch_refusals", [])
+    refusals = args.launch_refusals
     if refusals:
         lines.append(f"\n-- refused at launch: the plan below is valid, but slime_like will not start this run "
                      f"({len(refusals)}) --")
@@ -61,7 +61,7 @@ def report(args, plan) -> str:
     common = {k: v for k, v in per_role["actor"].items()
               if all(k in d and d[k] == v for d in per_role.values())}
     _section(lines, "\n-- resolved config, shared by all roles (differs from defaults) --", common, groups)
-    overrides, entries = getattr(args, "megatron_role_overrides", {}), getattr(args, "megatron_role_entries", {})
+    overrides, entries = args.megatron_role_overrides, args.megatron_role_entries
     for r in roles:
         own = {k: v for k, v in per_role[r].items() if k not in common}
         own.update({k: defaults.get(k) for k in common if k not in per_role[r]})
@@ -70,7 +70,7 @@ def report(args, plan) -> str:
         own.update({k: getattr(views[r], k) for k in yaml_keys})
         sources = {k: f"YAML megatron[{entries.get(r, '?')}]" + (
             f", over the CLI's --{k.replace('_', '-')} {_fmt(getattr(args, k))}"
-            if k in getattr(args, "cli_dests", []) and getattr(args, k) != getattr(views[r], k) else "")
+            if k in args.cli_dests and getattr(args, k) != getattr(views[r], k) else "")
             for k in yaml_keys}
         if own or len(roles) > 1:
             _section(lines, f"\n-- role {r}: values not shared by every role --", own, groups, sources)
@@ -80,7 +80,7 @@ def report(args, plan) -> str:
     if args.router_args:
         lines.append("\n-- sglang-router passthrough --")
         lines += [f"    --{k.replace('_', '-')} {_fmt(v)}" for k, v in sorted(args.router_args.items())]
-    t = getattr(args, "config_translation", None)
+    t = args.config_translation
     if t is not None:
         lines += translation_lines(t)
     lines += ["\n-- batch arithmetic --"] + batch_lines(args)
@@ -122,12 +122,12 @@ def plan_lines(plan, args) -> list:
            f"{plan.num_slots} bundles reserved",
            f"  actor: {len(plan.actor)} rank(s)" + (f", critic: {len(plan.critic)} rank(s)" if plan.critic else "")
            + f", engines: {len(plan.engines)} x {args.rollout_num_gpus_per_engine} GPU(s)"]
-    placement = getattr(args, "placement_map", None)
+    placement = args.placement_map
     if placement:
         from slime_like.config.placement_spec import placement_text
 
         out.append(f"  explicit placement: --placement {' '.join(placement_text(placement))}")
-        if getattr(args, "reference_worker", False):
+        if args.reference_worker:
             out.append(f"  reference: its own worker, {len(plan.reference)} rank(s) (frozen; ref log-probs computed "
                        "there and sent to the actor)")
         elif placement.get("reference"):

@@ -25,8 +25,4 @@ def warn(args_or_none, message: str) -> None:
     """Print a start-up warning to stderr and remember it on the namespace (the dry run lists them again)."""
     print(f"WARNING: {message}", file=sys.stderr)
     if args_or_none is not None:
-        bucket = getattr(args_or_none, "config_warnings", None)
-        if bucket is None:
-            bucket = []
-            setattr(args_or_none, "config_warnings", bucket)
-        bucket.append(message)
+        args_or_none.config_warnings.append(message)

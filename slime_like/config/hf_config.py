@@ -8,7 +8,6 @@ the flags are filled from config.json instead (our choice; slime requires MODEL_
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import os
@@ -282,9 +281,9 @@ def fill_model_from_hf(args) -> None:
     cfg = read_hf_config(path)
     if not all(k in cfg for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")):
         return
-    from slime_like.config.parser import build_parser, group_of
+    from slime_like.config.parser import group_of, shared_parser
 
-    parser, _ = build_parser()
+    parser = shared_parser()
     derived, _ = parser.parse_known_args(model_flags_from_hf(cfg))
     for dest, group in group_of(parser).items():  # a value the user set (not the default) wins, e.g. a bias rate
         default = parser.get_default(dest)
@@ -299,40 +298,21 @@ def fill_model_from_hf(args) -> None:
     args.model_args_from_hf = True
 
 
-# dest -> how to read it from config.json, for flags a Namespace still lacks after fill_model_from_hf
-# (the conversion tools and tests start from an empty Namespace)
+# dest -> how to read it from config.json, for the model flags whose parser default is None that MODEL_ARGS
+# left unset (e.g. a recipe without --vocab-size); fill_model_from_hf sets them all when no MODEL_ARGS are given
 _HF_FIELDS = {
     "num_layers": lambda c: c["num_hidden_layers"],
     "hidden_size": lambda c: c["hidden_size"],
     "ffn_hidden_size": lambda c: c["intermediate_size"],
     "num_attention_heads": lambda c: c["num_attention_heads"],
-    "num_query_groups": lambda c: c.get("num_key_value_heads") or c["num_attention_heads"],
-    "group_query_attention": lambda c: (c.get("num_key_value_heads") or c["num_attention_heads"])
-    != c["num_attention_heads"],
     "kv_channels": lambda c: c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
-    "norm_epsilon": lambda c: c.get("rms_norm_eps", 1e-6),
-    "rotary_base": lambda c: _rope(c)[0],
     "vocab_size": lambda c: c["vocab_size"],
     "max_position_embeddings": lambda c: c.get("max_position_embeddings", 4096),
-    "untie_embeddings_and_output_weights": lambda c: not c.get("tie_word_embeddings", False),
-    "add_qkv_bias": lambda c: family_of(c).qkv_bias or bool(c.get("attention_bias")),
-    "qk_layernorm": lambda c: family_of(c).qk_norm or family_of(c).qk_norm_across_heads or bool(c.get("use_qk_norm")),
     "spec": lambda c: list(MINIMAX_M2_SPEC) if family_of(c).qk_norm_across_heads else None,
-    "rotary_percent": lambda c: partial_rotary(c),
-    "swiglu": lambda c: c.get("hidden_act", "silu") == "silu",
-    "normalization": lambda c: "RMSNorm",
-    "add_bias_linear": lambda c: bool(c.get("mlp_bias", False)),
     "num_experts": lambda c: _num_experts(c),
-    "moe_router_topk": lambda c: c.get("num_experts_per_tok", 2),
     "moe_ffn_hidden_size": lambda c: _expert_ffn(c) if _num_experts(c) else None,
     "moe_shared_expert_intermediate_size": lambda c: c.get("shared_expert_intermediate_size")
     or c.get("n_shared_experts", 0) * (c.get("moe_intermediate_size") or 0) or None,
-    "moe_layer_freq": lambda c: moe_layer_pattern_from_hf(c) if _num_experts(c) else None,
-    "attention_dropout": lambda c: c.get("attention_dropout", 0.0),
-    "hidden_dropout": lambda c: 0.0,  # HF decoder LMs of these families train without hidden dropout
-    "post_self_attn_layernorm": lambda c: family_of(c).glm_sandwich,
-    "post_mlp_layernorm": lambda c: family_of(c).glm_sandwich,
-    "rotary_interleaved": lambda c: family_of(c).glm_sandwich,
 }
 
 
@@ -355,32 +335,17 @@ def _expert_ffn(cfg: dict) -> int:
     return cfg.get("moe_intermediate_size") or cfg["intermediate_size"]
 
 
-def _fill_router_and_mla(out, cfg: dict) -> None:
-    """Router settings and multi-latent attention dims a Namespace still lacks (the empty-Namespace path)."""
-    if _num_experts(cfg):
-        for name, value in router_settings(cfg).items():
-            if getattr(out, name, None) is None:
-                setattr(out, name, value)
-    if "kv_lora_rank" in cfg and getattr(out, "multi_latent_attention", None) is None:
-        out.multi_latent_attention, out.qk_layernorm = True, True
-        out.q_lora_rank, out.kv_lora_rank = cfg.get("q_lora_rank"), cfg["kv_lora_rank"]
-        out.qk_head_dim, out.qk_pos_emb_head_dim = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"]
-        out.v_head_dim = cfg["v_head_dim"]
-        yarn = yarn_settings(cfg)
-        out.rotary_scaling_factor, out.mscale, out.mscale_all_dim = (yarn["rotary_scaling_factor"], yarn["mscale"],
-                                                                     yarn["mscale_all_dim"])
-
-
 def fill_args_from_hf(args, hf_dir: str):
-    """Return a copy of `args` (or a new Namespace for None) whose unset model flags come from hf_dir/config.json.
+    """Return a copy of the parsed `args` whose unset model flags come from hf_dir/config.json.
 
-    What the trainer and the conversion tools call. A parsed Namespace with no model flag at all gets the full
-    HF -> MODEL_ARGS translation first (fill_model_from_hf; its Megatron defaults, e.g. LayerNorm, are not
-    None); then any flag still missing or None is read from config.json, and Megatron's derived defaults apply.
+    What the trainer and the conversion tools call (a tool passes `slime_like.args.make_args("--hf-checkpoint",
+    hf_dir)`). A Namespace with no model flag at all gets the full HF -> MODEL_ARGS translation
+    (fill_model_from_hf); then any model flag still None is read from config.json, and Megatron's derived
+    defaults apply.
     """
     cfg = read_hf_config(hf_dir, for_training=True)
-    out = copy.copy(args) if args is not None else argparse.Namespace()
-    if args is not None and getattr(out, "num_layers", None) is None and hasattr(out, "add_bias_linear"):
+    out = copy.copy(args)
+    if out.num_layers is None:
         out.hf_checkpoint = hf_dir
         fill_model_from_hf(out)
         if _num_experts(cfg):
@@ -388,19 +353,20 @@ def fill_args_from_hf(args, hf_dir: str):
             # use alltoall, and so does a model taken whole from config.json
             out.moe_token_dispatcher_type = "alltoall"
     for name, read in _HF_FIELDS.items():
-        if getattr(out, name, None) is None:
+        if getattr(out, name) is None:
             setattr(out, name, read(cfg))
-    _fill_router_and_mla(out, cfg)
+    if _num_experts(cfg):  # router flags whose parser default is None (group-limited routing) MODEL_ARGS left unset
+        for name, value in router_settings(cfg).items():
+            if getattr(out, name) is None:
+                setattr(out, name, value)
     out.hf_model_type = cfg.get("model_type", "")  # the HF weight layout (hf_weights.py), e.g. GLM-4's fused MLP
     if "kv_lora_rank" in cfg:  # YaRN's parts Megatron has no flags for (beta_fast / _slow, original length)
         out.hf_yarn = yarn_settings(cfg)
-    if getattr(out, "use_rotary_position_embeddings", False):
+    if out.use_rotary_position_embeddings:
         out.position_embedding_type = "rope"
-    if not getattr(out, "group_query_attention", False):
+    if not out.group_query_attention:
         out.num_query_groups = out.num_attention_heads
-    if getattr(out, "seq_length", None) is None:
-        out.seq_length = out.max_position_embeddings
     _, scaling = _rope(cfg)
-    if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3" and not getattr(out, "use_rope_scaling", False):
+    if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3" and not out.use_rope_scaling:
         out.use_rope_scaling, out.rope_scaling_factor = True, float(scaling.get("factor", 8.0))
     return out

@@ -10,6 +10,7 @@ Role overlays and validation run afterwards (see slime_like/args.py).
 from __future__ import annotations
 
 import argparse
+import functools
 
 from slime_like.config import (flags_algo, flags_fsdp, flags_misc, flags_model, flags_rl, flags_slime, flags_train,
                                sglang_passthrough, vllm_passthrough)
@@ -62,6 +63,16 @@ def build_parser(prog: str = "train.py", generated_sglang: bool = False, vllm_sp
     return p, fields
 
 
+@functools.lru_cache(maxsize=1)
+def shared_parser():
+    """The plain parser (no SGLang / vLLM flags generated from an installed engine), built once per process.
+
+    What parses a plain command line, and what the layers that read defaults, groups or option strings use (the
+    dry run, provenance, the support tables, the HF model fill, the front-ends): one build per start instead of
+    one per reader. Read-only for them; only `parse_namespace` sets its `prog` (usage and --help text)."""
+    return build_parser()[0]
+
+
 def defaults_of(parser) -> dict:
     """dest -> default after type conversion (argparse converts string defaults, e.g. '{}' -> {})."""
     out = {}
@@ -88,7 +99,11 @@ def parse_namespace(argv: list, prog: str = "train.py"):
     """argv -> (Namespace, parser); raises ConfigError for unknown flags and bad values."""
     generated = sglang_passthrough.want_generated(argv)
     vllm_spec = vllm_passthrough.load_spec() if vllm_passthrough.want_generated(argv) else None
-    parser, fields = build_parser(prog, generated, vllm_spec)
+    if generated or vllm_spec:
+        parser, fields = build_parser(prog, generated, vllm_spec)
+    else:
+        parser, fields = shared_parser(), set()
+        parser.prog = prog
     generic = vllm_generic = {}
     if not parser.vllm_options:
         argv, vllm_generic = vllm_passthrough.extract_generic(argv, parser._option_string_actions)
@@ -100,8 +115,25 @@ def parse_namespace(argv: list, prog: str = "train.py"):
         raise ConfigError(_unknown_message(extras, parser))
     sglang_passthrough.collect(args, parser, fields, generic)
     args.router_args = router  # --router-NAME VALUE: passed to sglang_router.launch_router as --NAME VALUE
+    _add_bookkeeping(args)
     vllm_passthrough.collect(args, parser.vllm_options, vllm_generic)
     return args, parser
+
+
+def _add_bookkeeping(args) -> None:
+    """The attributes that are no flag but that later layers fill in (provenance, YAML overlays, validation,
+    preflight): present from the start, so every reader says `args.x` whatever stage made the Namespace."""
+    args.cli_dests = []                 # what the user named on the command line (slime_like/args.py)
+    args.megatron_role_overrides = {}   # role -> {dest: value} of --megatron-config-path (role_overrides.py)
+    args.megatron_role_entries = {}     # role -> index of its YAML entry, for messages
+    args.config_translation = None      # the --config RLinf / ROLL translation (frontends/apply.py)
+    args.config_warnings = []           # no-effect and derived-value notes (validate.py and the checks)
+    args.launch_refusals = []           # settings this machine cannot run, raised at launch (support.py)
+    args.preflight_notes = []           # the pre-Ray checks' notes (preflight.py)
+    args.model_args_from_hf = False     # the model flags came from config.json (hf_config.fill_model_from_hf)
+    args.hf_model_type = ""             # config.json's model_type: the HF weight layout (hf_config.fill_args_from_hf)
+    args.hf_yarn = None                 # config.json's YaRN settings Megatron has no flags for (same)
+    args.num_rollout_per_epoch = None   # set when --num-epoch derives --num-rollout (validate.py)
 
 
 def _unknown_message(extras, parser) -> str:

@@ -75,9 +75,9 @@ def run_preflight(args) -> list:
 
 
 def _data(args, errors: list, notes: list) -> None:
-    if getattr(args, "debug_train_only", False):
+    if args.debug_train_only:
         return  # trains on saved rollouts: no prompt is read
-    if args.prompt_data and getattr(args, "data_source_path", None) is None:
+    if args.prompt_data and args.data_source_path is None:
         keys = {"--input-key": args.input_key}
         if args.label_key:
             keys["--label-key"] = args.label_key
@@ -87,11 +87,11 @@ def _data(args, errors: list, notes: list) -> None:
             errors += e
             notes += n
     data = args.eval_prompt_data or []
-    own = {d["name"]: d["overrides"] for d in getattr(args, "eval_datasets", None) or ()}  # --eval-config
+    own = {d["name"]: d["overrides"] for d in args.eval_datasets or ()}  # --eval-config
     for name, path in zip(data[0::2], data[1::2]):
         o = own.get(name, {})
-        keys = {"--eval-input-key": o.get("eval_input_key") or getattr(args, "eval_input_key", None) or args.input_key}
-        label = o.get("eval_label_key") or getattr(args, "eval_label_key", None) or args.label_key
+        keys = {"--eval-input-key": o.get("eval_input_key") or args.eval_input_key or args.input_key}
+        label = o.get("eval_label_key") or args.eval_label_key or args.label_key
         if label:
             keys["--eval-label-key"] = label
         flag = f"--eval-config {args.eval_config} dataset {name}" if name in own else f"--eval-prompt-data {name}"
@@ -101,11 +101,11 @@ def _data(args, errors: list, notes: list) -> None:
 
 
 def _checkpoints(args, errors: list) -> None:
-    if args.hf_checkpoint and not getattr(args, "debug_train_only", False):
+    if args.hf_checkpoint and not args.debug_train_only:
         errors += check_hf_checkpoint(args.hf_checkpoint)
     if args.load:
         errors += check_megatron_load(args.load, "--load", fresh_ok=True)  # slime: --load = --save on a fresh run
-    if getattr(args, "critic_load", None) and args.use_critic:
+    if args.critic_load and args.use_critic:
         errors += check_megatron_load(args.critic_load, "--critic-load", fresh_ok=True)
     if args.ref_load and reference_needed(args):
         errors += check_ref_load(args.ref_load)
@@ -130,14 +130,14 @@ def _schedules(args) -> list:
 
 
 def _schedule_source(args, role: str) -> str:
-    overrides = getattr(args, "megatron_role_overrides", {}).get(role, {})
-    entries = getattr(args, "megatron_role_entries", {})
+    overrides = args.megatron_role_overrides.get(role, {})
+    entries = args.megatron_role_entries
     from_yaml = [k for k in SCHEDULE_KEYS if k in overrides]
     if from_yaml:
         keys = ", ".join(f"{k}: {overrides[k]}" for k in from_yaml)
         return (f"; {args.megatron_config_path} entry megatron[{entries.get(role, '?')}] (role {role}) sets {keys}: "
                 "lower it there (or raise lr_decay_iters / --num-rollout)")
-    if role == "critic" and getattr(args, "critic_lr_warmup_iters", 0):
+    if role == "critic" and args.critic_lr_warmup_iters:
         return (f"; set by --critic-lr-warmup-iters {args.critic_lr_warmup_iters}: lower it (or raise "
                 "--lr-decay-iters / --num-rollout)")
     return ""

@@ -13,7 +13,7 @@ import shlex
 import sys
 import time
 
-from slime_like.config.parser import build_parser, defaults_of, group_of
+from slime_like.config.parser import defaults_of, group_of, shared_parser
 from slime_like.config.role_overrides import ROLES, apply_role
 
 CONFIG_FILE = "config.yaml"
@@ -46,16 +46,16 @@ def _skip(dest: str) -> bool:
 
 def shared_values(args) -> dict:
     """{dest: {"value", "source"}} of the shared namespace, non-default values only."""
-    parser, _ = build_parser()
+    parser = shared_parser()
     defaults, groups = defaults_of(parser), group_of(parser)
-    named = set(getattr(args, "cli_dests", []))
+    named = set(args.cli_dests)
     out = {}
     for dest, value in sorted(vars(args).items()):
         if _skip(dest) or (dest in defaults and defaults[dest] == value):
             continue
         if dest in named:
             source = "CLI"
-        elif getattr(args, "model_args_from_hf", False) and groups.get(dest, "").startswith("model"):
+        elif args.model_args_from_hf and groups.get(dest, "").startswith("model"):
             source = "config.json"
         else:
             source = "derived"
@@ -67,8 +67,8 @@ def role_values(args) -> dict:
     """{role: {dest: {"value", "source"}}}: each role's values that differ from the shared ones or come from
     a YAML entry (shown even when equal to the default)."""
     out = {}
-    overrides = getattr(args, "megatron_role_overrides", {})
-    entries = getattr(args, "megatron_role_entries", {})
+    overrides = args.megatron_role_overrides
+    entries = args.megatron_role_entries
     for role in ROLES:
         if role == "critic" and not args.use_critic:
             continue
@@ -79,7 +79,7 @@ def role_values(args) -> dict:
                 continue
             if dest in overrides.get(role, {}):
                 source = f"YAML {args.megatron_config_path} megatron[{entries.get(role, '?')}]"
-                if dest in getattr(args, "cli_dests", []) and getattr(args, dest, None) != value:
+                if dest in args.cli_dests and getattr(args, dest, None) != value:
                     source += f", over the CLI's --{dest.replace('_', '-')} {getattr(args, dest)}"
             elif getattr(args, dest, None) != value:
                 source = _CRITIC_FLAGS.get(dest, "derived") if role == "critic" else "derived"
@@ -110,7 +110,7 @@ def write_config(args, argv: list) -> str:
     path = os.path.join(args.run_dir, CONFIG_FILE)
     doc = {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "command": shlex.join([os.path.basename(sys.argv[0] or "train.py"), *argv]),
-           "warnings": list(getattr(args, "config_warnings", [])),
+           "warnings": list(args.config_warnings),
            "shared": shared_values(args), "roles": role_values(args)}
     resumed = os.path.exists(path) and os.path.getsize(path) > 0
     with open(path, "a") as f:

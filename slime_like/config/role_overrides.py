@@ -167,7 +167,7 @@ def apply_role(args, role: str):
         out.save = args.critic_save or (args.save.rstrip("/") + "_critic" if args.save else None)
         out.load = args.critic_load or out.save
         out.kl_coef = 0.0
-    for key, value in getattr(args, "megatron_role_overrides", {}).get(role, {}).items():
+    for key, value in args.megatron_role_overrides.get(role, {}).items():
         setattr(out, key, copy.deepcopy(value))
     out.role = role
     return out

@@ -8,11 +8,6 @@ from __future__ import annotations
 DECAY_STYLES = ("constant", "linear", "cosine", "inverse-square-root", "WSD")
 
 
-def _get(args, name, default=None):
-    value = getattr(args, name, None)
-    return default if value is None else value
-
-
 def schedule_steps(args) -> tuple[int, int]:
     """(warm-up steps, decay steps) in optimizer steps.
 
@@ -20,25 +15,25 @@ def schedule_steps(args) -> tuple[int, int]:
     warm-up = --lr-warmup-iters, or --lr-warmup-fraction x decay steps. The constant style needs no
     horizon, so an unknown one is fine there; linear / cosine without one is an error.
     """
-    style = _get(args, "lr_decay_style", "constant")
+    style = args.lr_decay_style
     if style not in DECAY_STYLES:
         import difflib
 
         close = difflib.get_close_matches(str(style), DECAY_STYLES, n=1)
         raise ValueError(f"--lr-decay-style {style!r} is unknown" + (f"; did you mean {close[0]!r}?" if close else
                                                                      f"; choose one of {DECAY_STYLES}"))
-    decay = _get(args, "lr_decay_iters", None) or _get(args, "train_iters", None)
-    if not decay and _get(args, "num_rollout", None):
-        decay = int(args.num_rollout) * int(_get(args, "num_steps_per_rollout", 1))
-    fraction = _get(args, "lr_warmup_fraction", None)
-    if fraction is not None and _get(args, "lr_warmup_iters", 0):
+    decay = args.lr_decay_iters or args.train_iters
+    if not decay and args.num_rollout:
+        decay = int(args.num_rollout) * int(args.num_steps_per_rollout)
+    fraction = args.lr_warmup_fraction
+    if fraction is not None and args.lr_warmup_iters:
         raise ValueError("set only one of --lr-warmup-fraction and --lr-warmup-iters")
     if fraction is not None:
         if not decay:
             raise ValueError("--lr-warmup-fraction needs a schedule length: set --lr-decay-iters or --num-rollout")
         warmup = int(float(fraction) * decay)
     else:
-        warmup = int(_get(args, "lr_warmup_iters", 0))
+        warmup = int(args.lr_warmup_iters)
     if not decay:
         if style != "constant":
             raise ValueError(f"--lr-decay-style {style} needs a schedule length: set --lr-decay-iters "

@@ -38,4 +38,4 @@ def foreign(path) -> bool:
 
 def is_fully_async(args) -> bool:
     """The run generates in the background (slime's fully async rollout function is the rollout function)."""
-    return resolve(getattr(args, "rollout_function_path", None)) == FULLY_ASYNC_ROLLOUT
+    return resolve(args.rollout_function_path) == FULLY_ASYNC_ROLLOUT

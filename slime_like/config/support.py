@@ -181,6 +181,7 @@ NO_EFFECT_HERE = {
 
 INFORMATIONAL = {
     "megatron_config_path": "role_overrides.py reads the YAML into args.megatron_role_overrides",
+    "seq_length": "validate.py: --max-position-embeddings defaults to it (the length the model is built for)",
     "sglang_config": "sglang_passthrough.py merges the file into args.sglang_server_args",
     "vllm_config": "vllm_passthrough.py merges the file into args.vllm_server_args",
     "critic_lr": "role_overrides.apply_role: the critic's lr",
@@ -271,13 +272,13 @@ def check_router_flags(args) -> None:
 
 def check_engine_passthrough(args) -> None:
     """Warn about --sglang-* / --vllm-* values no engine will see (after validation resolved --rollout-engine)."""
-    vllm_values = getattr(args, "vllm_server_args", None) or {}
+    vllm_values = args.vllm_server_args
     if vllm_values and (args.rollout_engine != "vllm" or args.rollout_external_engine_addrs) \
             and not args.debug_train_only:
         shown_v = ", ".join(f"--vllm-{k.replace('_', '-')}" for k in vllm_values)
         warn(args, f"{shown_v}: no effect, the rollout engine is {args.rollout_engine}"
                    f"{' (external)' if args.rollout_external_engine_addrs else ''}, not a vllm engine started here")
-    values = {k: v for k, v in (getattr(args, "sglang_server_args", None) or {}).items()
+    values = {k: v for k, v in args.sglang_server_args.items()
               if k not in SGLANG_CLIENT_SIDE and v is not None}
     if not values or args.debug_train_only:
         return
@@ -298,9 +299,9 @@ def _flag_info() -> dict:
     """dest -> (option string users type, parser default, is a boolean switch, argparse group title)."""
     import argparse
 
-    from slime_like.config.parser import build_parser, defaults_of, group_of  # late: parser imports flags_*
+    from slime_like.config.parser import defaults_of, group_of, shared_parser  # late: parser imports flags_*
 
-    parser, _ = build_parser()
+    parser = shared_parser()
     defaults, groups = defaults_of(parser), group_of(parser)  # defaults converted: '{}' -> {}
     out = {}
     for action in parser._actions:
@@ -331,7 +332,7 @@ def check_flag_support(args) -> None:
 
     Collects the UNSUPPORTED / slime-only flags into args.launch_refusals (refused by `refuse_at_launch`, listed
     by --dry-run) and warns about the NO_EFFECT_HERE ones."""
-    refusals = args.launch_refusals = getattr(args, "launch_refusals", [])
+    refusals = args.launch_refusals
     for dest, why in UNSUPPORTED.items():
         value = getattr(args, dest, _ABSENT)  # a hand-built namespace may lack a dest: nothing was set
         if value is not _ABSENT and _is_set(args, dest, value):
@@ -357,15 +358,15 @@ def _as_list(value) -> list:
 
 def refuse_at_launch(args) -> None:
     """The launch (not --dry-run) stops here, before Ray or torch, when the run needs what slime_like lacks."""
-    refusals = getattr(args, "launch_refusals", [])
+    refusals = args.launch_refusals
     if refusals:
         raise ConfigError("this run cannot start: " + "; ".join(refusals))
 
 
 def check_role_overrides_support(args) -> None:
     """The same rules for the per-role YAML overlay (keys are dests; the CLI is the baseline)."""
-    path = getattr(args, "megatron_config_path", None)
-    for role, overrides in (getattr(args, "megatron_role_overrides", None) or {}).items():
+    path = args.megatron_config_path
+    for role, overrides in (args.megatron_role_overrides or {}).items():
         view = _Overlay(args, overrides)
         for key, value in overrides.items():
             where = f"{path} (role {role}): key '{key}'"

@@ -24,7 +24,6 @@ def validate_args(args, raise_path_problems: bool = True) -> None:
     """Validate and fill derived defaults. Missing input paths are independent of every other rule: they are
     collected and raised together at the end, or (raise_path_problems=False) left to the preflight, which
     checks the same paths more deeply and reports them with its own findings in one message."""
-    args.config_warnings = getattr(args, "config_warnings", [])
     args.config_path_problems = []
     check_flag_support(args)  # accepted-but-not-honoured flags: error or warning (support.py), on raw values
     check_role_overrides_support(args)

@@ -152,7 +152,7 @@ def _check_name(name: str, shown: str) -> None:
 
 def collect(args, options: dict, generic: dict) -> None:
     """Fill args.vllm_server_args / args.vllm_cli_options from the parsed flags, the config file and generic values."""
-    chosen = _load_config(args.vllm_config, options) if getattr(args, "vllm_config", None) else {}
+    chosen = _load_config(args.vllm_config, options) if args.vllm_config else {}
     for dest in options:
         value = getattr(args, "vllm_" + dest, None)
         if value is not None:
@@ -181,8 +181,8 @@ def _load_config(path: str, options: dict) -> dict:
 def server_argv(args) -> list[str]:
     """The user's vLLM values as vLLM CLI tokens (True -> --flag, False -> --no-flag, lists -> repeated values)."""
     out = []
-    values = getattr(args, "vllm_server_args", None) or {}
-    spelled = getattr(args, "vllm_cli_options", None) or {}
+    values = args.vllm_server_args
+    spelled = args.vllm_cli_options
     for dest in sorted(values):
         value, flag = values[dest], spelled.get(dest, "--" + dest.replace("_", "-"))
         if value is True:

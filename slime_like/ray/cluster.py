@@ -35,7 +35,7 @@ class RayClusterError(RuntimeError):
 
 def ray_address(args) -> str | None:
     """The cluster to join, or None for a private instance. The flag wins over the environment."""
-    return getattr(args, "ray_address", None) or os.environ.get("RAY_ADDRESS") or None
+    return args.ray_address or os.environ.get("RAY_ADDRESS") or None
 
 
 def init_ray(args, plan=None) -> str:

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import sys
 
-from slime_like.args import parse_args
+from slime_like.args import parse_run
 from slime_like.config.slime_paths import is_fully_async
 
 
 def launch(loop, argv=None, *, allow_colocate: bool = True, allow_fully_async: bool = False,
            prog: str | None = None) -> int:
     """Run `loop(args, run, logger)` for the command line `argv`; returns the process exit code."""
-    args = parse_args(argv, prog=prog, preflight=True)
+    args, plan = parse_run(argv, prog=prog, preflight=True)
     if args.colocate and not allow_colocate:
-        what = ("the placement puts the engines on the actor's GPUs (colocated)" if getattr(args, "placement_map", None)
+        what = ("the placement puts the engines on the actor's GPUs (colocated)" if args.placement_map
                 else "--colocate is not supported")
         print(f"{prog or 'train'}: {what}: generation of the next rollout runs while the trainer trains, so they "
               "need separate GPUs. Give the engines GPUs of their own, or use train.py.", file=sys.stderr)
@@ -24,12 +24,12 @@ def launch(loop, argv=None, *, allow_colocate: bool = True, allow_fully_async: b
               "generates while the trainer trains, so it needs train_async.py's loop (as in slime's "
               "examples/fully_async): run train_async.py with the same flags.", file=sys.stderr)
         return 2
-    from slime_like.plan import build_plan, print_dry_run
+    from slime_like.plan import print_dry_run
 
     if args.dry_run:
-        print_dry_run(args)
+        print_dry_run(args, plan)
         return 0
-    for note in getattr(args, "preflight_notes", []):
+    for note in args.preflight_notes:
         print(f"NOTE: {note}", file=sys.stderr)
     from slime_like.config.errors import ConfigError
     from slime_like.config.support import refuse_at_launch
@@ -52,7 +52,7 @@ def launch(loop, argv=None, *, allow_colocate: bool = True, allow_fully_async: b
 
     exit_cleanly_on_sigterm()
     try:
-        _run(loop, args, build_plan(args))
+        _run(loop, args, plan)
     except Terminated as e:  # SIGTERM: everything was stopped by the finally blocks on the way out
         print(f"[slime_like] stopped by {e}; engines and actors shut down", file=sys.stderr)
         return e.exit_code

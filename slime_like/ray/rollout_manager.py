@@ -33,7 +33,7 @@ class EngineActor:
         host = ray.util.get_node_ip_address() if multi_node else "127.0.0.1"
         self.proc = start_engine(self.args, kind=kind, engine_index=self.engine_index, gpu_ids=self.gpu_ids,
                                  host=host, port=free_port(host),
-                                 api_key=getattr(self.args, "engine_api_key", None))
+                                 api_key=self.args.engine_api_key)
         return self.proc.url
 
     def restart(self) -> str:
@@ -136,7 +136,7 @@ class RolloutManager:
         from slime_like.backends.engine_api.client import EngineClient
 
         async def run():
-            key = getattr(self.args, "engine_api_key", None)
+            key = self.args.engine_api_key
             live = [u for u in self.engine_urls if u not in self.controller.dead_engines]  # a dead one can't answer
             return await asyncio.gather(*[request(EngineClient(u, api_key=key)) for u in live])
 

@@ -50,7 +50,7 @@ class Run:
     def start(cls, args, plan):
         # The secret every engine route will require (docs/security.md): the user's for engines they run,
         # else a fresh one for the engines this run starts. Set before the role views copy `args`.
-        args.engine_api_key = resolve_api_key(getattr(args, "engine_api_key", None))
+        args.engine_api_key = resolve_api_key(args.engine_api_key)
         if not args.engine_api_key and not args.rollout_external_engine_addrs:
             args.engine_api_key = new_secret()
         # Every role resumes from the same iteration: the run's marker, written after all roles saved (checked
@@ -246,7 +246,7 @@ class Run:
         return self._periodic(rollout_id, self.args.eval_interval)
 
     def _periodic(self, rollout_id: int, interval) -> bool:
-        per_epoch = getattr(self.args, "num_rollout_per_epoch", None)  # set when --num-epoch derived --num-rollout
+        per_epoch = self.args.num_rollout_per_epoch  # set when --num-epoch derived --num-rollout
         return bool(interval) and ((rollout_id + 1) % interval == 0
                                    or bool(per_epoch) and (rollout_id + 1) % per_epoch == 0)
 

@@ -114,20 +114,20 @@ class TrainerActor:
             self.weight_sender = DiskWeightSender(engine_urls, self.args.update_weight_disk_dir,
                                                   hf_checkpoint=self.args.hf_checkpoint,
                                                   keep_files=self.args.update_weight_disk_keep_files,
-                                                  api_key=getattr(self.args, "engine_api_key", None))
+                                                  api_key=self.args.engine_api_key)
             self.weight_sender.connect()
         elif colocate:
             # One shared-memory send buffer for the whole run: a fresh one per sync costs its page faults
             # (100M: ~1.3 s); released by close_weight_sender() or, after a kill, by TrainerGroup.kill()
             self.weight_sender = weight_sync.TensorWeightSender(engine_urls, keep_buffer=True,
-                                                               api_key=getattr(self.args, "engine_api_key", None))
+                                                               api_key=self.args.engine_api_key)
         else:
             import torch
 
             backend = "nccl" if torch.cuda.is_available() else "gloo"
             self.weight_sender = weight_sync.DistributedWeightSender(engine_urls, backend=backend,
                                                                      group_name=group_name,
-                                                                     api_key=getattr(self.args, "engine_api_key", None))
+                                                                     api_key=self.args.engine_api_key)
             self.weight_sender.connect()
 
     def _close_old_sender(self, leaving: list | None):

@@ -35,7 +35,7 @@ def group_step(args, raw_rewards: list[float], group_size: int) -> list[float]:
 def _rewards(args, groups) -> tuple[list[float], list[float]]:
     """(raw, after the group step), flat in group order. ``--custom-reward-post-process-path``
     replaces the whole step with slime's hook ``f(args, samples) -> (raw_rewards, rewards)``."""
-    path = getattr(args, "custom_reward_post_process_path", None)
+    path = args.custom_reward_post_process_path
     if path:
         from .hooks import load_function
 
@@ -46,7 +46,7 @@ def _rewards(args, groups) -> tuple[list[float], list[float]]:
                              f"rewards for {len(flat)} samples")
         return [float(r) for r in raw], [float(r) for r in shaped]
     raw, shaped = [], []
-    scale = getattr(args, "reward_scale", None)
+    scale = args.reward_scale
     for group in groups:
         r = [scalar_reward(args, s.reward) for s in group]
         raw += r
@@ -109,7 +109,7 @@ def to_train_batch(args, samples) -> dict:
     A sample marked ``remove_sample = True`` (by ``--rollout-sample-filter-path``, as in slime) stays in
     the batch with an all-zero loss mask, so group statistics are unchanged but it is not trained on.
     """
-    path = getattr(args, "custom_convert_samples_to_train_data_path", None)
+    path = args.custom_convert_samples_to_train_data_path
     if path:
         return custom_train_batch(args, samples, path)
     batch = {k: [] for k in BATCH_KEYS}
@@ -132,7 +132,7 @@ def to_train_batch(args, samples) -> dict:
         batch["sample_indices"].append(s.index)
         batch["truncated"].append(int(s.status == Status.TRUNCATED))
     _teacher_column(batch, flat)
-    if getattr(args, "keep_old_actor", False):  # the trainer scores each sample with the weights that wrote it
+    if args.keep_old_actor:  # the trainer scores each sample with the weights that wrote it
         batch["weight_versions"] = [_oldest_version(s) for s in flat]
     return batch
 

@@ -33,16 +33,15 @@ from .log_extras import correct_sample_metrics, multi_turn_metrics
 from .rewards import scalar_reward
 
 logger = logging.getLogger(__name__)
-DEFAULT_ROLLOUT_FUNCTION = "slime_like.rollout.generate.generate_rollout"
 
 
 def load_tokenizer(args):
     from transformers import AutoTokenizer
 
-    path = getattr(args, "hf_checkpoint", None)
+    path = args.hf_checkpoint
     if not path:
         raise ValueError("--hf-checkpoint is required: the rollout tokenizes prompts with its tokenizer")
-    return AutoTokenizer.from_pretrained(path, trust_remote_code=bool(getattr(args, "trust_remote_code", False)))
+    return AutoTokenizer.from_pretrained(path, trust_remote_code=bool(args.trust_remote_code))
 
 
 def rollout_metrics(args, samples, elapsed: float, tokens_generated: int) -> dict:
@@ -58,7 +57,7 @@ def rollout_metrics(args, samples, elapsed: float, tokens_generated: int) -> dic
 
 def category_metrics(args, samples) -> dict:
     """--log-reward-category KEY: share of each value of ``reward[KEY]`` (dict rewards), e.g. a failure reason."""
-    key = getattr(args, "log_reward_category", None)
+    key = args.log_reward_category
     if not key or not samples:
         return {}
     values = [str(s.reward.get(key)) if isinstance(s.reward, dict) else "None" for s in samples]
@@ -80,7 +79,7 @@ def passrate_metrics(args, groups) -> dict:
 class RolloutController:
     def __init__(self, args, engine_urls: list[str], tokenizer=None):
         self.args, self.engine_urls = args, list(engine_urls or [])
-        self.debug_load = getattr(args, "load_debug_rollout_data", None)
+        self.debug_load = args.load_debug_rollout_data
         self.dead_engines: dict[str, str] = {}     # survives across rollouts: a dead engine stays dead
         # One event loop and one engine pool (an HTTP connection pool per engine) for the whole run: a fresh
         # loop per rollout opened new TCP connections to every engine each time (~20 ms of ~65 ms per demo step)
@@ -91,19 +90,19 @@ class RolloutController:
         if self.debug_load:
             return
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(args)
-        self.rollout_fn = load_function(getattr(args, "rollout_function_path", None) or DEFAULT_ROLLOUT_FUNCTION,
+        self.rollout_fn = load_function(args.rollout_function_path,
                                         "--rollout-function-path")
-        eval_path = getattr(args, "eval_function_path", None)
+        eval_path = args.eval_function_path
         self.eval_fn = load_function(eval_path, "--eval-function-path") if eval_path else self.rollout_fn
-        custom_ds = getattr(args, "data_source_path", None)
+        custom_ds = args.data_source_path
         if custom_ds:
             self.data_source = load_function(custom_ds, "--data-source-path")(args, self.tokenizer)
-        elif getattr(args, "prompt_data", None):
+        elif args.prompt_data:
             self.data_source = RolloutDataSource(args, self.tokenizer)
 
     # ------------------------------------------------------------------ running a hook in a loop
     def _progress(self, total: int, desc: str):
-        off = (getattr(self.args, "disable_tqdm", False) or os.environ.get("SLIME_LIKE_NO_TQDM") == "1"
+        off = (self.args.disable_tqdm or os.environ.get("SLIME_LIKE_NO_TQDM") == "1"
                or not sys.stderr.isatty())
         if off:
             return None
@@ -114,11 +113,11 @@ class RolloutController:
         if self._pool is None:
             self._pool = await EnginePool(
                 self.engine_urls, dead=self.dead_engines, timeout=request_timeout(self.args),
-                api_key=getattr(self.args, "engine_api_key", None),
-                health_interval=getattr(self.args, "rollout_health_check_interval", None),
-                health_timeout=getattr(self.args, "rollout_health_check_timeout", None) or 30.0,
-                health_first_wait=getattr(self.args, "rollout_health_check_first_wait", None) or 0.0,
-                allow_empty=getattr(self.args, "debug_train_only", False)).__aenter__()
+                api_key=self.args.engine_api_key,
+                health_interval=self.args.rollout_health_check_interval,
+                health_timeout=self.args.rollout_health_check_timeout,
+                health_first_wait=self.args.rollout_health_check_first_wait,
+                allow_empty=self.args.debug_train_only).__aenter__()
         pool = self._pool
         pool.tokens_generated = 0  # this rollout's counts
         pool.answered = dict.fromkeys(pool.urls, 0)
@@ -175,7 +174,7 @@ class RolloutController:
         """(samples of the kept groups, flattened, metrics dict)."""
         if self.debug_load:
             samples = load_rollout(self.debug_load, rollout_id,
-                                   getattr(self.args, "load_debug_rollout_data_subsample", None))
+                                   self.args.load_debug_rollout_data_subsample)
             return samples, rollout_metrics(self.args, samples, 0.0, 0)
         if self.data_source is None:
             raise ValueError("--prompt-data is required to generate rollouts")
@@ -197,13 +196,13 @@ class RolloutController:
             metrics["rollout/engines_answering"] = sum(n > 0 for n in self._pool.answered.values())
             metrics["rollout/engines_live"] = len(self._pool.alive)
         metrics.update(category_metrics(self.args, samples))
-        if getattr(self.args, "log_passrate", False):
+        if self.args.log_passrate:
             metrics.update(passrate_metrics(self.args, groups))
-        if getattr(self.args, "log_multi_turn", False):
+        if self.args.log_multi_turn:
             metrics.update(multi_turn_metrics(self.args, samples))
-        if getattr(self.args, "log_correct_samples", False):
+        if self.args.log_correct_samples:
             metrics.update(correct_sample_metrics(self.args, samples))
-        if getattr(self.args, "save_debug_rollout_data", None):
+        if self.args.save_debug_rollout_data:
             save_rollout(self.args.save_debug_rollout_data, rollout_id, samples)
         return samples, self._custom_log("custom_rollout_log_function_path", metrics,
                                          rollout_id, self.args, samples, metrics, elapsed)

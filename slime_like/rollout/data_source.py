@@ -176,11 +176,10 @@ def _refuse_or_drop(unusable: dict, path: str, flag: str, context_length, skip_b
 
 def prompt_context_length(args) -> int | None:
     """The engines' context length: --sglang-context-length, else the HF config's max_position_embeddings."""
-    sv = getattr(args, "sglang_server_args", None) or {}
-    value = sv.get("context_length") or getattr(args, "sglang_context_length", None)
+    value = args.sglang_server_args.get("context_length")  # what the user set, from either passthrough mode
     if value:
         return int(value)
-    path = os.path.join(getattr(args, "hf_checkpoint", None) or "", "config.json")
+    path = os.path.join(args.hf_checkpoint or "", "config.json")
     if not os.path.isfile(path):
         return None
     with open(path) as f:
@@ -193,7 +192,7 @@ def prompt_context_length(args) -> int | None:
 def is_sft_rollout(args) -> bool:
     from slime_like.config.slime_paths import resolve
 
-    return resolve(getattr(args, "rollout_function_path", None)) == "slime_like.rollout.sft_rollout.generate_rollout"
+    return resolve(args.rollout_function_path) == "slime_like.rollout.sft_rollout.generate_rollout"
 
 
 def make_group(record: dict, group_index: int, n_samples: int) -> list[Sample]:
@@ -211,27 +210,27 @@ class RolloutDataSource:
         if not path:
             raise PromptDataError("--prompt-data PATH is required (a JSONL or Parquet file of prompts)")
         # --prompt-data-extra: more files after the first, one dataset (only for the run's own --prompt-data)
-        extra = list(getattr(args, "prompt_data_extra", None) or []) if path == args.prompt_data else []
+        extra = list(args.prompt_data_extra or []) if path == args.prompt_data else []
         self.records = []
         # which files, by name and size: a resume may change the filters, not the data
         self.files = [{"name": os.path.basename(f), "bytes": os.path.getsize(f) if os.path.exists(f) else None}
                       for f in (path, *extra)]
         for i, one in enumerate([path, *extra]):
-            self.records += load_prompts(one, tokenizer, args.input_key, getattr(args, "label_key", None),
-                                         getattr(args, "metadata_key", "metadata"),
-                                         bool(getattr(args, "apply_chat_template", False)),
-                                         getattr(args, "rollout_max_prompt_len", None),
+            self.records += load_prompts(one, tokenizer, args.input_key, args.label_key,
+                                         args.metadata_key,
+                                         bool(args.apply_chat_template),
+                                         args.rollout_max_prompt_len,
                                          flag="--prompt-data-extra" if i else "--prompt-data",
-                                         tool_key=getattr(args, "tool_key", None),
-                                         template_kwargs=getattr(args, "apply_chat_template_kwargs", None),
+                                         tool_key=args.tool_key,
+                                         template_kwargs=args.apply_chat_template_kwargs,
                                          context_length=prompt_context_length(args),
-                                         skip_bad=bool(getattr(args, "skip_over_long_prompts", False)),
+                                         skip_bad=bool(args.skip_over_long_prompts),
                                          tokenize=not is_sft_rollout(args))
             for rec in self.records:
                 rec.setdefault("key", f"{i}:{rec['row']}")  # identity across filter changes: file and row
         self.n_samples = int(args.n_samples_per_prompt)
-        self.shuffle = bool(getattr(args, "rollout_shuffle", False))
-        self.seed = int(getattr(args, "rollout_seed", 42) or 0)
+        self.shuffle = bool(args.rollout_shuffle)
+        self.seed = int(args.rollout_seed)
         self.epoch, self.offset, self.next_group_index = 0, 0, 0
         self.buffer: list[list[Sample]] = []
         self._order = self._epoch_order(0)
@@ -265,7 +264,7 @@ class RolloutDataSource:
         """FIFO, or slime's ``--buffer-filter-path``: ``filter(args, rollout_id, buffer, num_samples)`` returns
         at most ``num_samples`` groups of the buffer (rollout_id is None, as in slime). The groups it returns
         leave the buffer here, whether or not the filter removed them itself (slime's pop_first does)."""
-        path = getattr(self.args, "buffer_filter_path", None)
+        path = self.args.buffer_filter_path
         if not path or not self.buffer or not num_groups:
             taken, self.buffer = self.buffer[:num_groups], self.buffer[num_groups:]
             return taken

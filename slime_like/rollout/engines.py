@@ -39,10 +39,10 @@ class NoEngineLeft(RuntimeError):
 def request_timeout(args) -> float:
     """Seconds one /generate may take: --rollout-request-timeout, else derived from the expected decode time
     (a generous 0.25 s per token of --rollout-max-response-len, queueing behind a full batch included, + 120 s)."""
-    explicit = getattr(args, "rollout_request_timeout", None)
+    explicit = args.rollout_request_timeout
     if explicit:
         return float(explicit)
-    return 120.0 + 0.25 * float(getattr(args, "rollout_max_response_len", None) or 1024)
+    return 120.0 + 0.25 * float(args.rollout_max_response_len or 1024)
 
 
 class EnginePool:

@@ -26,7 +26,7 @@ from .rewards import scalar_reward
 
 
 def eval_datasets(args) -> list[tuple[str, str]]:
-    items = list(getattr(args, "eval_prompt_data", None) or [])
+    items = list(args.eval_prompt_data or [])
     if len(items) % 2:
         raise ValueError(f"--eval-prompt-data takes NAME PATH pairs; got an odd number of values: {items}")
     return [(items[i], items[i + 1]) for i in range(0, len(items), 2)]
@@ -35,7 +35,7 @@ def eval_datasets(args) -> list[tuple[str, str]]:
 def dataset_args(args, name: str):
     """The flags in force while dataset `name` is evaluated: --eval-config's settings for it (config/eval_config.py)
     on a copy; the shared namespace unchanged. Without --eval-config, `args` itself."""
-    for dataset in getattr(args, "eval_datasets", None) or ():
+    for dataset in args.eval_datasets or ():
         if dataset["name"] == name and dataset["overrides"]:
             view = copy.copy(args)
             for dest, value in dataset["overrides"].items():
@@ -67,9 +67,9 @@ def ks_for(n: int) -> list[int]:
 def eval_args(args):
     """A copy with the eval reward key and context limit in force (the shared namespace is never mutated)."""
     view = copy.copy(args)
-    view.reward_key = getattr(args, "eval_reward_key", None) or getattr(args, "reward_key", None)
-    view.rollout_max_context_len = (getattr(args, "eval_max_context_len", None)
-                                    or getattr(args, "rollout_max_context_len", None))
+    view.reward_key = args.eval_reward_key or args.reward_key
+    view.rollout_max_context_len = (args.eval_max_context_len
+                                    or args.rollout_max_context_len)
     return view
 
 
@@ -80,18 +80,18 @@ async def eval_rollout(args, rollout_id: int) -> dict:
     for name, path in eval_datasets(args):
         dargs = dataset_args(args, name)  # --eval-config: this dataset's own settings
         eargs = eval_args(dargs)
-        n = int(getattr(dargs, "n_samples_per_eval_prompt", 1) or 1)
+        n = int(dargs.n_samples_per_eval_prompt or 1)
         params = sampling_params_from_args(dargs, evaluation=True)
-        records = load_prompts(path, state.tokenizer, getattr(dargs, "eval_input_key", None) or dargs.input_key,
-                               getattr(dargs, "eval_label_key", None) or getattr(dargs, "label_key", None),
-                               getattr(dargs, "metadata_key", "metadata"),
-                               bool(getattr(dargs, "apply_chat_template", False)),
-                               getattr(dargs, "eval_max_prompt_len", None), flag=f"--eval-prompt-data {name}",
-                               tool_key=getattr(dargs, "eval_tool_key", None) or getattr(dargs, "tool_key", None),
-                               template_kwargs=getattr(dargs, "apply_chat_template_kwargs", None),
+        records = load_prompts(path, state.tokenizer, dargs.eval_input_key or dargs.input_key,
+                               dargs.eval_label_key or dargs.label_key,
+                               dargs.metadata_key,
+                               bool(dargs.apply_chat_template),
+                               dargs.eval_max_prompt_len, flag=f"--eval-prompt-data {name}",
+                               tool_key=dargs.eval_tool_key or dargs.tool_key,
+                               template_kwargs=dargs.apply_chat_template_kwargs,
                                context_length=prompt_context_length(dargs),
-                               skip_bad=bool(getattr(dargs, "skip_over_long_prompts", False)))
-        if getattr(dargs, "eval_shuffle", False):  # RLinf validation_shuffle: the order only; every prompt is scored
+                               skip_bad=bool(dargs.skip_over_long_prompts))
+        if dargs.eval_shuffle:  # RLinf validation_shuffle: the order only; every prompt is scored
             random.Random(f"{args.rollout_seed}:{rollout_id}:{name}").shuffle(records)
         groups = [make_group(rec, i, n) for i, rec in enumerate(records)]
         out[name] = await asyncio.gather(*(generate_group(eargs, g, params, None, True) for g in groups))

@@ -20,7 +20,7 @@ FLAG = "--load-forge-rollout-data"
 
 
 def _path(args, rollout_id: int, evaluation: bool) -> str | None:
-    template = getattr(args, "load_forge_rollout_data", None)
+    template = args.load_forge_rollout_data
     if not template:
         raise ValueError(f"slime_like.rollout.forge_load.generate_rollout needs {FLAG} PATH (a rollout dump, or a "
                          "{rollout_id} template of them)")

@@ -58,10 +58,10 @@ class FullyAsyncWorker:
         self.args, self.data_source = args, data_source
         self.batch = int(args.rollout_batch_size)
         self.max_staleness = int(args.max_staleness)
-        self.partial = bool(getattr(args, "partial_rollout", False))
+        self.partial = bool(args.partial_rollout)
         self.version = self.start_version = int(start_version)
         self.params = sampling_params_from_args(args)
-        filter_path = getattr(args, "dynamic_sampling_filter_path", None)
+        filter_path = args.dynamic_sampling_filter_path
         self.filter_fn = load_function(filter_path, "--dynamic-sampling-filter-path") if filter_path else None
         self.ready: list[list] = []              # finished, scored groups not yet taken (completion order)
         self.resume: list[list] = []             # aborted for a weight push: continue first (--partial-rollout)
@@ -104,10 +104,10 @@ class FullyAsyncWorker:
     async def _open(self):
         args = self.args
         self.pool = await EnginePool(
-            self._urls, timeout=request_timeout(args), api_key=getattr(args, "engine_api_key", None),
-            health_interval=getattr(args, "rollout_health_check_interval", None),
-            health_timeout=getattr(args, "rollout_health_check_timeout", None) or 30.0,
-            health_first_wait=getattr(args, "rollout_health_check_first_wait", None) or 0.0).__aenter__()
+            self._urls, timeout=request_timeout(args), api_key=args.engine_api_key,
+            health_interval=args.rollout_health_check_interval,
+            health_timeout=args.rollout_health_check_timeout,
+            health_first_wait=args.rollout_health_check_first_wait).__aenter__()
         self.state = GenerateState(args, self.pool, self._tokenizer)
         self.pool.start_watchdog()
         self._wake = asyncio.Event()
@@ -318,9 +318,9 @@ def checkpoint_state(data_source) -> dict | None:
 
 def _post_rollout_hooks(args, groups: list, filtered: list, data_source) -> None:
     """slime's post-rollout hooks, as generate_rollout calls them."""
-    if getattr(args, "rollout_sample_filter_path", None):
+    if args.rollout_sample_filter_path:
         load_function(args.rollout_sample_filter_path, "--rollout-sample-filter-path")(args, groups)
-    if getattr(args, "rollout_all_samples_process_path", None):
+    if args.rollout_all_samples_process_path:
         all_groups = sorted(groups + filtered, key=lambda g: g[0].group_index)
         load_function(args.rollout_all_samples_process_path, "--rollout-all-samples-process-path")(
             args, all_groups, data_source)

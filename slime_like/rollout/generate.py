@@ -43,8 +43,8 @@ async def generate_rollout(args, rollout_id: int, data_source, evaluation: bool 
         return await eval_rollout(args, rollout_id)
     state = current_state()
     target = int(args.rollout_batch_size)
-    over = int(getattr(args, "over_sampling_batch_size", None) or target)
-    filter_path = getattr(args, "dynamic_sampling_filter_path", None)
+    over = int(args.over_sampling_batch_size or target)
+    filter_path = args.dynamic_sampling_filter_path
     filter_fn = load_function(filter_path, "--dynamic-sampling-filter-path") if filter_path else None
     params = sampling_params_from_args(args)
     result = RolloutOutput(groups=[])
@@ -85,7 +85,7 @@ async def generate_rollout(args, rollout_id: int, data_source, evaluation: bool 
             task.cancel()
     for group in leftovers:
         for s in group:
-            if not getattr(args, "partial_rollout", False):
+            if not args.partial_rollout:
                 reset_sample(s)                                    # the prompt is redone from scratch later
             elif s.response_length and "start_rollout_id" not in s.metadata:
                 s.metadata["start_rollout_id"] = rollout_id        # as slime: where a partial response began
@@ -94,9 +94,9 @@ async def generate_rollout(args, rollout_id: int, data_source, evaluation: bool 
     result.groups.sort(key=lambda g: g[0].group_index)
     # slime's post-rollout hooks: mark samples to leave out of the loss (sample.remove_sample = True),
     # and look at every finished group including the filtered ones.
-    if getattr(args, "rollout_sample_filter_path", None):
+    if args.rollout_sample_filter_path:
         load_function(args.rollout_sample_filter_path, "--rollout-sample-filter-path")(args, result.groups)
-    if getattr(args, "rollout_all_samples_process_path", None):
+    if args.rollout_all_samples_process_path:
         all_groups = sorted(result.groups + filtered_groups, key=lambda g: g[0].group_index)
         load_function(args.rollout_all_samples_process_path, "--rollout-all-samples-process-path")(
             args, all_groups, data_source)

@@ -30,7 +30,7 @@ def multi_turn_metrics(args, samples) -> dict:
     raw = [s.response_length for s in samples]
     trained = [sum(s.loss_mask) for s in samples]
     out = _stats("multi_turn/raw_response_length/response_length", raw)
-    limit = getattr(args, "rollout_max_response_len", None)
+    limit = args.rollout_max_response_len
     out["multi_turn/raw_response_length/response_length_clip_ratio"] = (
         sum(r >= limit for r in raw) / len(raw) if limit else 0.0)
     out.update(_stats("multi_turn/wo_obs_response_length/response_length", trained))
@@ -46,7 +46,7 @@ def correct_sample_metrics(args, samples) -> dict:
     out = {"correct/num_samples": len(correct)}
     if not correct:
         return out
-    limit = getattr(args, "rollout_max_response_len", None) or max(s.response_length for s in correct)
+    limit = args.rollout_max_response_len or max(s.response_length for s in correct)
     quarters = [0] * 4
     for s in correct:
         quarters[min(3, max(0, math.ceil(4 * s.response_length / limit) - 1))] += 1

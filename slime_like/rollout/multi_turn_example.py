@@ -50,10 +50,10 @@ def _tool_call(turn_text: str, tool_end: str) -> str:
 
 async def generate(args, sample: Sample, sampling_params: dict) -> Sample:
     state = current_state()
-    tool_end = getattr(args, "tool_call_end", TOOL_END)
+    tool_end = args.tool_call_end
     budget = sampling_params["max_new_tokens"]
     stops = list(sampling_params.get("stop") or []) + [tool_end]
-    for _ in range(int(getattr(args, "max_tool_turns", 4)) + 1):
+    for _ in range(int(args.max_tool_turns) + 1):
         remaining = budget - sample.response_length
         if remaining <= 0:
             sample.status = Status.TRUNCATED

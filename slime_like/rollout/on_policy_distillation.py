@@ -21,12 +21,12 @@ async def teacher_log_probs(args, tokens: list[int], response_length: int) -> li
     """The teacher's log-probs of the last `response_length` tokens, each given everything before it."""
     import aiohttp
 
-    if not getattr(args, "rm_url", None):
+    if not args.rm_url:
         raise ValueError("--opd-type sglang: the teacher-scoring reward needs --rm-url http://TEACHER:PORT/generate")
     payload = {"input_ids": list(tokens), "return_logprob": True, "logprob_start_len": 0,
                "sampling_params": {"temperature": args.rollout_temperature, "max_new_tokens": 0,
                                    "skip_special_tokens": False}}
-    timeout = aiohttp.ClientTimeout(total=getattr(args, "rm_timeout", None) or 600)
+    timeout = aiohttp.ClientTimeout(total=args.rm_timeout)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         async with session.post(args.rm_url, json=payload, headers=auth_headers()) as resp:
             if resp.status != 200:

@@ -18,7 +18,7 @@ FLAG = "--rollout-sample-hook-path"
 def sample_hooks(args) -> list:
     """The loaded hooks, signature-checked: each must accept (args, sample) plus the keywords it names."""
     hooks = []
-    for path in getattr(args, "rollout_sample_hook_path", None) or []:
+    for path in args.rollout_sample_hook_path:
         fn = load_function(path, FLAG)
         try:
             inspect.signature(fn).bind("args", "sample", **_accepted(fn, {"rollout_id": 0, "evaluation": False}))

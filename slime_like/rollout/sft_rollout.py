@@ -84,7 +84,7 @@ def generate_rollout(args, rollout_id: int, data_source, evaluation: bool = Fals
     from .engines import current_state
 
     tokenizer = current_state().tokenizer
-    getattr(args, "loss_mask_type", "qwen")      # validated by the parser's choices; the template decides
+    args.loss_mask_type      # validated by the parser's choices; the template decides
     groups = data_source.get_samples(int(args.rollout_batch_size))
     for group in groups:
         for sample in group:

@@ -121,7 +121,7 @@ class MetricsLogger:
     """
 
     def __init__(self, args, stream=None):
-        run_dir = getattr(args, "run_dir", None)
+        run_dir = args.run_dir
         if not run_dir:
             raise ValueError("MetricsLogger needs --run-dir (the directory that gets metrics.jsonl); got none")
         self.run_dir = run_dir
@@ -129,8 +129,8 @@ class MetricsLogger:
         os.makedirs(run_dir, exist_ok=True)
         self.path = os.path.join(run_dir, METRICS_FILE)
         # Trackers first: a missing package must fail before the file is touched.
-        self._wandb = self._start_wandb(args) if getattr(args, "use_wandb", False) else None
-        self._tb = self._start_tensorboard(args) if getattr(args, "use_tensorboard", False) else None
+        self._wandb = self._start_wandb(args) if args.use_wandb else None
+        self._tb = self._start_tensorboard(args) if args.use_tensorboard else None
         self._drop_partial_last_line()
         self._file = open(self.path, "a")
 
@@ -141,22 +141,22 @@ class MetricsLogger:
         except ImportError as e:
             raise ImportError("--use-wandb needs the wandb package, which is not installed: "
                               "pip install wandb  (or pip install 'slime_like[wandb]'), or drop --use-wandb") from e
-        mode = getattr(args, "wandb_mode", None) or os.environ.get("WANDB_MODE") or "online"
+        mode = args.wandb_mode or os.environ.get("WANDB_MODE") or "online"
         if mode not in ("online", "offline", "disabled"):
             raise ValueError(f"--wandb-mode {mode!r} must be online, offline or disabled")
-        wandb_dir = getattr(args, "wandb_dir", None) or os.path.join(self.run_dir, "wandb")
+        wandb_dir = args.wandb_dir or os.path.join(self.run_dir, "wandb")
         os.makedirs(wandb_dir, exist_ok=True)
-        key, host = getattr(args, "wandb_key", None), getattr(args, "wandb_host", None)
+        key, host = args.wandb_key, args.wandb_host
         if mode == "online" and (key or host):
             wandb.login(key=key, host=host)
-        group = getattr(args, "wandb_group", None)
+        group = args.wandb_group
         name = group
-        if group and getattr(args, "wandb_random_suffix", True):
+        if group and args.wandb_random_suffix:
             name = f"{group}_{secrets.token_hex(3)}"  # several runs of one group stay apart
         config = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, tuple, type(None)))
                   and k not in ("wandb_key", "engine_api_key")}  # never upload a secret
-        run_id = getattr(args, "wandb_run_id", None)
-        run = wandb.init(project=getattr(args, "wandb_project", None) or "slime_like", entity=getattr(args, "wandb_team", None),
+        run_id = args.wandb_run_id
+        run = wandb.init(project=args.wandb_project or "slime_like", entity=args.wandb_team,
                          group=group, name=name, mode=mode, dir=wandb_dir, config=config, id=run_id,
                          resume="allow" if run_id else None)
         # Plot every metric against rollout_id, so a resumed run continues the same x axis.
@@ -170,9 +170,9 @@ class MetricsLogger:
         except ImportError as e:
             raise ImportError("--use-tensorboard needs the tensorboard package: pip install tensorboard "
                               "(or pip install 'slime_like[tensorboard]'), or drop --use-tensorboard") from e
-        log_dir = getattr(args, "tensorboard_dir", None) or os.path.join(self.run_dir, "tensorboard")
+        log_dir = args.tensorboard_dir or os.path.join(self.run_dir, "tensorboard")
         # slime's --tb-project-name / --tb-experiment-name name sub-directories, so runs can share one dir
-        for part in (getattr(args, "tb_project_name", None), getattr(args, "tb_experiment_name", None)):
+        for part in (args.tb_project_name, args.tb_experiment_name):
             if part:
                 log_dir = os.path.join(log_dir, part)
         return SummaryWriter(log_dir=log_dir)

@@ -61,12 +61,11 @@ def test_importance_ratio_early_stop():
 
 
 def test_reward_scale_maps_binary_rewards_to_plus_minus_scale():
-    from types import SimpleNamespace
-
+    from slime_like.args import make_args
     from slime_like.rollout.batch import _rewards
     from slime_like.sample import Sample
 
-    args = SimpleNamespace(reward_scale=5.0, advantage_estimator="reinforce_plus_plus", reward_key=None,
+    args = make_args(reward_scale=5.0, advantage_estimator="reinforce_plus_plus", reward_key=None,
                            custom_reward_post_process_path=None, rewards_normalization=False,
                            grpo_std_normalization=False, n_samples_per_prompt=2, kl_coef=0.0)
     group = [Sample(prompt="p", reward=1.0, group_index=0), Sample(prompt="p", reward=0.0, group_index=0)]

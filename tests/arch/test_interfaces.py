@@ -1,9 +1,9 @@
 """The two backend interfaces: registries, the CLI choices that name them, and the built-in implementations."""
-import argparse
 import inspect
 
 import pytest
 
+from slime_like.args import make_args
 from slime_like.backends import trainer_api
 from slime_like.backends.cpu_engine.launch import CPUEngineServer, build_cpu_engine_command
 from slime_like.backends.engine_api import engine as engine_api
@@ -22,7 +22,7 @@ def test_cli_choices_name_the_registered_implementations():
 
 
 def test_engines_build_the_same_commands_as_their_builders():
-    args = argparse.Namespace(hf_checkpoint="/m", seed=3, colocate=False, offload_rollout=False,
+    args = make_args(hf_checkpoint="/m", seed=3, colocate=False, offload_rollout=False,
                               rollout_num_gpus_per_engine=2, sglang_server_args={"max_running_requests": 4})
     cpu, sglang = engine_api.get_engine("cpu"), engine_api.get_engine("sglang")
     assert isinstance(cpu, CPUEngineServer) and isinstance(sglang, SGLangEngine)
@@ -46,7 +46,7 @@ def test_registries_refuse_unknown_names_and_double_registration():
     with pytest.raises(ValueError, match="already registered"):
         trainer_api.register_backend("megatron", object)
     with pytest.raises(ValueError, match="role must be one of"):
-        trainer_api.build(argparse.Namespace(train_backend="megatron"), role="ref", rank=0, world_size=1,
+        trainer_api.build(make_args(train_backend="megatron"), role="ref", rank=0, world_size=1,
                           master_addr="127.0.0.1", master_port=1)
 
 
@@ -65,7 +65,7 @@ def test_trainers_implement_the_trainer_backend_protocol(backend, fmt):
 def test_external_engine_group_is_built_through_init():
     from slime_like.ray.rollout_manager import EngineGroup
 
-    group = EngineGroup.external(argparse.Namespace(sglang_router_ip=None), ["127.0.0.1:1", "http://h:2"])
+    group = EngineGroup.external(make_args(sglang_router_ip=None), ["127.0.0.1:1", "http://h:2"])
     assert group.urls == ["http://127.0.0.1:1", "http://h:2"] and group.actors == []
     assert group.generate_urls == group.urls and group.router is None
     import ray

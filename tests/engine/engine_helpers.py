@@ -1,6 +1,7 @@
 """Helpers shared by the engine tests (imported by conftest and the tests)."""
-import argparse
 import socket
+
+from slime_like.args import make_args
 
 
 def free_port() -> int:
@@ -9,8 +10,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def engine_args(ckpt: str, **kw) -> argparse.Namespace:
-    return argparse.Namespace(hf_checkpoint=ckpt, seed=0, save=None, sglang_server_args=kw)
+def engine_args(ckpt: str, **kw):
+    return make_args(hf_checkpoint=ckpt, seed=0, sglang_server_args=kw)
 
 
 def start(ckpt, tmp_path_factory, index=0, **kw):

@@ -1,11 +1,11 @@
 """Launchers: exact SGLang / CPU engine command lines (router: test_router.py), start-up failure reports, engine death, no orphans."""
-import argparse
 import os
 import sys
 
 import pytest
 
 from engine_helpers import engine_args, free_port, run, start
+from slime_like.args import make_args
 from slime_like.backends.engine_api.client import EngineClient, EngineUnreachable
 from slime_like.backends.cpu_engine.launch import build_cpu_engine_command
 from slime_like.backends.engine_api.launcher import EngineDied, EngineStartError, start_engine
@@ -13,8 +13,8 @@ from slime_like.backends.sglang.engine import build_sglang_command
 
 
 def test_sglang_command_exact():
-    args = argparse.Namespace(hf_checkpoint="/ckpt/Qwen2.5-7B", rollout_num_gpus_per_engine=2, seed=42,
-                              colocate=True, trust_remote_code=True, sglang_server_args={"mem_fraction_static": 0.7, "enable_dp_attention": True,
+    args = make_args(hf_checkpoint="/ckpt/Qwen2.5-7B", rollout_num_gpus_per_engine=2, seed=42,
+                     colocate=True, trust_remote_code=True, sglang_server_args={"mem_fraction_static": 0.7, "enable_dp_attention": True,
                                                                  "cuda_graph_bs": [1, 2, 4], "disable_radix_cache": False,
                                                                  "log_level": "warning"})
     cmd = build_sglang_command(args, port=30001, host="10.0.0.2", base_gpu_id=4, nccl_port=31001, python="python")
@@ -26,23 +26,23 @@ def test_sglang_command_exact():
 
 
 def test_sglang_command_generic_attributes_and_multinode():
-    # the config layer's generic form: attributes sglang_<name>; client-side ones are not server flags
-    args = argparse.Namespace(hf_checkpoint="/m", rollout_num_gpus_per_engine=16, sglang_server_concurrency=512,
-                              sglang_router_ip=None, sglang_chunked_prefill_size=4096)
+    # the parser's generic --sglang-* passthrough; our own --sglang-server-concurrency is no server flag
+    args = make_args("--hf-checkpoint", "/m", "--rollout-num-gpus-per-engine", 16, "--seed", 7,
+                     "--sglang-server-concurrency", 512, "--sglang-chunked-prefill-size", 4096)
     cmd = build_sglang_command(args, port=1, host="h", dist_init_addr="10.0.0.1:5000", nnodes=2, node_rank=1,
                                python="py")
     assert cmd == ["py", "-m", "sglang.launch_server", "--model-path", "/m", "--tp-size", "16",
-                   "--base-gpu-id", "0", "--port", "1", "--host", "h", "--dist-init-addr", "10.0.0.1:5000",
+                   "--base-gpu-id", "0", "--port", "1", "--host", "h", "--random-seed", "7",
+                   "--dist-init-addr", "10.0.0.1:5000",
                    "--nnodes", "2", "--node-rank", "1", "--chunked-prefill-size", "4096"]
     with pytest.raises(ValueError, match="dist_init_addr"):
         build_sglang_command(args, port=1, nnodes=2)
     with pytest.raises(ValueError, match="hf-checkpoint"):
-        build_sglang_command(argparse.Namespace(hf_checkpoint=None), port=1)
+        build_sglang_command(make_args(), port=1)
 
 
 def test_cpu_engine_command():
-    args = argparse.Namespace(hf_checkpoint="/m", seed=3, sglang_server_args={"max_running_requests": 8,
-                                                                              "dtype": "bfloat16"})
+    args = make_args(hf_checkpoint="/m", seed=3, sglang_server_args={"max_running_requests": 8, "dtype": "bfloat16"})
     assert build_cpu_engine_command(args, port=9, python="py") == [
         "py", "-m", "slime_like.backends.cpu_engine", "--model-path", "/m", "--host", "127.0.0.1", "--port", "9",
         "--dtype", "bfloat16", "--parent-pid", str(os.getpid()), "--max-running-requests", "8", "--random-seed", "3"]
@@ -89,9 +89,10 @@ def test_engine_exits_when_its_launcher_is_killed(tiny_ckpt, tmp_path):
     import time
 
     port = free_port()
-    code = ("import argparse, sys, time; from slime_like.backends.engine_api.launcher import start_engine; "
-            f"p = start_engine(argparse.Namespace(hf_checkpoint={tiny_ckpt!r}, seed=0, save=None, "
-            f"sglang_server_args={{}}), kind='cpu', port={port}, log_dir={str(tmp_path)!r}); "
+    code = ("import sys, time; from slime_like.args import make_args; "
+            "from slime_like.backends.engine_api.launcher import start_engine; "
+            f"p = start_engine(make_args(hf_checkpoint={tiny_ckpt!r}, seed=0), kind='cpu', port={port}, "
+            f"log_dir={str(tmp_path)!r}); "
             "print(p.popen.pid, flush=True); time.sleep(600)")
     launcher = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                                 env=dict(os.environ, OMP_NUM_THREADS="1"))

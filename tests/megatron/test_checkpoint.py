@@ -21,10 +21,11 @@ def _setup(rank, world, port, hf_dir, tp, dropout, dist_opt=False):
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
     from slime_like.backends.megatron import hf_weights, model, parallel
+    from slime_like.args import make_args
     from slime_like.config.hf_config import fill_args_from_hf
 
     parallel.init_distributed(rank, world, master_port=port, tp=tp)
-    args = fill_args_from_hf(None, hf_dir)
+    args = fill_args_from_hf(make_args("--hf-checkpoint", hf_dir), hf_dir)
     args.tensor_model_parallel_size, args.hidden_dropout, args.attention_dropout = tp, dropout, dropout
     chunks = model.build_model(args)
     hf_weights.load_hf_weights(chunks, hf_dir, args)
@@ -108,9 +109,10 @@ KILLED_SAVE = """
 import os, signal, sys, warnings
 warnings.filterwarnings("ignore")
 from slime_like.backends.megatron import checkpoint, model, parallel
+from slime_like.args import make_args
 from slime_like.config.hf_config import fill_args_from_hf
 parallel.init_distributed(0, 1, master_port=int(sys.argv[3]))
-args = fill_args_from_hf(None, sys.argv[1])
+args = fill_args_from_hf(make_args("--hf-checkpoint", sys.argv[1]), sys.argv[1])
 chunks = model.build_model(args)
 # crash exactly between "all shards written" and "marker published": the process dies by SIGKILL
 checkpoint._publish = lambda *a: os.kill(os.getpid(), signal.SIGKILL)

@@ -19,6 +19,7 @@ import json, sys, warnings
 warnings.filterwarnings("ignore")
 import torch, torch.distributed as dist
 from slime_like.backends.megatron import checkpoint, hf_weights, model, parallel  # noqa: F401
+from slime_like.args import make_args
 from slime_like.config.hf_config import fill_args_from_hf
 report = {"compat_loaded_by_imports": "slime_like.backends.megatron.cpu_compat" in sys.modules}
 from slime_like.backends.megatron import cpu_compat
@@ -28,8 +29,8 @@ dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[3]}", ra
 from megatron.core import parallel_state as ps
 ps.initialize_model_parallel()
 applied, box = set(), {}
-args = fill_args_from_hf(None, sys.argv[1])
-moe_args = fill_args_from_hf(None, sys.argv[2])
+args = fill_args_from_hf(make_args("--hf-checkpoint", sys.argv[1]), sys.argv[1])
+moe_args = fill_args_from_hf(make_args("--hf-checkpoint", sys.argv[2]), sys.argv[2])
 ids = torch.randint(2, 100, (2, 16), generator=torch.Generator().manual_seed(0))
 pos = torch.arange(16).expand(2, 16)
 

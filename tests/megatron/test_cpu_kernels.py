@@ -40,12 +40,13 @@ def test_rope_equals_mcore_bit_for_bit(dtype, shape):
 
 def _model_step_both_ways(rank, world_size, port, ckpt):
     from slime_like.backends.megatron import cpu_kernels, model, parallel
+    from slime_like.args import make_args
     from slime_like.config.hf_config import fill_args_from_hf
 
     parallel.init_distributed(rank, world_size, master_port=port)
     import megatron.core.models.common.embeddings.rope_utils as rope_utils
 
-    args = fill_args_from_hf(None, ckpt)
+    args = fill_args_from_hf(make_args("--hf-checkpoint", ckpt), ckpt)
     m = model.build_model(args)[0]
     ids = torch.randint(2, 60, (3, 9), generator=torch.Generator().manual_seed(0))
     pos = torch.arange(9).expand(3, 9)

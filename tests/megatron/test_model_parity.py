@@ -83,6 +83,7 @@ def parity_rank(rank, world, port, ckpts, tp, pp, ep, archs):
     warnings.filterwarnings("ignore")
     import transformers
 
+    from slime_like.args import make_args
     from slime_like.backends.megatron import hf_weights, model, parallel
     from slime_like.config.hf_config import fill_args_from_hf
 
@@ -98,7 +99,7 @@ def parity_rank(rank, world, port, ckpts, tp, pp, ep, archs):
 
             args = parse_args(tiny_qwen2_argv(ckpts["qwen2"], tp, pp), exit_on_error=False)
         else:
-            args = fill_args_from_hf(None, ckpts[arch])
+            args = fill_args_from_hf(make_args("--hf-checkpoint", ckpts[arch]), ckpts[arch])
             args.tensor_model_parallel_size, args.pipeline_model_parallel_size = tp, pp
             args.expert_model_parallel_size = ep
         chunks = model.build_model(args)

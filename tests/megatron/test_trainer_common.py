@@ -7,7 +7,7 @@ import random
 
 import torch
 
-from slime_like.args import parse_args
+from slime_like.args import make_args as parsed_args
 
 BASE_FLAGS = ["--rollout-batch-size", "4", "--n-samples-per-prompt", "2", "--num-rollout", "10",
               "--colocate", "--actor-num-gpus-per-node", "1", "--hidden-dropout", "0", "--attention-dropout", "0",
@@ -18,7 +18,7 @@ BASE_FLAGS = ["--rollout-batch-size", "4", "--n-samples-per-prompt", "2", "--num
 
 def make_args(ckpt, *flags):
     """Parsed args for the tiny checkpoint; later flags override BASE_FLAGS (argparse keeps the last)."""
-    return parse_args(["--hf-checkpoint", ckpt, *BASE_FLAGS, *map(str, flags)], exit_on_error=False)
+    return parsed_args("--hf-checkpoint", ckpt, *BASE_FLAGS, *flags, validate=True)
 
 
 def make_batch(n=8, seed=0, low=2, high=90, with_holes=False):

@@ -1,6 +1,5 @@
 """The trainer's batch plumbing and LR schedule, no processes: optimizer-step split, micro-batching, packing,
 gather indices, the vocab-parallel log-prob / entropy math at TP=1, megatron's LR schedule from our flags."""
-import argparse
 import math
 import random
 
@@ -8,6 +7,7 @@ import pytest
 import torch
 
 from slime_like import algorithms as alg
+from slime_like import args as A
 from slime_like.backends.training import data as D
 from slime_like.backends.training import loss as L
 from slime_like.backends.megatron import optimizer as O
@@ -122,7 +122,7 @@ def _sched_args(**kw):
     base = dict(lr=1e-3, min_lr=1e-4, lr_decay_style="linear", lr_warmup_iters=2, lr_decay_iters=10,
                 lr_warmup_init=0.0, weight_decay=0.0, num_rollout=None, train_iters=None, lr_warmup_fraction=None)
     base.update(kw)
-    return argparse.Namespace(**base)
+    return A.make_args(**base)
 
 
 def _lrs(args, n=13):

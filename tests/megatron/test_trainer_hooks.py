@@ -1,10 +1,11 @@
 """slime's trainer hooks (--custom-megatron-*, --custom-advantage-function-path, --custom-tis-function-path):
 each tiny function in trainer_hooks_for_tests.py leaves a trace or changes the update, in one spawned rank."""
-from argparse import Namespace
 
 import pytest
 from _dist import run_ranks
 from test_trainer_common import make_args, make_batch, response_logprob_sums
+
+from slime_like import args as A
 
 M = "trainer_hooks_for_tests"
 
@@ -60,11 +61,11 @@ def test_a_wrong_hook_signature_fails_at_start_naming_the_flag():
     from slime_like.backends.megatron.hooks import load_trainer_hooks
 
     with pytest.raises(ValueError, match=r"--custom-advantage-function-path .*fn\(args, rollout_data\)"):
-        load_trainer_hooks(Namespace(custom_advantage_function_path=f"{M}.wrong_signature"))
+        load_trainer_hooks(A.make_args(custom_advantage_function_path=f"{M}.wrong_signature"))
     with pytest.raises(ValueError, match="did you mean"):
-        load_trainer_hooks(Namespace(custom_megatron_init_path=f"{M}.initt"))
+        load_trainer_hooks(A.make_args(custom_megatron_init_path=f"{M}.initt"))
     with pytest.raises(ValueError, match="cannot be called as fn\(args, \*, pg_loss"):
-        load_trainer_hooks(Namespace(custom_tis_function_path=f"{M}.before_log_prob"))
+        load_trainer_hooks(A.make_args(custom_tis_function_path=f"{M}.before_log_prob"))
 
 
 def _sgd_update(ckpt, rank, world_size, port, *flags):
@@ -118,9 +119,9 @@ def test_loss_hooks_with_a_wrong_signature_fail_at_start():
 
     with pytest.raises(ValueError, match=r"--custom-loss-function-path .*cannot be called as "
                                          r"fn\(args, batch, logits, sum_of_sample_mean\)"):
-        load_trainer_hooks(Namespace(custom_loss_function_path=f"{M}.wrong_signature"))
+        load_trainer_hooks(A.make_args(custom_loss_function_path=f"{M}.wrong_signature"))
     with pytest.raises(ValueError, match=r"--custom-pg-loss-reducer-function-path .*cannot be called as factory\("
                                          r"total_lengths, response_lengths, loss_masks, calculate_per_token_loss\)"):
-        load_trainer_hooks(Namespace(custom_pg_loss_reducer_function_path=f"{M}.wrong_signature"))
+        load_trainer_hooks(A.make_args(custom_pg_loss_reducer_function_path=f"{M}.wrong_signature"))
     with pytest.raises(ValueError, match=r"--custom-loss-function-path .*has no attribute 'nll_los'; did you mean"):
-        load_trainer_hooks(Namespace(custom_loss_function_path=f"{M}.nll_los"))
+        load_trainer_hooks(A.make_args(custom_loss_function_path=f"{M}.nll_los"))

@@ -63,13 +63,10 @@ def prompt_file(tmp_path):
 def make_args(tiny_ckpt):
     """Args from slime_like.args.parse_args (the real parser and validation); extra attrs set after."""
     def build(prompt_data, *flags, **attrs):
-        from slime_like.args import parse_args
+        from slime_like.args import make_args as parsed_args
 
-        argv = ["--hf-checkpoint", tiny_ckpt, "--prompt-data", prompt_data, "--input-key", "q", "--label-key", "a",
-                "--num-rollout", "2", "--colocate", "--actor-num-gpus-per-node", "1", "--num-gpus-per-node", "1",
-                "--rollout-max-response-len", "8", *map(str, flags)]
-        args = parse_args(argv, exit_on_error=False)
-        for k, v in attrs.items():
-            setattr(args, k, v)
-        return args
+        return parsed_args("--hf-checkpoint", tiny_ckpt, "--prompt-data", prompt_data, "--input-key", "q",
+                           "--label-key", "a", "--num-rollout", "2", "--colocate", "--actor-num-gpus-per-node", "1",
+                           "--num-gpus-per-node", "1", "--rollout-max-response-len", "8", *flags, validate=True,
+                           **attrs)
     return build

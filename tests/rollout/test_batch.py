@@ -1,9 +1,9 @@
 """The trainer batch: group step per estimator, dict rewards, DP split (strided and token-balanced)."""
-from argparse import Namespace
 
 import pytest
 import torch
 
+from slime_like.args import make_args
 from slime_like.rollout.batch import BATCH_KEYS, split_for_dp, to_train_batch
 from slime_like.sample import Sample, Status
 
@@ -19,7 +19,7 @@ def _samples(rewards, group_size, lengths=None):
 
 
 def _args(est, **kw):
-    return Namespace(advantage_estimator=est, grpo_std_normalization=kw.pop("std", True), rewards_normalization=True,
+    return make_args(advantage_estimator=est, grpo_std_normalization=kw.pop("std", True), rewards_normalization=True,
                      reward_key=kw.pop("reward_key", None))
 
 
@@ -88,5 +88,5 @@ def test_reward_category_shares():
 
     samples = _samples([{"score": 1.0, "why": "ok"}, {"score": -1.0, "why": "format"},
                         {"score": -1.0, "why": "format"}, {"score": 1.0, "why": "ok"}], 2)
-    m = category_metrics(Namespace(log_reward_category="why"), samples)
+    m = category_metrics(make_args(log_reward_category="why"), samples)
     assert m == {"rollout/why/format": 0.5, "rollout/why/ok": 0.5}

@@ -1,10 +1,10 @@
 """Data source: keys, chat template, length filter, shuffle/epochs, exact resume, bad input."""
 import json
 import logging
-from argparse import Namespace
 
 import pytest
 
+from slime_like.args import make_args
 from slime_like.rollout.data_source import PromptDataError, RolloutDataSource, load_prompts
 from slime_like.sample import Status
 from slime_like.tools.tiny_model import build_char_tokenizer
@@ -25,7 +25,7 @@ def _args(path, **kw):
                 apply_chat_template=False, rollout_shuffle=False, rollout_seed=7, rollout_max_prompt_len=None,
                 n_samples_per_prompt=2)
     base.update(kw)
-    return Namespace(**base)
+    return make_args(**base)
 
 
 def test_groups_keys_and_tokens(tmp_path, tok):

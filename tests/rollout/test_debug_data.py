@@ -45,9 +45,9 @@ def test_slime_torch_dumps_load_with_the_restricted_loader_only(tmp_path):
 
 
 def test_ci_step_checks(tmp_path):
-    from argparse import Namespace
+    from slime_like.args import make_args
 
-    args = Namespace(ci_test=True, ci_disable_kl_checker=False, ci_train_rollout_logprob_abs_diff_threshold=0.1,
+    args = make_args(ci_test=True, ci_disable_kl_checker=False, ci_train_rollout_logprob_abs_diff_threshold=0.1,
                      ci_save_grad_norm=None, ci_load_grad_norm=None)
     ok = {"train_rollout_logprob_abs_diff": 0.01, "approx_kl": 0.0, "clipfrac": 0.0, "kl_loss": 0.0, "grad_norm": 2.0}
     check_step(args, "actor", 0, 0, 1, ok, writer=True)
@@ -60,8 +60,8 @@ def test_ci_step_checks(tmp_path):
         check_step(args, "actor", 0, 0, 1, dict(ok, kl_loss=1e-3), writer=True)
     check_step(args, "actor", 1, 0, 1, dict(ok, kl_loss=1e-3), writer=True)    # only the run's first step
     pattern = str(tmp_path / "gn_{role}_{rollout_id}_{step_id}")
-    check_step(Namespace(ci_save_grad_norm=pattern), "actor", 0, 0, 1, ok, writer=True)
-    load = Namespace(ci_load_grad_norm=pattern)
+    check_step(make_args(ci_save_grad_norm=pattern), "actor", 0, 0, 1, ok, writer=True)
+    load = make_args(ci_load_grad_norm=pattern)
     check_step(load, "actor", 0, 0, 1, dict(ok, grad_norm=2.01), writer=True)
     with pytest.raises(CICheckError, match="differs"):
         check_step(load, "actor", 0, 0, 1, dict(ok, grad_norm=2.5), writer=True)

@@ -2,10 +2,10 @@
 empty prompts are refused naming the counts and rows, or dropped by --skip-over-long-prompts; a resume whose
 filter changed continues with the prompts not used yet; non-UTF-8 names file and line, a BOM is accepted."""
 import json
-from argparse import Namespace
 
 import pytest
 
+from slime_like.args import make_args
 from slime_like.rollout.data_source import PromptDataError, RolloutDataSource
 from slime_like.tools.tiny_model import build_char_tokenizer
 
@@ -25,7 +25,7 @@ def _args(path, **kw):
                 rollout_shuffle=False, rollout_seed=7, rollout_max_prompt_len=None, n_samples_per_prompt=1,
                 sglang_server_args={"context_length": 64}, skip_over_long_prompts=False)
     base.update(kw)
-    return Namespace(**base)
+    return make_args(**base)
 
 
 def _rows():

@@ -1,11 +1,11 @@
 """remote_rm against a real local aiohttp server: transient failures are retried, a dead one fails clearly."""
 import asyncio
 import socket
-from argparse import Namespace
 
 import pytest
 from aiohttp import web
 
+from slime_like.args import make_args
 from slime_like.rollout.rewards import RemoteRewardError, assign_rewards
 from slime_like.sample import Sample
 
@@ -33,8 +33,8 @@ async def _run_with_flaky_server(fail_times: int, samples):
     port = _free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
-        args = Namespace(rm_type="remote_rm", rm_url=f"http://127.0.0.1:{port}/reward", custom_rm_path=None,
-                         rm_max_retries=4, rm_retry_backoff=0.01, rm_timeout=5)
+        args = make_args(rm_type="remote_rm", rm_url=f"http://127.0.0.1:{port}/reward", custom_rm_path=None,
+                         rm_max_retries=4, rm_retry_backoff=0.01, rm_timeout=5, rollout_batch_size=1)
         await assign_rewards(args, samples)
     finally:
         await runner.cleanup()
@@ -51,8 +51,8 @@ def test_remote_rm_retries_then_answers():
 
 def test_remote_rm_down_fails_with_url():
     port = _free_port()                          # nothing listens here
-    args = Namespace(rm_type="remote_rm", rm_url=f"http://127.0.0.1:{port}/reward", custom_rm_path=None,
-                     rm_max_retries=3, rm_retry_backoff=0.01, rm_timeout=2)
+    args = make_args(rm_type="remote_rm", rm_url=f"http://127.0.0.1:{port}/reward", custom_rm_path=None,
+                     rm_max_retries=3, rm_retry_backoff=0.01, rm_timeout=2, rollout_batch_size=1)
     with pytest.raises(RemoteRewardError, match=rf"127.0.0.1:{port}/reward failed 3 attempts"):
         asyncio.run(assign_rewards(args, [Sample(index=5, group_index=2, response="x", label="y")]))
 
@@ -68,7 +68,7 @@ async def _serve(handler):
 
 
 def _args(url, **kw):
-    return Namespace(rm_type="remote_rm", rm_url=url, custom_rm_path=None, rm_retry_backoff=0.002, rm_timeout=5,
+    return make_args(rm_type="remote_rm", rm_url=url, custom_rm_path=None, rm_retry_backoff=0.002, rm_timeout=5,
                      rollout_batch_size=8, n_samples_per_prompt=8, **kw)
 
 

@@ -1,11 +1,11 @@
 """Issue 19, finding 6 (rollout side): a NaN/inf or non-number reward is caught where it appears, naming the
 reward function, the prompt index and the value; --on-nonfinite-reward skip / zero drop or zero it."""
-import argparse
 import asyncio
 import math
 
 import pytest
 
+from slime_like.args import make_args
 from slime_like.rollout.rewards import RewardFunctionError, assign_rewards
 from slime_like.sample import Sample, Status
 
@@ -22,7 +22,7 @@ def _group(n=3, group_index=7):
 
 
 def _args(**kw):
-    return argparse.Namespace(custom_rm_path=f"{__name__}.table_rm", group_rm=False, rm_type=None, reward_key=None,
+    return make_args(custom_rm_path=f"{__name__}.table_rm", group_rm=False, rm_type=None, reward_key=None,
                               **kw)
 
 

@@ -1,9 +1,9 @@
 """Reward types on hand-written cases, including the reference graders' edge cases."""
 import asyncio
-from argparse import Namespace
 
 import pytest
 
+from slime_like.args import make_args
 from slime_like.rollout.rewards import (RewardFunctionError, assign_rewards, async_rm, compute_score, rule_reward,
                                         scalar_reward)
 from slime_like.sample import Sample
@@ -80,12 +80,12 @@ def test_boxed_prefix_and_unknown_type():
 
 
 def test_reward_key_and_errors():
-    args = Namespace(reward_key="acc")
+    args = make_args(reward_key="acc")
     assert scalar_reward(args, {"score": -1.0, "acc": False}) == 0.0
     with pytest.raises(ValueError, match="--reward-key"):
-        scalar_reward(Namespace(reward_key=None), {"score": 1.0})
+        scalar_reward(make_args(reward_key=None), {"score": 1.0})
     with pytest.raises(KeyError, match="keys"):
-        scalar_reward(Namespace(reward_key="nope"), {"score": 1.0})
+        scalar_reward(make_args(reward_key="nope"), {"score": 1.0})
 
 
 # Custom reward functions used through --custom-rm-path (this test module is importable as tests.rollout...).
@@ -110,25 +110,25 @@ def _group(responses, group_index=3):
 def test_custom_rm_sync_async_and_group():
     mod = __name__
     samples = _group(["a", "abc", "ab"])
-    args = Namespace(custom_rm_path=f"{mod}.length_reward", group_rm=False, rm_type=None)
+    args = make_args(custom_rm_path=f"{mod}.length_reward", group_rm=False, rm_type=None)
     assert asyncio.run(async_rm(args, samples)) == [1.0, 3.0, 2.0]
-    args = Namespace(custom_rm_path=f"{mod}.async_group_reward", group_rm=True, rm_type=None)
+    args = make_args(custom_rm_path=f"{mod}.async_group_reward", group_rm=True, rm_type=None)
     asyncio.run(assign_rewards(args, samples))
     assert [s.reward for s in samples] == [0.0, 1.0, 0.0]
 
 
 def test_custom_rm_errors_name_prompt_and_typo():
-    args = Namespace(custom_rm_path=f"{__name__}.broken_reward", group_rm=False, rm_type=None)
+    args = make_args(custom_rm_path=f"{__name__}.broken_reward", group_rm=False, rm_type=None)
     with pytest.raises(RewardFunctionError, match=r"prompt index 3.*ZeroDivisionError: boom"):
         asyncio.run(assign_rewards(args, _group(["a"])))
-    args = Namespace(custom_rm_path=f"{__name__}.lenght_reward", group_rm=False, rm_type=None)
+    args = make_args(custom_rm_path=f"{__name__}.lenght_reward", group_rm=False, rm_type=None)
     with pytest.raises(RewardFunctionError, match="did you mean"):
         asyncio.run(assign_rewards(args, _group(["a"])))
 
 
 def test_metadata_rm_type_overrides_flag():
     s = Sample(response="</think>\\boxed{4}", label="4", metadata={"rm_type": "deepscaler"})
-    assert asyncio.run(async_rm(Namespace(rm_type="f1", custom_rm_path=None), [s])) == [1]
+    assert asyncio.run(async_rm(make_args(rm_type="f1", custom_rm_path=None), [s])) == [1]
 
 
 @pytest.mark.parametrize("response,label", [
@@ -157,7 +157,7 @@ def test_boxed_prefix_other_graders_and_missing_box():
 def test_log_multi_turn_and_correct_sample_metrics():
     from slime_like.rollout.log_extras import correct_sample_metrics, multi_turn_metrics
 
-    args = Namespace(rollout_max_response_len=8, reward_key=None)
+    args = make_args(rollout_max_response_len=8, reward_key=None)
     a = Sample(response_length=8, loss_mask=[1] * 5 + [0] * 3, rollout_log_probs=[-1.0] * 8, reward=1.0,
                metadata={"round_number": 2})
     b = Sample(response_length=2, loss_mask=[1, 1], rollout_log_probs=[-0.5, -1.5], reward=0.0,

@@ -13,6 +13,7 @@ import urllib.request
 import psutil
 import pytest
 
+from slime_like.args import make_args
 from slime_like.backends.cpu_engine.server import routes
 
 pytestmark = pytest.mark.slow
@@ -43,7 +44,6 @@ class _Payload:
 @pytest.fixture(scope="module")
 def keyed_engine(tiny_ckpt, tmp_path_factory):
     """One engine started the way a run starts it: a Ray engine actor on a one-node cluster."""
-    import argparse
 
     import ray
 
@@ -51,9 +51,9 @@ def keyed_engine(tiny_ckpt, tmp_path_factory):
     from slime_like.ray.placement import create_placement
     from slime_like.ray.rollout_manager import EngineGroup
 
-    init_ray(argparse.Namespace(num_gpus_per_node=1))
+    init_ray(make_args(num_gpus_per_node=1))
     placement = create_placement(1)
-    args = argparse.Namespace(hf_checkpoint=tiny_ckpt, seed=0, save=str(tmp_path_factory.mktemp("run")),
+    args = make_args(hf_checkpoint=tiny_ckpt, seed=0, save=str(tmp_path_factory.mktemp("run")),
                               sglang_server_args={"max_running_requests": 4}, engine_api_key=KEY,
                               sglang_router_ip=None, sglang_router_port=None)
     group = EngineGroup.start(args, placement, [[0]], 1.0, kind="cpu")

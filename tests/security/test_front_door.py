@@ -10,6 +10,7 @@ import urllib.request
 
 import pytest
 
+from slime_like.args import make_args
 from slime_like.backends.engine_api.launcher import start_engine
 from slime_like.utils.auth import auth_headers
 
@@ -39,13 +40,12 @@ BAD_BODIES = [
 
 @pytest.fixture(scope="module")
 def engine_proc(tiny_ckpt, tmp_path_factory):
-    import argparse
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    args = argparse.Namespace(hf_checkpoint=tiny_ckpt, seed=0, save=None, sglang_server_args={})
+    args = make_args(hf_checkpoint=tiny_ckpt, seed=0, save=None, sglang_server_args={})
     proc = start_engine(args, kind="cpu", port=port, log_dir=str(tmp_path_factory.mktemp("logs")),
                         env={"OMP_NUM_THREADS": "1"})
     yield proc

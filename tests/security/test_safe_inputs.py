@@ -11,6 +11,7 @@ import time
 import pytest
 import torch
 
+from slime_like.args import make_args
 from slime_like.config.types import moe_layer_freq
 from slime_like.rollout.controller import RolloutController, load_tokenizer
 
@@ -39,7 +40,7 @@ def test_debug_rollout_dump_with_code_is_refused_and_nothing_runs(tmp_path):
     marker = str(tmp_path / "code_ran")
     path = str(tmp_path / "rollout_{rollout_id}.pt")
     torch.save({"rollout_id": 0, "samples": [_Payload(marker)]}, path.format(rollout_id=0))
-    args = argparse.Namespace(load_debug_rollout_data=path, load_debug_rollout_data_subsample=None)
+    args = make_args(load_debug_rollout_data=path, load_debug_rollout_data_subsample=None)
     ctl = RolloutController(args, [])
     with pytest.raises(ValueError, match="not loaded"):
         ctl.generate(0)
@@ -60,7 +61,7 @@ def test_tokenizer_code_runs_only_with_trust_remote_code(tiny_ckpt, tmp_path):
         f"import os\nos.makedirs({str(marker)!r}, exist_ok=True)\n"
         "from transformers import PreTrainedTokenizerFast\n"
         "class EvilTokenizer(PreTrainedTokenizerFast):\n    pass\n")
-    load_tokenizer(argparse.Namespace(hf_checkpoint=str(ckpt), trust_remote_code=False))  # the built-in class
+    load_tokenizer(make_args(hf_checkpoint=str(ckpt), trust_remote_code=False))  # the built-in class
     assert not marker.exists()
-    load_tokenizer(argparse.Namespace(hf_checkpoint=str(ckpt), trust_remote_code=True))   # asked for: it runs
+    load_tokenizer(make_args(hf_checkpoint=str(ckpt), trust_remote_code=True))   # asked for: it runs
     assert marker.exists()

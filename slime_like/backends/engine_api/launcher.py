@@ -35,11 +35,8 @@ class EngineDied(RuntimeError):
 
 
 def sglang_server_args(args) -> dict:
-    """The user-set SGLang ServerArgs values: `args.sglang_server_args`, else every `args.sglang_<name>`."""
-    d = getattr(args, "sglang_server_args", None)
-    if d is None:
-        d = {k[len("sglang_"):]: v for k, v in vars(args).items() if k.startswith("sglang_")}
-    return {k: v for k, v in d.items() if k not in CLIENT_SIDE and v is not None}
+    """The user-set SGLang ServerArgs values the server takes (`args.sglang_server_args` less the client-side ones)."""
+    return {k: v for k, v in args.sglang_server_args.items() if k not in CLIENT_SIDE and v is not None}
 
 
 class EngineProcess:
@@ -123,7 +120,7 @@ def start_engine(args, kind: str = "cpu", *, engine_index: int = 0, gpu_ids: lis
     if cmd is None:
         cmd = engine.launch_command(args, host=host, port=port, gpu_ids=list(gpu_ids or [0]))
         cmd += engine.api_key_args(api_key) if api_key else []
-    log_dir = log_dir or os.path.join(getattr(args, "save", None) or tempfile.gettempdir(), "engine_logs")
+    log_dir = log_dir or os.path.join(args.save or tempfile.gettempdir(), "engine_logs")
     os.makedirs(log_dir, exist_ok=True)
     log_path = os.path.join(log_dir, f"engine_{engine_index}_{kind}_{port}.log")
     child_env = dict(os.environ, **(env or {}))

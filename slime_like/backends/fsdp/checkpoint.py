@@ -83,7 +83,7 @@ def _set_rng(state: dict):
 
 
 def _lora_meta(args) -> dict | None:
-    rank = int(getattr(args, "lora_rank", 0) or 0)
+    rank = int(args.lora_rank)
     if not rank:
         return None
     return {"rank": rank, "alpha": float(args.lora_alpha), "target_modules": list(args.lora_target_modules)}

@@ -17,11 +17,6 @@ from torch import nn
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def _get(args, name, default=None):
-    value = getattr(args, name, None)
-    return default if value is None else value
-
-
 class ValueModel(nn.Module):
     """Critic: HF backbone + a linear value head; forward returns `[b, S, 1]` float values."""
 
@@ -53,15 +48,15 @@ def _hf_config(args):
 
     config = AutoConfig.from_pretrained(args.hf_checkpoint, trust_remote_code=_trust(args))
     # the trainer's dropout follows our flags (RL recipes: 0), not whatever the checkpoint was trained with
-    for key, value in (("attention_dropout", _get(args, "attention_dropout", 0.0)),
-                       ("hidden_dropout", _get(args, "hidden_dropout", 0.0))):
+    for key, value in (("attention_dropout", args.attention_dropout),
+                       ("hidden_dropout", args.hidden_dropout)):
         if hasattr(config, key):
             setattr(config, key, float(value))
     return config
 
 
 def _trust(args) -> bool:
-    return bool((_get(args, "sglang_server_args", {}) or {}).get("trust_remote_code", False))
+    return bool(args.sglang_server_args.get("trust_remote_code", False))
 
 
 def load_hf_model(args, role: str, source: str | None = None) -> nn.Module:
@@ -73,7 +68,7 @@ def load_hf_model(args, role: str, source: str | None = None) -> nn.Module:
     kw = dict(config=config, dtype=torch.float32, trust_remote_code=_trust(args), attn_implementation="sdpa")
     if role == "critic":
         backbone = AutoModel.from_pretrained(source, **kw)
-        return ValueModel(backbone, config.hidden_size, float(_get(args, "init_method_std", 0.02)))
+        return ValueModel(backbone, config.hidden_size, float(args.init_method_std))
     return AutoModelForCausalLM.from_pretrained(source, **kw)
 
 
@@ -86,7 +81,7 @@ def add_lora(args, model: nn.Module, role: str) -> nn.Module:
     """peft LoRA on --lora-target-modules; a name the model lacks is an error listing the names it has."""
     from peft import LoraConfig, get_peft_model
 
-    targets = list(_get(args, "lora_target_modules", ["all-linear"]))
+    targets = list(args.lora_target_modules)
     if targets != ["all-linear"]:
         names = linear_module_names(model)
         missing = [t for t in targets if t not in names]
@@ -94,7 +89,7 @@ def add_lora(args, model: nn.Module, role: str) -> nn.Module:
             raise ValueError(f"--lora-target-modules {' '.join(missing)}: the model has no such linear module; "
                              f"its linear modules are: {' '.join(names)} (or use all-linear)")
     config = LoraConfig(r=int(args.lora_rank), lora_alpha=float(args.lora_alpha),
-                        lora_dropout=float(_get(args, "lora_dropout", 0.0)),
+                        lora_dropout=float(args.lora_dropout),
                         target_modules="all-linear" if targets == ["all-linear"] else targets, bias="none")
     if role == "critic":
         config.modules_to_save = ["value_head"]  # the freshly initialised head must train
@@ -105,15 +100,15 @@ def add_lora(args, model: nn.Module, role: str) -> nn.Module:
 def mixed_precision(args):
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
-    param = _get(args, "fsdp_param_dtype") or ("bf16" if _get(args, "bf16", False) else "fp32")
-    return MixedPrecisionPolicy(param_dtype=DTYPES[param], reduce_dtype=DTYPES[_get(args, "fsdp_reduce_dtype", "fp32")])
+    param = args.fsdp_param_dtype or ("bf16" if args.bf16 else "fp32")
+    return MixedPrecisionPolicy(param_dtype=DTYPES[param], reduce_dtype=DTYPES[args.fsdp_reduce_dtype])
 
 
 def device_mesh(args, world_size: int, device_type: str):
     """1-D mesh (full_shard / shard_grad_op) or 2-D (replicate, shard) for hybrid_shard and no_shard."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    strategy = _get(args, "fsdp_sharding_strategy", "full_shard")
+    strategy = args.fsdp_sharding_strategy
     shard = world_size
     if strategy == "hybrid_shard":
         shard = min(int(args.fsdp_size), world_size)
@@ -130,21 +125,21 @@ def shard_model(args, model: nn.Module, mesh, trainable: bool = True) -> nn.Modu
     """fully_shard every decoder layer, then the root; forward prefetch and CPU offload per the flags."""
     from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
-    strategy = _get(args, "fsdp_sharding_strategy", "full_shard")
-    reshard = _get(args, "fsdp_reshard_after_forward")
+    strategy = args.fsdp_sharding_strategy
+    reshard = args.fsdp_reshard_after_forward
     if reshard is None:
         reshard = strategy != "shard_grad_op"
     kw = dict(mesh=mesh, reshard_after_forward=bool(reshard), mp_policy=mixed_precision(args))
-    if _get(args, "fsdp_cpu_offload", False) and torch.cuda.is_available():
-        kw["offload_policy"] = CPUOffloadPolicy(pin_memory=bool(_get(args, "fsdp_offload_pin_memory", True)))
-    if _get(args, "recompute_granularity") == "full" and trainable:
+    if args.fsdp_cpu_offload and torch.cuda.is_available():
+        kw["offload_policy"] = CPUOffloadPolicy(pin_memory=bool(args.fsdp_offload_pin_memory))
+    if args.recompute_granularity == "full" and trainable:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False}) \
             if hasattr(model, "gradient_checkpointing_enable") else _checkpoint_layers(model)
     layers = decoder_layers(model)
     for layer in layers:
         fully_shard(layer, **kw)
     fully_shard(model, **kw)
-    if _get(args, "fsdp_forward_prefetch", False):
+    if args.fsdp_forward_prefetch:
         for layer, nxt in zip(layers, layers[1:]):
             layer.set_modules_to_forward_prefetch([nxt])
     return model

@@ -25,7 +25,7 @@ from slime_like import algorithms as alg
 from slime_like.backends.fsdp import model as M
 from slime_like.backends.training import data as D
 from slime_like.backends.training import loss as L
-from slime_like.backends.training.base import RLTrainerBase, _get
+from slime_like.backends.training.base import RLTrainerBase
 from slime_like.config.role_overrides import ROLES
 
 log = logging.getLogger(__name__)
@@ -105,14 +105,14 @@ class FSDPTrainer(RLTrainerBase):
         self.args, self.role = args, role
         self.estimator = alg.get_estimator(args.advantage_estimator)
         init_process_group(rank, world_size, master_addr, master_port,
-                           _get(args, "distributed_timeout_minutes", 10))
+                           args.distributed_timeout_minutes)
         self.ps = DataParallelView(dist.get_rank(), dist.get_world_size())
-        torch.manual_seed(_get(args, "seed", 1234))
+        torch.manual_seed(args.seed)
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
-        self.lora = int(_get(args, "lora_rank", 0) or 0) > 0
+        self.lora = int(args.lora_rank) > 0
         self.mesh = M.device_mesh(args, self.ps.world_size, "cuda" if self.device is not None else "cpu")
 
-        resume = checkpoint.has_checkpoint(_get(args, "load"))
+        resume = checkpoint.has_checkpoint(args.load)
         # a resume still needs the frozen LoRA base (and full fine-tuning's shapes): the weights it started from
         module = M.load_hf_model(args, role, self._initial_source())
         args.vocab_size = getattr(getattr(module, "config", None), "vocab_size", None)
@@ -125,9 +125,9 @@ class FSDPTrainer(RLTrainerBase):
         self.scheduler = build_scheduler(args, self.optimizer)
         self.loaded_rollout_id = None
         if resume:
-            load_optim = not _get(args, "no_load_optim", False) and not _get(args, "finetune", False)
+            load_optim = not args.no_load_optim and not args.finetune
             self.loaded_rollout_id = checkpoint.load(self, args.load, load_optim=load_optim)
-            if _get(args, "finetune", False):
+            if args.finetune:
                 self.loaded_rollout_id = None
         self.ref_model = self._build_reference() if role == "actor" and (
             args.use_kl_loss or self._reward_kl_coef()) else None
@@ -136,16 +136,16 @@ class FSDPTrainer(RLTrainerBase):
     # ----------------------------------------------------------------- setup helpers
     @staticmethod
     def _check_supported(args, role):
-        loss_type = _get(args, "loss_type", "policy_loss")
+        loss_type = args.loss_type
         if role == "actor" and loss_type not in ("policy_loss", "sft_loss"):
             raise NotImplementedError(f"--loss-type {loss_type} is not supported by the FSDP trainer; "
                                       "use policy_loss or sft_loss")
-        if not _get(args, "hf_checkpoint"):
+        if not args.hf_checkpoint:
             raise ValueError("--train-backend fsdp builds the model from --hf-checkpoint DIR; set it")
-        if int(_get(args, "lora_rank", 0) or 0) and _get(args, "ref_update_interval"):
+        if int(args.lora_rank) and args.ref_update_interval:
             raise ValueError("--ref-update-interval with --lora-rank: the LoRA reference is the frozen base model "
                              "(adapters disabled); drop --ref-update-interval or train without LoRA")
-        if not _get(args, "rollout_temperature", 1.0) > 0:
+        if not args.rollout_temperature > 0:
             raise ValueError(f"--rollout-temperature must be > 0, got {args.rollout_temperature}")
 
     def _initial_source(self):
@@ -153,10 +153,10 @@ class FSDPTrainer(RLTrainerBase):
         LoRA this is also the frozen base, and so the KL reference (adapters disabled)."""
         from slime_like.backends.fsdp.checkpoint import is_hf_dir
 
-        load = _get(self.args, "load")
+        load = self.args.load
         if load and is_hf_dir(load):
             return load
-        return _get(self.args, "ref_load") or self.args.hf_checkpoint
+        return self.args.ref_load or self.args.hf_checkpoint
 
     def _build_optimizer(self):
         """AdamW (Megatron's "adam" is decoupled weight decay) or SGD over the trainable sharded params;
@@ -167,23 +167,23 @@ class FSDPTrainer(RLTrainerBase):
         decay = [p for n, p in named if not (p.ndim == 1 or n.endswith(".bias"))]
         groups = [{"params": decay, "wd_mult": 1.0}, {"params": no_decay, "wd_mult": 0.0}]
         groups = [g for g in groups if g["params"]]
-        if _get(args, "lr") is None:
+        if args.lr is None:
             raise ValueError("--lr is required for a trainable role (e.g. --lr 1e-6)")
-        name = _get(args, "optimizer", "adam")
+        name = args.optimizer
         if name == "sgd":
-            return torch.optim.SGD(groups, lr=float(args.lr), momentum=float(_get(args, "sgd_momentum", 0.9)),
-                                   weight_decay=float(_get(args, "weight_decay", 0.0)), foreach=True)
+            return torch.optim.SGD(groups, lr=float(args.lr), momentum=float(args.sgd_momentum),
+                                   weight_decay=float(args.weight_decay), foreach=True)
         if name != "adam":
             raise ValueError(f"--optimizer {name!r} is not supported by the FSDP trainer; use adam or sgd")
-        return torch.optim.AdamW(groups, lr=float(args.lr), betas=(float(_get(args, "adam_beta1", 0.9)),
-                                 float(_get(args, "adam_beta2", 0.999))), eps=float(_get(args, "adam_eps", 1e-8)),
-                                 weight_decay=float(_get(args, "weight_decay", 0.0)), foreach=True)
+        return torch.optim.AdamW(groups, lr=float(args.lr), betas=(float(args.adam_beta1),
+                                 float(args.adam_beta2)), eps=float(args.adam_eps),
+                                 weight_decay=float(args.weight_decay), foreach=True)
 
     def _build_reference(self):
         """LoRA: the same sharded model with adapters disabled (no second copy). Else a frozen sharded copy."""
         if self.lora:
             return AdaptersDisabled(self.model)
-        source = _get(self.args, "ref_load") or self.args.hf_checkpoint
+        source = self.args.ref_load or self.args.hf_checkpoint
         ref = M.load_hf_model(self.args, "actor", source)
         ref.requires_grad_(False)
         ref.eval()
@@ -191,7 +191,7 @@ class FSDPTrainer(RLTrainerBase):
 
     # ----------------------------------------------------------------- forward / backward
     def _autocast(self):
-        dtype = _get(self.args, "fsdp_autocast")
+        dtype = self.args.fsdp_autocast
         if not dtype:
             return contextlib.nullcontext()
         return torch.autocast("cuda" if self.device is not None else "cpu", dtype=M.DTYPES[dtype])
@@ -204,7 +204,7 @@ class FSDPTrainer(RLTrainerBase):
     def _forward_only(self, model, batch, kind):
         """Per-sample response log-probs (kind "logp", temperature-scaled) or values (kind "values")."""
         n = D.num_samples(batch)
-        temperature = float(_get(self.args, "rollout_temperature", 1.0))
+        temperature = float(self.args.rollout_temperature)
         mode = model.training
         model.eval()  # no dropout when scoring
         result = [None] * n
@@ -222,7 +222,7 @@ class FSDPTrainer(RLTrainerBase):
         model, args = self.model, self.args
         model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        defer = bool(_get(args, "fsdp_defer_grad_sync", True))
+        defer = bool(args.fsdp_defer_grad_sync)
         outs = []
         for i, mb in enumerate(mbs):
             if defer:  # reduce-scatter once, after the last micro-batch (gradients accumulate unsharded)
@@ -231,7 +231,7 @@ class FSDPTrainer(RLTrainerBase):
             (loss / len(mbs)).backward()
             outs.append(sums)
         params = [p for p in model.parameters() if p.requires_grad]
-        clip = float(_get(args, "clip_grad", 1.0) or 0.0)
+        clip = float(args.clip_grad or 0.0)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else math.inf, foreach=True)
         grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
         lr = float(self.optimizer.param_groups[0]["lr"])
@@ -259,12 +259,12 @@ class FSDPTrainer(RLTrainerBase):
     def save(self, rollout_id: int) -> str:
         from slime_like.backends.fsdp import checkpoint
 
-        save_dir = _get(self.args, "save")
+        save_dir = self.args.save
         if not save_dir:
             raise ValueError(f"{self.role}: save() needs --save (critic: its role's save dir, e.g. --critic-save "
                              "or a YAML override)")
-        checkpoint.save(self, save_dir, rollout_id, with_optim=not _get(self.args, "no_save_optim", False))
-        if _get(self.args, "save_hf") and self.role == "actor":
+        checkpoint.save(self, save_dir, rollout_id, with_optim=not self.args.no_save_optim)
+        if self.args.save_hf and self.role == "actor":
             from slime_like.backends.fsdp import weights
 
             weights.save_hf(self, str(self.args.save_hf).replace("{rollout_id}", str(rollout_id)))

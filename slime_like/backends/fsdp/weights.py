@@ -89,7 +89,7 @@ def save_hf(trainer, out_dir: str):
             adapter = {k: v.contiguous() for k, v in get_peft_model_state_dict(model, state_dict=full).items()}
             save_file(adapter, os.path.join(tmp, "adapter_model.safetensors"), metadata={"format": "pt"})
             model.peft_config["default"].save_pretrained(tmp)
-    if not trainer.lora or getattr(args, "lora_save_merged", False):
+    if not trainer.lora or args.lora_save_merged:
         tensors = {n: t.to(dtype=dtype, copy=True).contiguous() for n, t in iter_hf_weights(model, merged=True)}
         if rank0:
             _write_model(tensors, os.path.join(tmp, "merged") if trainer.lora else tmp, args.hf_checkpoint)

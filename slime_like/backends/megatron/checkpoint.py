@@ -223,9 +223,10 @@ def load_checkpoint(load_dir: str, model_chunks, optimizer=None, scheduler=None,
 def _args_from_hf(hf_dir):
     from megatron.core import parallel_state as ps
 
+    from slime_like.args import make_args
     from slime_like.config.hf_config import fill_args_from_hf
 
-    args = fill_args_from_hf(None, hf_dir)
+    args = fill_args_from_hf(make_args("--hf-checkpoint", hf_dir), hf_dir)
     args.tensor_model_parallel_size = ps.get_tensor_model_parallel_world_size()
     args.pipeline_model_parallel_size = ps.get_pipeline_model_parallel_world_size()
     return args

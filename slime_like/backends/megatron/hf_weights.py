@@ -89,7 +89,7 @@ def unwrap(module):
 def _rule(name: str, chunk, args):
     """(kind, hf_names) for one mcore parameter; kind in copy | vocab | qkv | gate_up | gate_up_fused | skip."""
     kind, names = _generic_rule(name, chunk, args)
-    if getattr(args, "hf_model_type", "") == "minimax_m2":
+    if args.hf_model_type == "minimax_m2":
         for pattern, repl in _BLOCK_SPARSE_MOE:
             names = [pattern.sub(repl, n) for n in names]
     return kind, names
@@ -101,7 +101,7 @@ def _generic_rule(name: str, chunk, args):
     if name == "output_layer.weight":
         if isinstance(chunk.output_layer, ValueHead):
             return "skip", []  # critic value head: not part of the HF LM
-        tied = not getattr(args, "untie_embeddings_and_output_weights", False)
+        tied = not args.untie_embeddings_and_output_weights
         # tied with PP>1: the last stage keeps its own copy of the embedding for the LM head
         return ("vocab", ["model.embed_tokens.weight"]) if tied else ("vocab", ["lm_head.weight"])
     if name == "decoder.final_layernorm.weight":
@@ -111,7 +111,7 @@ def _generic_rule(name: str, chunk, args):
         raise KeyError(f"no HF mapping for megatron parameter {name!r}")
     layer = chunk.decoder.layers[int(m.group(1))].layer_number - 1  # global index (PP offset)
     rest, pre = m.group(2), f"model.layers.{layer}."
-    if getattr(args, "multi_latent_attention", False) and rest in _MLA:
+    if args.multi_latent_attention and rest in _MLA:
         return _MLA[rest][0], [pre + _MLA[rest][1]]
     if rest in _SIMPLE:
         return "copy", [pre + _SIMPLE[rest]]
@@ -120,7 +120,7 @@ def _generic_rule(name: str, chunk, args):
         return "qkv", [f"{pre}self_attn.{p}_proj.{kind}" for p in "qkv"]
     if rest in ("mlp.linear_fc1.weight", "mlp.linear_fc1.bias"):
         kind = rest.rsplit(".", 1)[1]
-        if family_of({"model_type": getattr(args, "hf_model_type", "")}).fused_gate_up:  # GLM-4: one [gate; up]
+        if family_of({"model_type": args.hf_model_type}).fused_gate_up:  # GLM-4: one [gate; up]
             return "gate_up_fused", [f"{pre}mlp.gate_up_proj.{kind}"]
         return "gate_up", [f"{pre}mlp.gate_proj.{kind}", f"{pre}mlp.up_proj.{kind}"]
     if rest == "mlp.shared_experts.linear_fc1.weight":
@@ -164,8 +164,8 @@ def _tp_group(name: str):
 
 def _heads(args):
     heads = args.num_attention_heads
-    groups = args.num_query_groups if getattr(args, "group_query_attention", False) else heads
-    head_dim = getattr(args, "kv_channels", None) or args.hidden_size // heads
+    groups = args.num_query_groups if args.group_query_attention else heads
+    head_dim = args.kv_channels or args.hidden_size // heads
     return heads, groups, head_dim
 
 
@@ -283,7 +283,7 @@ def iter_hf_weights(model_chunks, args, hf_vocab_size: int | None = None):
 
     hf_vocab = hf_vocab_size or args.vocab_size
     emits = ps.get_tensor_model_parallel_rank() == 0 and ps.get_data_parallel_rank(with_context_parallel=True) == 0
-    tied = not getattr(args, "untie_embeddings_and_output_weights", False)
+    tied = not args.untie_embeddings_and_output_weights
     for chunk in map(unwrap, model_chunks):
         for name, param in _tensors(chunk):
             kind, hf_names = _rule(name, chunk, args)

@@ -14,23 +14,14 @@ import torch.nn.functional as F
 
 def padded_vocab_size(args) -> int:
     """Megatron's rule: round vocab_size up to make_vocab_size_divisible_by * TP (default 128)."""
-    multiple = (getattr(args, "make_vocab_size_divisible_by", None) or 128) * _tp(args)
+    multiple = args.make_vocab_size_divisible_by * args.tensor_model_parallel_size
     return (args.vocab_size + multiple - 1) // multiple * multiple
 
 
-def _tp(args) -> int:
-    return getattr(args, "tensor_model_parallel_size", None) or 1
-
-
-def _get(args, name, default=None):
-    value = getattr(args, name, None)
-    return default if value is None else value
-
-
 def params_dtype(args) -> torch.dtype:
-    if _get(args, "bf16", False):
+    if args.bf16:
         return torch.bfloat16
-    if _get(args, "fp16", False):
+    if args.fp16:
         return torch.float16
     return torch.float32
 
@@ -39,72 +30,72 @@ def transformer_config_from_args(args):
     """TransformerConfig from Megatron-style args; on CPU every CUDA-only fusion is switched off."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    missing = [n for n in ("num_layers", "hidden_size", "num_attention_heads") if getattr(args, n, None) is None]
+    missing = [n for n in ("num_layers", "hidden_size", "num_attention_heads") if getattr(args, n) is None]
     if missing:
         raise ValueError(f"model flags missing: {', '.join('--' + m.replace('_', '-') for m in missing)}; "
                          "source a scripts/models/*.sh MODEL_ARGS or pass --hf-checkpoint to read them from config.json")
     cuda = torch.cuda.is_available()
     dtype = params_dtype(args)
-    swiglu = _get(args, "swiglu", False)
-    fuse = lambda name, default=True: cuda and bool(_get(args, name, default))  # noqa: E731
+    swiglu = args.swiglu
+    fuse = lambda name: cuda and bool(getattr(args, name))  # noqa: E731  (the CUDA kernel fusions: off on CPU)
     kw = dict(
         num_layers=args.num_layers, hidden_size=args.hidden_size,
-        ffn_hidden_size=_get(args, "ffn_hidden_size", 4 * args.hidden_size),
+        ffn_hidden_size=args.ffn_hidden_size,
         num_attention_heads=args.num_attention_heads,
-        num_query_groups=_get(args, "num_query_groups") if _get(args, "group_query_attention", False) else None,
-        kv_channels=_get(args, "kv_channels"),
-        normalization=_get(args, "normalization", "LayerNorm"), layernorm_epsilon=_get(args, "norm_epsilon", 1e-5),
+        num_query_groups=args.num_query_groups if args.group_query_attention else None,
+        kv_channels=args.kv_channels,
+        normalization=args.normalization, layernorm_epsilon=args.norm_epsilon,
         gated_linear_unit=swiglu, activation_func=F.silu if swiglu else F.gelu,
-        add_bias_linear=_get(args, "add_bias_linear", True),  # dest of --disable-bias-linear (store_false)
-        add_qkv_bias=_get(args, "add_qkv_bias", False),
-        qk_layernorm=_get(args, "qk_layernorm", False),
-        hidden_dropout=_get(args, "hidden_dropout", 0.1), attention_dropout=_get(args, "attention_dropout", 0.1),
-        init_method_std=_get(args, "init_method_std", 0.02),
+        add_bias_linear=args.add_bias_linear,  # dest of --disable-bias-linear (store_false)
+        add_qkv_bias=args.add_qkv_bias,
+        qk_layernorm=args.qk_layernorm,
+        hidden_dropout=args.hidden_dropout, attention_dropout=args.attention_dropout,
+        init_method_std=args.init_method_std,
         params_dtype=dtype, pipeline_dtype=dtype, bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16,
-        attention_softmax_in_fp32=_get(args, "attention_softmax_in_fp32", True),
-        tensor_model_parallel_size=_tp(args),
-        pipeline_model_parallel_size=_get(args, "pipeline_model_parallel_size", 1),
-        context_parallel_size=_get(args, "context_parallel_size", 1),
-        expert_model_parallel_size=_get(args, "expert_model_parallel_size", 1),
-        expert_tensor_parallel_size=_get(args, "expert_tensor_parallel_size"),
-        sequence_parallel=_get(args, "sequence_parallel", False),
-        use_cpu_initialization=not cuda or _get(args, "use_cpu_initialization", False),
+        attention_softmax_in_fp32=args.attention_softmax_in_fp32,
+        tensor_model_parallel_size=args.tensor_model_parallel_size,
+        pipeline_model_parallel_size=args.pipeline_model_parallel_size,
+        context_parallel_size=args.context_parallel_size,
+        expert_model_parallel_size=args.expert_model_parallel_size,
+        expert_tensor_parallel_size=args.expert_tensor_parallel_size,
+        sequence_parallel=args.sequence_parallel,
+        use_cpu_initialization=not cuda,
         perform_initialization=True,
         # rollout batches vary in length: under PP the p2p shapes must be exchanged every micro-batch
-        variable_seq_lengths=_get(args, "pipeline_model_parallel_size", 1) > 1,
+        variable_seq_lengths=args.pipeline_model_parallel_size > 1,
         masked_softmax_fusion=fuse("masked_softmax_fusion"), bias_activation_fusion=fuse("bias_swiglu_fusion"),
         bias_dropout_fusion=fuse("bias_dropout_fusion"), apply_rope_fusion=fuse("apply_rope_fusion"),
-        gradient_accumulation_fusion=fuse("gradient_accumulation_fusion"), persist_layer_norm=fuse("persist_layer_norm"),
-        recompute_granularity=_get(args, "recompute_granularity"), recompute_method=_get(args, "recompute_method"),
-        recompute_num_layers=_get(args, "recompute_num_layers"),
-        calculate_per_token_loss=_get(args, "calculate_per_token_loss", False),
-        deterministic_mode=bool(_get(args, "deterministic_mode", False)),
-        rotary_interleaved=bool(_get(args, "rotary_interleaved", False)),  # GLM-4: RoPE on interleaved pairs
+        gradient_accumulation_fusion=fuse("gradient_accumulation_fusion"), persist_layer_norm=cuda,
+        recompute_granularity=args.recompute_granularity, recompute_method=args.recompute_method,
+        recompute_num_layers=args.recompute_num_layers,
+        calculate_per_token_loss=args.calculate_per_token_loss,
+        deterministic_mode=bool(args.deterministic_mode),
+        rotary_interleaved=bool(args.rotary_interleaved),  # GLM-4: RoPE on interleaved pairs
     )
     # mcore rejects Megatron's default "allgather" dispatcher with variable_seq_lengths, even for dense
     # models (where it is unused); MoE + PP needs alltoall (or flex).
-    dispatcher = _get(args, "moe_token_dispatcher_type", "alltoall")
+    dispatcher = args.moe_token_dispatcher_type
     if kw["variable_seq_lengths"] and dispatcher == "allgather":
-        if _get(args, "num_experts"):
+        if args.num_experts:
             raise ValueError("--moe-token-dispatcher-type allgather cannot run with pipeline parallelism (variable "
                              "sequence lengths); use --moe-token-dispatcher-type alltoall")
         dispatcher = "alltoall"
     kw["moe_token_dispatcher_type"] = dispatcher
     if not cuda and kw["sequence_parallel"]:
         raise ValueError("--sequence-parallel needs TransformerEngine on CUDA; drop it for CPU runs")
-    if _get(args, "num_experts"):
-        kw.update(num_moe_experts=args.num_experts, moe_router_topk=_get(args, "moe_router_topk", 2),
-                  moe_ffn_hidden_size=_get(args, "moe_ffn_hidden_size", kw["ffn_hidden_size"]),
-                  moe_shared_expert_intermediate_size=_get(args, "moe_shared_expert_intermediate_size"),
-                  moe_layer_freq=_get(args, "moe_layer_freq", 1),
-                  moe_router_load_balancing_type=_get(args, "moe_router_load_balancing_type", "aux_loss"),
-                  moe_aux_loss_coeff=_get(args, "moe_aux_loss_coeff", 0.0),
-                  moe_router_score_function=_get(args, "moe_router_score_function", "softmax"),
-                  moe_router_pre_softmax=_get(args, "moe_router_pre_softmax", False),
-                  moe_grouped_gemm=cuda and _get(args, "moe_grouped_gemm", False),
-                  moe_router_dtype=_get(args, "moe_router_dtype"),
-                  moe_permute_fusion=fuse("moe_permute_fusion", False), **_router_kwargs(args))
-    if _get(args, "multi_latent_attention", False):
+    if args.num_experts:
+        kw.update(num_moe_experts=args.num_experts, moe_router_topk=args.moe_router_topk,
+                  moe_ffn_hidden_size=args.moe_ffn_hidden_size,
+                  moe_shared_expert_intermediate_size=args.moe_shared_expert_intermediate_size,
+                  moe_layer_freq=args.moe_layer_freq,
+                  moe_router_load_balancing_type=args.moe_router_load_balancing_type,
+                  moe_aux_loss_coeff=args.moe_aux_loss_coeff,
+                  moe_router_score_function=args.moe_router_score_function,
+                  moe_router_pre_softmax=args.moe_router_pre_softmax,
+                  moe_grouped_gemm=cuda and args.moe_grouped_gemm,
+                  moe_router_dtype=args.moe_router_dtype,
+                  moe_permute_fusion=fuse("moe_permute_fusion"), **_router_kwargs(args))
+    if args.multi_latent_attention:
         return _mla_config(args, kw)
     return TransformerConfig(**kw)
 
@@ -118,12 +109,12 @@ def _mla_config(args, kw):
 
     factor = args.rotary_scaling_factor
     kw.pop("kv_channels", None)
-    kw.update(q_lora_rank=_get(args, "q_lora_rank"), kv_lora_rank=args.kv_lora_rank, qk_head_dim=args.qk_head_dim,
+    kw.update(q_lora_rank=args.q_lora_rank, kv_lora_rank=args.kv_lora_rank, qk_head_dim=args.qk_head_dim,
               qk_pos_emb_head_dim=args.qk_pos_emb_head_dim, v_head_dim=args.v_head_dim,
-              rope_type="rope" if factor == 1.0 else "yarn", rotary_base=_get(args, "rotary_base", 10000),
+              rope_type="rope" if factor == 1.0 else "yarn", rotary_base=args.rotary_base,
               rotary_percent=1.0, rotary_scaling_factor=factor, mscale=args.mscale, mscale_all_dim=args.mscale_all_dim,
               apply_rope_fusion=False, num_query_groups=None)
-    yarn = getattr(args, "hf_yarn", None) or {}
+    yarn = args.hf_yarn or {}
     if factor != 1.0 and not yarn.get("truncate", True):
         raise ValueError("config.json rope_scaling.truncate false: megatron-core's YaRN rounds the correction range "
                          "to whole dims (truncate true) only")
@@ -133,13 +124,13 @@ def _mla_config(args, kw):
 
 def _router_kwargs(args) -> dict:
     """DeepSeek-V3 / GLM-4.5 routing: expert-bias correction, group-limited top-k, scaled top-k weights."""
-    kw = dict(moe_router_enable_expert_bias=bool(_get(args, "moe_router_enable_expert_bias", False)),
-              moe_router_bias_update_rate=_get(args, "moe_router_bias_update_rate", 1e-3),
-              moe_router_num_groups=_get(args, "moe_router_num_groups"),
-              moe_router_group_topk=_get(args, "moe_router_group_topk"),
-              moe_router_topk_scaling_factor=_get(args, "moe_router_topk_scaling_factor"))
+    kw = dict(moe_router_enable_expert_bias=bool(args.moe_router_enable_expert_bias),
+              moe_router_bias_update_rate=args.moe_router_bias_update_rate,
+              moe_router_num_groups=args.moe_router_num_groups,
+              moe_router_group_topk=args.moe_router_group_topk,
+              moe_router_topk_scaling_factor=args.moe_router_topk_scaling_factor)
     groups, group_topk = kw["moe_router_num_groups"], kw["moe_router_group_topk"]
-    topk = _get(args, "moe_router_topk", 2)
+    topk = args.moe_router_topk
     if groups and groups > 1 and group_topk and topk // group_topk != 2:
         # megatron-core scores a group by its top (topk // group_topk) experts; HF's DeepSeek-V3 / GLM-4.5 by its
         # top 2
@@ -168,7 +159,7 @@ def layer_spec(config, args):
 
     from slime_like.config.slime_paths import BUILT_SPECS, MINIMAX_M2_SPEC
 
-    spec_flag = tuple(_get(args, "spec") or ())
+    spec_flag = tuple(args.spec or ())
     if spec_flag and spec_flag not in BUILT_SPECS:  # the launch check says so first (config/support.py)
         raise ValueError(f"--spec {' '.join(spec_flag)}: custom layer specs are not built; of slime's plugins only "
                          + " and ".join(f"`--spec {' '.join(s)}`" for s in BUILT_SPECS) + " are")
@@ -189,8 +180,7 @@ def layer_spec(config, args):
 
         spec = use_across_heads_qk_norm(spec, config.num_query_groups or config.num_attention_heads,
                                         config.tensor_model_parallel_size)
-    post_attn = bool(_get(args, "post_self_attn_layernorm", False))
-    post_mlp = bool(_get(args, "post_mlp_layernorm", False))
+    post_attn, post_mlp = bool(args.post_self_attn_layernorm), bool(args.post_mlp_layernorm)
     if post_attn or post_mlp:  # GLM-4 dense sandwich norms (backends/megatron/sandwich.py)
         from slime_like.backends.megatron.sandwich import use_sandwich_norms
 
@@ -262,24 +252,22 @@ def build_model(args, role: str = "actor"):
 
     if role not in ("actor", "critic", "ref"):
         raise ValueError(f"build_model(role={role!r}): role must be actor, critic or ref")
-    if _get(args, "virtual_pipeline_model_parallel_size"):
-        raise NotImplementedError("--virtual-pipeline-model-parallel-size (interleaved PP) is not supported yet")
     config = transformer_config_from_args(args)
     if config.deterministic_mode:  # Megatron-LM's --deterministic-mode: deterministic kernels or an error
         torch.use_deterministic_algorithms(True)
     critic = role == "critic"
-    tie = not _get(args, "untie_embeddings_and_output_weights", False) and not critic
+    tie = not args.untie_embeddings_and_output_weights and not critic
     post = ps.is_pipeline_last_stage()
     model = GPTModel(config=config, transformer_layer_spec=layer_spec(config, args),
                      vocab_size=padded_vocab_size(args),
-                     max_sequence_length=_get(args, "max_position_embeddings", _get(args, "seq_length", 4096)),
+                     max_sequence_length=args.max_position_embeddings,
                      pre_process=ps.is_pipeline_first_stage(), post_process=post,
                      share_embeddings_and_output_weights=tie, parallel_output=True,
-                     position_embedding_type=_get(args, "position_embedding_type", "rope"),
-                     rotary_base=int(_get(args, "rotary_base", 10000)),
-                     rotary_percent=_get(args, "rotary_percent", 1.0),
-                     rope_scaling=_get(args, "use_rope_scaling", False),  # Llama 3.1 style
-                     rope_scaling_factor=_get(args, "rope_scaling_factor", 8.0))
+                     position_embedding_type=args.position_embedding_type,
+                     rotary_base=int(args.rotary_base),
+                     rotary_percent=args.rotary_percent,
+                     rope_scaling=args.use_rope_scaling,  # Llama 3.1 style
+                     rope_scaling_factor=args.rope_scaling_factor)
     if critic and post:
         model.output_layer = ValueHead(config)
     elif post and padded_vocab_size(args) > args.vocab_size:

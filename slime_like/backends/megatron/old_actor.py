@@ -20,7 +20,7 @@ class OldActorMixin:
     """Needs `self.args`, `self.chunks` and `self._forward_only(model, batch, kind)` (MegatronTrainer)."""
 
     def _kept_versions(self) -> int:
-        return max(2, int(getattr(self.args, "max_staleness", 0) or 0) + 1)
+        return max(2, int(self.args.max_staleness or 0) + 1)
 
     def _host_copy(self) -> list[dict]:
         return [{name: p.detach().to("cpu", copy=True) for name, p in chunk.named_parameters()}

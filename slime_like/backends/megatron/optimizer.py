@@ -18,11 +18,6 @@ from slime_like.config.schedule import DECAY_STYLES, schedule_steps  # noqa: F40
 
 
 
-def _get(args, name, default=None):
-    value = getattr(args, name, None)
-    return default if value is None else value
-
-
 def wrap_for_training(args, chunks: list, trainable: bool = True) -> list:
     """Float16Module for bf16/fp16 models, then mcore DDP (grad buffers, DP reduce) when trainable."""
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
@@ -30,21 +25,20 @@ def wrap_for_training(args, chunks: list, trainable: bool = True) -> list:
     from megatron.core.transformer.module import Float16Module
 
     config = chunks[0].config
-    if _get(args, "bf16", False) or _get(args, "fp16", False):
+    if args.bf16 or args.fp16:
         chunks = [Float16Module(config, c) for c in chunks]
     if not trainable:
         return chunks
     ddp_config = DistributedDataParallelConfig(
         grad_reduce_in_fp32=True,
-        overlap_grad_reduce=bool(_get(args, "overlap_grad_reduce", False)),
-        use_distributed_optimizer=bool(_get(args, "use_distributed_optimizer", False)),
-        check_for_nan_in_grad=bool(_get(args, "check_for_nan_in_loss_and_grad", False)),
-        bucket_size=_get(args, "ddp_bucket_size", None))
+        overlap_grad_reduce=bool(args.overlap_grad_reduce),
+        use_distributed_optimizer=bool(args.use_distributed_optimizer),
+        check_for_nan_in_grad=bool(args.check_for_nan_in_loss_and_grad))
     wrapped = [DistributedDataParallel(config=config, ddp_config=ddp_config, module=c,
                                        disable_bucketing=(i > 0)) for i, c in enumerate(chunks)]
     config.finalize_model_grads_func = finalize_model_grads
     config.no_sync_func = [w.no_sync for w in wrapped] if len(wrapped) > 1 else wrapped[0].no_sync
-    config.calculate_per_token_loss = bool(_get(args, "calculate_per_token_loss", False))
+    config.calculate_per_token_loss = bool(args.calculate_per_token_loss)
     return wrapped
 
 
@@ -55,22 +49,22 @@ def optimizer_config_from_args(args):
     """
     from megatron.core.optimizer import OptimizerConfig
 
-    name = _get(args, "optimizer", "adam")
+    name = args.optimizer
     if name not in ("adam", "sgd"):
         raise ValueError(f"--optimizer {name!r} is not supported by the Megatron trainer; use adam or sgd")
-    if _get(args, "lr", None) is None:
+    if args.lr is None:
         raise ValueError("--lr is required for a trainable role (e.g. --lr 1e-6)")
-    bf16, fp16 = bool(_get(args, "bf16", False)), bool(_get(args, "fp16", False))
+    bf16, fp16 = bool(args.bf16), bool(args.fp16)
     return OptimizerConfig(
-        optimizer=name, lr=float(args.lr), min_lr=float(_get(args, "min_lr", 0.0)),
-        weight_decay=float(_get(args, "weight_decay", 0.0)),
-        adam_beta1=float(_get(args, "adam_beta1", 0.9)), adam_beta2=float(_get(args, "adam_beta2", 0.999)),
-        adam_eps=float(_get(args, "adam_eps", 1e-8)), sgd_momentum=float(_get(args, "sgd_momentum", 0.9)),
-        clip_grad=float(_get(args, "clip_grad", 1.0)), bf16=bf16, fp16=fp16,
+        optimizer=name, lr=float(args.lr), min_lr=float(args.min_lr),
+        weight_decay=float(args.weight_decay),
+        adam_beta1=float(args.adam_beta1), adam_beta2=float(args.adam_beta2),
+        adam_eps=float(args.adam_eps), sgd_momentum=float(args.sgd_momentum),
+        clip_grad=float(args.clip_grad), bf16=bf16, fp16=fp16,
         params_dtype=torch.bfloat16 if bf16 else torch.float16 if fp16 else torch.float32,
-        loss_scale=_get(args, "loss_scale", None),
-        initial_loss_scale=float(_get(args, "initial_loss_scale", 2 ** 32)),
-        use_distributed_optimizer=bool(_get(args, "use_distributed_optimizer", False)))
+        loss_scale=args.loss_scale,
+        initial_loss_scale=float(args.initial_loss_scale),
+        use_distributed_optimizer=bool(args.use_distributed_optimizer))
 
 
 def build_optimizer(args, wrapped_chunks: list):
@@ -98,21 +92,23 @@ def build_scheduler(args, optimizer):
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
     warmup, decay = schedule_steps(args)
-    wd = float(_get(args, "weight_decay", 0.0))
-    start_wd, end_wd = float(_get(args, "start_weight_decay", wd)), float(_get(args, "end_weight_decay", wd))
-    wd_style = _get(args, "weight_decay_incr_style", "constant")
+    wd = float(args.weight_decay)
+    # Megatron's rule: an unset start / end weight decay is --weight-decay
+    start_wd = wd if args.start_weight_decay is None else float(args.start_weight_decay)
+    end_wd = wd if args.end_weight_decay is None else float(args.end_weight_decay)
+    wd_style = args.weight_decay_incr_style
     if wd_style == "constant" and start_wd != end_wd:
         raise ValueError("--start-weight-decay and --end-weight-decay differ but --weight-decay-incr-style is "
                          "constant; use linear or cosine")
     return OptimizerParamScheduler(
-        optimizer, init_lr=float(_get(args, "lr_warmup_init", 0.0)), max_lr=float(args.lr),
-        min_lr=float(_get(args, "min_lr", 0.0)), lr_warmup_steps=warmup, lr_decay_steps=decay,
-        lr_decay_style=_get(args, "lr_decay_style", "constant"), start_wd=start_wd, end_wd=end_wd,
+        optimizer, init_lr=float(args.lr_warmup_init), max_lr=float(args.lr),
+        min_lr=float(args.min_lr), lr_warmup_steps=warmup, lr_decay_steps=decay,
+        lr_decay_style=args.lr_decay_style, start_wd=start_wd, end_wd=end_wd,
         wd_incr_steps=decay, wd_incr_style=wd_style,
-        use_checkpoint_opt_param_scheduler=bool(_get(args, "use_checkpoint_opt_param_scheduler", True)),
-        override_opt_param_scheduler=bool(_get(args, "override_opt_param_scheduler", False)),
-        wsd_decay_steps=_get(args, "lr_wsd_decay_iters", None),
-        lr_wsd_decay_style=_get(args, "lr_wsd_decay_style", None))
+        use_checkpoint_opt_param_scheduler=bool(args.use_checkpoint_opt_param_scheduler),
+        override_opt_param_scheduler=bool(args.override_opt_param_scheduler),
+        wsd_decay_steps=args.lr_wsd_decay_iters,
+        lr_wsd_decay_style=args.lr_wsd_decay_style)
 
 
 def current_lr(optimizer) -> float:

@@ -46,17 +46,17 @@ def build_sglang_command(args, *, port: int, host: str = "127.0.0.1", base_gpu_i
                          tp_size: int | None = None, nccl_port: int | None = None, dist_init_addr: str | None = None,
                          nnodes: int = 1, node_rank: int = 0, python: str | None = None) -> list[str]:
     """argv for `python -m sglang.launch_server` serving args.hf_checkpoint on the given slot."""
-    if not getattr(args, "hf_checkpoint", None):
+    if not args.hf_checkpoint:
         raise ValueError("--hf-checkpoint is required to start SGLang (it serves the HF weights and tokenizer)")
-    tp = tp_size or getattr(args, "rollout_num_gpus_per_engine", 1)
+    tp = tp_size or args.rollout_num_gpus_per_engine
     cmd = [python or sys.executable, "-m", "sglang.launch_server", "--model-path", args.hf_checkpoint,
            "--tp-size", str(tp), "--base-gpu-id", str(base_gpu_id),
            "--port", str(port), "--host", host]
-    if getattr(args, "trust_remote_code", False):  # Megatron's --trust-remote-code: checkpoint code runs only on request
+    if args.trust_remote_code:  # Megatron's --trust-remote-code: checkpoint code runs only on request
         cmd += ["--trust-remote-code"]
-    if getattr(args, "seed", None) is not None:
+    if args.seed is not None:
         cmd += ["--random-seed", str(args.seed)]
-    if getattr(args, "offload_rollout", False) or getattr(args, "colocate", False):
+    if args.offload_rollout or args.colocate:
         cmd += ["--enable-memory-saver"]  # /release_memory_occupation needs it
     if nccl_port is not None:
         cmd += ["--nccl-port", str(nccl_port)]
@@ -64,7 +64,7 @@ def build_sglang_command(args, *, port: int, host: str = "127.0.0.1", base_gpu_i
         if not dist_init_addr:
             raise ValueError(f"an engine spanning {nnodes} nodes needs dist_init_addr (host:port of its node 0)")
         cmd += ["--dist-init-addr", dist_init_addr, "--nnodes", str(nnodes), "--node-rank", str(node_rank)]
-    options = getattr(args, "sglang_cli_options", None) or {}
+    options = args.sglang_cli_options
     for name, value in sorted(sglang_server_args(args).items()):
         cmd += server_flag(name, value, options.get(name))
     return cmd

@@ -73,7 +73,7 @@ def start_router(args, worker_urls: list[str], *, host: str = "127.0.0.1", port:
         raise EngineStartError("sglang-router is not installed (pip install sglang-router); on CPU, point the "
                                "rollout at the engine URLs directly instead of a router")
     cmd = cmd or build_router_command(args, worker_urls, host=host, port=port)
-    log_dir = log_dir or os.path.join(getattr(args, "save", None) or tempfile.gettempdir(), "engine_logs")
+    log_dir = log_dir or os.path.join(args.save or tempfile.gettempdir(), "engine_logs")
     os.makedirs(log_dir, exist_ok=True)
     log_path = os.path.join(log_dir, f"router_{port}.log")
     with open(log_path, "ab") as log:

@@ -35,11 +35,6 @@ POLICY_FIELDS = ("log_probs", "advantages", "ref_log_probs", "rollout_log_probs"
 VALUE_FIELDS = ("values", "returns")
 
 
-def _get(args, name, default=None):
-    value = getattr(args, name, None)
-    return default if value is None else value
-
-
 class RLTrainerBase:
     use_te = False
     # --use-dynamic-batch-size: pack a token budget's samples into one row (needs attention that does not cross
@@ -49,7 +44,7 @@ class RLTrainerBase:
     # ----------------------------------------------------------------- micro-batches
     def _micro_batches(self, batch, indices, field_keys=(), max_tokens=None):
         args = self.args
-        packed = bool(_get(args, "use_dynamic_batch_size", False))
+        packed = bool(args.use_dynamic_batch_size)
         if packed:
             lengths = [len(t) for t in batch["tokens"]]
             groups = D.packed_micro_batches(indices, lengths, max_tokens or args.max_tokens_per_gpu)
@@ -57,12 +52,12 @@ class RLTrainerBase:
             # Similar lengths share a micro-batch, so rows carry less padding (demo shape: ~16% fewer tokens).
             # The step's loss is a token sum over all its micro-batches: grouping changes only float rounding.
             by_length = sorted(indices, key=lambda i: len(batch["tokens"][i]))
-            groups = D.fixed_micro_batches(by_length, _get(args, "micro_batch_size", 1))
+            groups = D.fixed_micro_batches(by_length, args.micro_batch_size)
         return [D.build_micro_batch(batch, g, packed=packed and self.pack_rows, use_te=self.use_te, field_keys=field_keys,
                                     device=self.device) for g in groups]
 
     def _scoring_micro_batches(self, batch):
-        max_tokens = _get(self.args, "log_probs_max_tokens_per_gpu") or _get(self.args, "max_tokens_per_gpu")
+        max_tokens = self.args.log_probs_max_tokens_per_gpu or self.args.max_tokens_per_gpu
         return self._micro_batches(batch, list(range(D.num_samples(batch))), max_tokens=max_tokens)
 
     # ----------------------------------------------------------------- public API
@@ -78,11 +73,11 @@ class RLTrainerBase:
         args = self.args
         if self.role != "actor":
             return False
-        if self._reward_kl_coef() or (_get(args, "use_opd", False) and not _get(args, "use_rollout_logprobs", False)):
+        if self._reward_kl_coef() or (args.use_opd and not args.use_rollout_logprobs):
             return True  # compute_advantages reads them (reward KL; the student side of the OPD term)
-        if _get(args, "use_rollout_logprobs", False) or _get(args, "loss_type", "policy_loss") == "sft_loss":
+        if args.use_rollout_logprobs or args.loss_type == "sft_loss":
             return False
-        return int(_get(args, "num_steps_per_rollout", 1)) > 1 or self._has_dropout()
+        return int(args.num_steps_per_rollout) > 1 or self._has_dropout()
 
     def _reward_kl_coef(self) -> float:
         """--kl-coef where the estimator folds KL into the reward; 0 where it ignores it (grpo, gspo).
@@ -90,7 +85,7 @@ class RLTrainerBase:
         return float(self.args.kl_coef) if self.estimator.uses_reward_kl else 0.0
 
     def _has_dropout(self) -> bool:
-        return bool(_get(self.args, "attention_dropout", 0.0) or _get(self.args, "hidden_dropout", 0.0))
+        return bool(self.args.attention_dropout or self.args.hidden_dropout)
 
     def compute_log_probs(self, batch: dict, old_policy: bool = True) -> dict:
         """Actor: old-policy `log_probs` (and `ref_log_probs` with a reference model), logits / temperature.
@@ -131,13 +126,13 @@ class RLTrainerBase:
         width = max(lengths)
         mask = D.pad_rows(batch["loss_masks"], width)
         pad = lambda key: D.pad_rows(batch[key], width) if key in batch else None  # noqa: E731
-        kl = alg.kl_penalty(pad("log_probs"), pad("ref_log_probs"), _get(args, "kl_loss_type", "k1")) \
+        kl = alg.kl_penalty(pad("log_probs"), pad("ref_log_probs"), args.kl_loss_type) \
             if kl_coef else None
         adv, ret = spec.token_step(
             rewards=torch.tensor([float(r) for r in batch["rewards"]]), mask=mask,
             values=pad("values") if spec.needs_critic else None, kl=kl, kl_coef=kl_coef,
-            gamma=float(_get(args, "gamma", 1.0)), lam=float(_get(args, "lambd", 1.0)), whiten=False)
-        if _get(args, "use_opd", False):  # --opd-type sglang: teacher log-probs came with the rollout
+            gamma=float(args.gamma), lam=float(args.lambd), whiten=False)
+        if args.use_opd:  # --opd-type sglang: teacher log-probs came with the rollout
             adv = apply_opd(args, batch, adv, mask)
         if args.normalize_advantages or spec.whitens_returns:
             moments = alg.masked_moments(adv, mask)
@@ -150,12 +145,12 @@ class RLTrainerBase:
         args = self.args
         if self.role == "critic":
             return "value", VALUE_FIELDS, VALUE_FIELDS, batch
-        if _get(args, "loss_type", "policy_loss") == "sft_loss":
+        if args.loss_type == "sft_loss":
             return "sft", (), (), batch
-        rollout_lp = any(_get(args, k, False) for k in ("use_tis", "use_rollout_logprobs", "get_mismatch_metrics"))
-        need = ("advantages",) + (("ref_log_probs",) if _get(args, "use_kl_loss", False) else ()) \
+        rollout_lp = args.use_tis or args.use_rollout_logprobs or args.get_mismatch_metrics
+        need = ("advantages",) + (("ref_log_probs",) if args.use_kl_loss else ()) \
             + (("rollout_log_probs",) if rollout_lp else ())
-        if _get(args, "use_rollout_logprobs", False):  # the engine's log-probs are the old policy
+        if args.use_rollout_logprobs:  # the engine's log-probs are the old policy
             batch = dict(batch, log_probs=batch["rollout_log_probs"])
         return "policy", POLICY_FIELDS, need, batch
 
@@ -171,11 +166,10 @@ class RLTrainerBase:
         kind, fields, need, batch = self._loss_kind(batch)
         D.validate_batch(batch, need)
         dp = self.ps.get_data_parallel_world_size()
-        steps = D.split_steps(D.num_samples(batch), int(_get(args, "num_steps_per_rollout", 1)),
-                              _get(args, "global_batch_size"), dp,
-                              exact=not _get(args, "custom_generate_function_path"))  # it may fan a prompt out
-        per_token = bool(_get(args, "calculate_per_token_loss", False))
-        if _get(args, "reset_optimizer_states", False):  # slime resets at the start of each rollout's training
+        steps = D.split_steps(D.num_samples(batch), int(args.num_steps_per_rollout), args.global_batch_size, dp,
+                              exact=not args.custom_generate_function_path)  # it may fan a prompt out
+        per_token = bool(args.calculate_per_token_loss)
+        if args.reset_optimizer_states:  # slime resets at the start of each rollout's training
             self._reset_optimizer_states()
         history = []
         for indices in steps:
@@ -194,7 +188,7 @@ class RLTrainerBase:
             ci_checks.check_step(args, self.role, rollout_id, len(history), len(steps), step,
                                  writer=not dist.is_initialized() or dist.get_rank() == 0)
             history.append(step)
-        interval = _get(args, "ref_update_interval")
+        interval = args.ref_update_interval
         if self.ref_model is not None and interval and (rollout_id + 1) % interval == 0:
             self._update_reference()
         return self._average_steps(history)

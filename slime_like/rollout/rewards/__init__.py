@@ -123,7 +123,7 @@ def compute_score(rm_type: str, response: str, label, metadata: dict | None = No
 
 def scalar_reward(args, reward) -> float:
     if isinstance(reward, dict):
-        key = getattr(args, "reward_key", None)
+        key = args.reward_key
         if key is None:
             raise ValueError(f"the reward is a dict with keys {sorted(reward)}; pass --reward-key KEY "
                              f"(e.g. --reward-key score for dapo)")
@@ -138,7 +138,7 @@ def scalar_reward(args, reward) -> float:
 async def _one(args, sample):
     """Built-in reward of one sample (--rm-type or metadata["rm_type"])."""
     metadata = sample.metadata if isinstance(sample.metadata, dict) else {}
-    rm_type = (metadata.get("rm_type") or getattr(args, "rm_type", None) or "").strip()
+    rm_type = (metadata.get("rm_type") or args.rm_type or "").strip()
     if rm_type.startswith("boxed_") and rm_type[len("boxed_"):] == "remote_rm":
         rm_type = "remote_rm"
     if rm_type == "remote_rm":
@@ -147,8 +147,8 @@ async def _one(args, sample):
 
 
 async def async_rm(args, samples: list) -> list:
-    custom = getattr(args, "custom_rm_path", None)
-    if custom and getattr(args, "group_rm", False):
+    custom = args.custom_rm_path
+    if custom and args.group_rm:
         out = await call_maybe_async(load_function(custom, "--custom-rm-path"), args, samples)
         out = list(out)
         if len(out) != len(samples):
@@ -188,18 +188,18 @@ async def assign_rewards(args, samples: list) -> None:
     except Exception as exc:
         idx = sorted({s.group_index for s in samples})
         raise RewardFunctionError(f"reward function failed on prompt index {idx[0] if len(idx) == 1 else idx} "
-                                  f"(--rm-type {getattr(args, 'rm_type', None)}, --custom-rm-path "
-                                  f"{getattr(args, 'custom_rm_path', None)}): {type(exc).__name__}: {exc}") from exc
+                                  f"(--rm-type {args.rm_type}, --custom-rm-path "
+                                  f"{args.custom_rm_path}): {type(exc).__name__}: {exc}") from exc
     for s, r in zip(samples, rewards):
         s.reward = check_reward(args, r, s)
 
 
 def _reward_source(args, sample) -> str:
-    custom = getattr(args, "custom_rm_path", None)
+    custom = args.custom_rm_path
     if custom:
         return f"--custom-rm-path {custom}"
     metadata = sample.metadata if isinstance(sample.metadata, dict) else {}
-    return f"--rm-type {metadata.get('rm_type') or getattr(args, 'rm_type', None)}"
+    return f"--rm-type {metadata.get('rm_type') or args.rm_type}"
 
 
 def _as_number(value):
@@ -217,7 +217,7 @@ def check_reward(args, reward, sample):
     A NaN/inf follows --on-nonfinite-reward: 'error' raises, 'zero' stores 0.0, 'skip' marks the sample
     FAILED so the rollout drops its group (metadata["nonfinite_reward"] keeps the value)."""
     where = f"{_reward_source(args, sample)} on prompt index {sample.group_index} (sample {sample.index})"
-    key = getattr(args, "reward_key", None)
+    key = args.reward_key
     if isinstance(reward, dict):
         items = {k: v for k, v in reward.items() if k == key or (key is None and isinstance(v, numbers.Real))}
     else:
@@ -231,7 +231,7 @@ def check_reward(args, reward, sample):
                                       f"number (or a dict with --reward-key)")
         if isfinite(num):
             continue
-        policy = getattr(args, "on_nonfinite_reward", "error") or "error"
+        policy = args.on_nonfinite_reward
         if policy == "error":
             raise RewardFunctionError(f"{where} returned {label} = {num}: a non-finite reward would make the loss and "
                                       f"then every weight NaN. Fix the reward function, or pass "

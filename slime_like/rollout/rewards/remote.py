@@ -76,11 +76,11 @@ def _rollout_key():
 def _breaker(args, url: str) -> _Breaker:
     loop = _rollout_key()
     if loop not in _BUDGETS:
-        budget = getattr(args, "rm_retry_budget", None)
+        budget = args.rm_retry_budget
         if budget is None:
-            n = int(getattr(args, "rollout_batch_size", None) or 64) * int(getattr(args, "n_samples_per_prompt", 1) or 1)
+            n = args.rollout_batch_size * args.n_samples_per_prompt
             budget = 2 * n
-        _BUDGETS[loop] = _Breaker(url, int(budget), int(getattr(args, "rm_circuit_breaker", None) or 20))
+        _BUDGETS[loop] = _Breaker(url, int(budget), int(args.rm_circuit_breaker))
     return _BUDGETS[loop]
 
 
@@ -90,13 +90,13 @@ def _payload(sample) -> dict:
 
 
 async def remote_rm(args, sample, session: aiohttp.ClientSession | None = None):
-    url = getattr(args, "rm_url", None)
+    url = args.rm_url
     if not url:
         raise ValueError("--rm-type remote_rm needs --rm-url http://HOST:PORT/PATH of the reward server")
-    attempts = int(getattr(args, "rm_max_retries", None) or 10)
+    attempts = int(args.rm_max_retries)
     breaker = _breaker(args, url)
-    backoff = float(getattr(args, "rm_retry_backoff", None) or 0.5)
-    timeout = aiohttp.ClientTimeout(total=float(getattr(args, "rm_timeout", None) or 60))
+    backoff = float(args.rm_retry_backoff)
+    timeout = aiohttp.ClientTimeout(total=float(args.rm_timeout))
     own_session = session is None
     if own_session:
         session = aiohttp.ClientSession(timeout=timeout)
