@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import functools
 
-from slime_like.config import (flags_algo, flags_fsdp, flags_misc, flags_model, flags_rl, flags_slime, flags_train,
-                               sglang_passthrough, vllm_passthrough)
+from slime_like.config import (flags_algo, flags_cluster, flags_fsdp, flags_misc, flags_model, flags_rollout,
+                               flags_slime, flags_train, sglang_passthrough, vllm_passthrough)
 from slime_like.config.errors import ConfigError, did_you_mean
 
 GROUP_ORDER = ["cluster", "model", "model (MoE)", "checkpoint", "rollout", "data", "eval", "perf/parallelism",
@@ -35,12 +35,12 @@ def build_parser(prog: str = "train.py", generated_sglang: bool = False, vllm_sp
         prog=prog, allow_abbrev=False, usage="%(prog)s [FLAGS ...]   (python %(prog)s --help lists them by group)",
         description="RL post-training with Megatron-core trainers and SGLang / CPU rollout engines. "
                     "Flags follow Megatron-LM and slime; see docs/configuration.md.")
-    flags_rl.add_cluster_group(p)
+    flags_cluster.add_cluster_group(p)
     flags_model.add_model_group(p)
     flags_train.add_checkpoint_group(p)
-    flags_rl.add_rollout_group(p)
-    flags_rl.add_data_group(p)
-    flags_rl.add_eval_group(p)
+    flags_rollout.add_rollout_group(p)
+    flags_rollout.add_data_group(p)
+    flags_rollout.add_eval_group(p)
     flags_train.add_perf_group(p)
     flags_algo.add_algorithm_group(p)
     flags_train.add_optimizer_group(p)
