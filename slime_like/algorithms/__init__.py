@@ -17,10 +17,9 @@ from .estimators import (
     reinforce_plus_plus_estimator,
 )
 from .kl import KL_ESTIMATORS, get_kl_estimator, kl_k1, kl_k2, kl_k3, kl_low_var, kl_penalty
-from .logprobs import entropy_from_logits, logprobs_from_logits
 from .losses import (AGGREGATION_MODES, aggregate_loss, importance_ratio_exceeds, policy_loss, sft_loss,
                      step_token_weights, tis_weights, value_loss)
-from .masked import masked_mean, masked_moments, masked_sum, masked_whiten, pad_ragged, whiten_from_moments
+from .masked import masked_mean, masked_moments, masked_sum, masked_whiten, whiten_from_moments
 from .registry import (
     EstimatorSpec,
     UnknownChoiceError,
@@ -37,14 +36,12 @@ __all__ = [
     "outcome_broadcast_estimator", "reinforce_plus_plus_estimator", "reinforce_plus_plus_baseline_estimator",
     "ppo_gae_estimator",
     # masked reductions / whitening
-    "masked_sum", "masked_mean", "masked_moments", "whiten_from_moments", "masked_whiten", "pad_ragged",
+    "masked_sum", "masked_mean", "masked_moments", "whiten_from_moments", "masked_whiten",
     # KL
     "kl_penalty", "kl_k1", "kl_k2", "kl_k3", "kl_low_var", "KL_ESTIMATORS", "get_kl_estimator",
     # losses
     "policy_loss", "tis_weights", "value_loss", "sft_loss", "aggregate_loss", "AGGREGATION_MODES",
     "step_token_weights", "importance_ratio_exceeds",
-    # log-probs
-    "logprobs_from_logits", "entropy_from_logits",
     # registries
     "EstimatorSpec", "register_estimator", "get_estimator", "estimator_names", "UnknownChoiceError",
     "unknown_choice_error",

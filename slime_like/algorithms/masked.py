@@ -14,7 +14,6 @@ __all__ = [
     "masked_moments",
     "whiten_from_moments",
     "masked_whiten",
-    "pad_ragged",
 ]
 
 
@@ -93,20 +92,3 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, 
     if not shift_mean:
         out = out + mean
     return out.to(x.dtype)
-
-
-def pad_ragged(tensors: list[torch.Tensor], pad_value: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad a list of 1-D per-sample tensors into `([B, T_max], mask)` (mask 1 on real entries).
-
-    The inverse is `[row[:n] for row, n in zip(padded, lengths)]`.
-    """
-    if not tensors:
-        raise ValueError("pad_ragged: got an empty list of tensors")
-    lengths = [int(t.numel()) for t in tensors]
-    ref = tensors[0]
-    out = torch.full((len(tensors), max(lengths)), pad_value, dtype=ref.dtype, device=ref.device)
-    mask = torch.zeros((len(tensors), max(lengths)), dtype=torch.float32, device=ref.device)
-    for i, (t, n) in enumerate(zip(tensors, lengths)):
-        out[i, :n] = t.reshape(-1)
-        mask[i, :n] = 1.0
-    return out, mask

@@ -68,8 +68,9 @@ def test_dp_global_whitening_is_not_local(single):
     from slime_like import algorithms as alg
 
     full = make_batch(8, seed=5, with_holes=True)
-    mask, _ = alg.pad_ragged([torch.tensor(m, dtype=torch.float32) for m in full["loss_masks"]])
+    pad = lambda rows: torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)  # noqa: E731  right-padded [B, T]
+    mask = pad([torch.tensor(m, dtype=torch.float32) for m in full["loss_masks"]])
     raw = torch.tensor(REWARDS)[:, None] * mask
     expected = alg.masked_whiten(raw, mask) * mask
-    got, _ = alg.pad_ragged(single["adv"])
+    got = pad(single["adv"])
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)

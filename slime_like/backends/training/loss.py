@@ -7,8 +7,8 @@ trainer always sees the full vocabulary (TP = 1).
 What lives here and not in algorithms/: the tensor-parallel part. Under TP each rank holds a vocabulary
 slice of the logits `[.., V/tp]`; `vocab_parallel_logprobs_entropy` computes log p(target) and the
 entropy with three all-reduces of `[n, R]` statistics (max, sum exp, target logit) and never gathers the
-full vocabulary. At TP=1 it is the same math as `algorithms.logprobs_from_logits` /
-`entropy_from_logits` (tests check that).
+full vocabulary. At TP=1 it equals torch's log_softmax at the target and the entropy of the full softmax
+(tests/megatron/test_trainer_data.py checks that).
 
 Aggregation over a step (many micro-batches, many DP ranks) must give one token-mean:
     L = sum over every valid token t of the step, on every DP rank, of l_t / N_step
