@@ -33,6 +33,9 @@ def test_router_passthrough_reaches_the_command(tiny_ckpt):
                    "--balance-abs-threshold", "4", "--log-level", "warn"]
     assert add_worker_url("http://r:3000/", "http://10.0.0.3:30000") == \
         "http://r:3000/add_worker?url=http%3A%2F%2F10.0.0.3%3A30000"
+    args.engine_api_key = "run-secret"  # what Run.start resolves: the engines require it, so the router sends it
+    assert build_router_command(args, URLS, python="python")[-6:] == [
+        "--api-key", "run-secret", "--balance-abs-threshold", "4", "--log-level", "warn"]
     args.router_args = {"policy": "round_robn"}
     with pytest.raises(ValueError, match="did you mean 'round_robin'"):
         build_router_command(args, [])

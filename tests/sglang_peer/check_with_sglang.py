@@ -261,9 +261,11 @@ def router():
     cases += [({"policy": p}, {"policy": p}) for p in POLICIES]
     out = {"checked": 0, "mismatch": [], "rejected": []}
     for extra, want in cases:
-        args = types.SimpleNamespace(router_args=dict(extra), sglang_router_request_timeout_secs=14400)
+        # the run's secret: the router must send it to the engines (their --api-key)
+        args = types.SimpleNamespace(router_args=dict(extra), sglang_router_request_timeout_secs=14400,
+                                     engine_api_key="peer-secret")
         cmd = build_router_command(args, urls, host="10.0.0.5", port=30000)
-        want = {"host": "10.0.0.5", "port": 30000, "worker_urls": urls, **want}
+        want = {"host": "10.0.0.5", "port": 30000, "worker_urls": urls, "api_key": "peer-secret", **want}
         try:
             ra = parse_router_args(cmd[3:])
             got = {k: getattr(ra, k) for k in want}   # before from_args, which turns policy into an enum

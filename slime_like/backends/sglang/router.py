@@ -33,7 +33,8 @@ def build_router_command(args, worker_urls: list[str], *, host: str = "127.0.0.1
 
     `--router-NAME VALUE` passthrough values (args.router_args) follow as `--NAME VALUE` (policy: cache_aware
     unless `--router-policy` says otherwise); `--sglang-router-request-timeout-secs` is slime's name for the
-    router's `--request-timeout-secs`."""
+    router's `--request-timeout-secs`. With a run secret (`args.engine_api_key`) the router gets it as
+    `--api-key`, the key it sends to the workers: the engines require it on every route."""
     extra = dict(args.router_args)
     policy = str(extra.pop("policy", "cache_aware"))
     if policy not in POLICIES:
@@ -47,6 +48,8 @@ def build_router_command(args, worker_urls: list[str], *, host: str = "127.0.0.1
         cmd += ["--worker-urls", *worker_urls]
     if "request_timeout_secs" not in extra and args.sglang_router_request_timeout_secs is not None:
         cmd += ["--request-timeout-secs", str(args.sglang_router_request_timeout_secs)]
+    if args.engine_api_key and "api_key" not in extra:  # same exposure as the engines' own --api-key argv
+        cmd += ["--api-key", args.engine_api_key]
     for name, value in sorted(extra.items()):
         cmd += server_flag(name, value)
     return cmd
