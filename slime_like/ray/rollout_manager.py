@@ -131,16 +131,9 @@ class RolloutManager:
         return self._on_every_engine(one)
 
     def _on_every_engine(self, request) -> list:
-        import asyncio
-
-        from slime_like.backends.engine_api.client import EngineClient
-
-        async def run():
-            key = self.args.engine_api_key
-            live = [u for u in self.engine_urls if u not in self.controller.dead_engines]  # a dead one can't answer
-            return await asyncio.gather(*[request(EngineClient(u, api_key=key)) for u in live])
-
-        return asyncio.run(run())
+        """`request(client)` on every live engine, over the run's event loop and connections (the controller's)."""
+        live = [u for u in self.engine_urls if u not in self.controller.dead_engines]  # a dead one can't answer
+        return self.controller.on_engines(live, request)
 
 
 def cluster_spans_nodes() -> bool:

@@ -85,6 +85,7 @@ class RolloutController:
         # loop per rollout opened new TCP connections to every engine each time (~20 ms of ~65 ms per demo step)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pool: EnginePool | None = None
+        self._side_session = None   # run-wide connections to engines the pool does not serve (behind a router)
         self.tokenizer = None
         self.data_source = None
         if self.debug_load:
@@ -151,6 +152,28 @@ class RolloutController:
             if progress is not None:
                 progress.close()
 
+    def on_engines(self, urls: list[str], request) -> list:
+        """`await request(client)` for each of `urls`, in the run's event loop over connections kept for the run:
+        the rollout pool's client of an engine it serves, else a client on one run-wide session (engines behind
+        a router, or before the first rollout). Memory release / resume and the weight checks go through here."""
+        async def main():
+            return await asyncio.gather(*(request(self._client_for(u)) for u in urls))
+
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(main())
+
+    def _client_for(self, url: str):
+        if self._pool is not None and url in self._pool.clients:
+            return self._pool.clients[url]
+        import aiohttp
+
+        from slime_like.backends.engine_api.client import EngineClient
+
+        if self._side_session is None:
+            self._side_session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        return EngineClient(url, session=self._side_session, api_key=self.args.engine_api_key)
+
     def _cancel_leftover_tasks(self):
         tasks = [t for t in asyncio.all_tasks(self._loop) if not t.done()]
         for t in tasks:
@@ -166,6 +189,9 @@ class RolloutController:
         if self._pool is not None:
             self._loop.run_until_complete(self._pool.__aexit__(None, None, None))
             self._pool = None
+        if self._side_session is not None:
+            self._loop.run_until_complete(self._side_session.close())
+            self._side_session = None
         self._loop.close()
         self._loop = None
 
