@@ -78,11 +78,10 @@ def bench_engine(path, ps, new_tokens, dtype, lengths=None, threads=1, kind="cpu
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    args = argparse.Namespace(hf_checkpoint=path, seed=0, save=None, offload_rollout=False,
-                              rollout_num_gpus_per_engine=1,
-                              sglang_server_args={"dtype": dtype, "max_running_requests": len(ps)},
-                              vllm_server_args={"dtype": dtype, "max_num_seqs": len(ps), "max_model_len": 1024},
-                              vllm_cli_options={})
+    from slime_like.args import make_args
+
+    args = make_args(hf_checkpoint=path, seed=0, sglang_server_args={"dtype": dtype, "max_running_requests": len(ps)},
+                     vllm_server_args={"dtype": dtype, "max_num_seqs": len(ps), "max_model_len": 1024})
     proc = start_engine(args, kind=kind, port=port, log_dir=tempfile.gettempdir(),
                         env={"OMP_NUM_THREADS": str(threads)})
     try:

@@ -87,7 +87,9 @@ def throughput(a) -> dict:
     torch.set_num_threads(a.threads)
     rng = random.Random(0)
     ps = [[rng.randrange(2, 97) for _ in range(rng.randint(16, 32))] for _ in range(a.prompts)]
-    args = argparse.Namespace(hf_checkpoint=a.model, seed=0, save=None, sglang_server_args={})
+    from slime_like.args import make_args
+
+    args = make_args(hf_checkpoint=a.model, seed=0)
     env = {"OMP_NUM_THREADS": str(a.threads), "PYTHONPATH": sys.path[0]}
     proc = start_engine(args, kind="cpu", port=free_port(), log_dir=tempfile.gettempdir(), env=env)
     sp = {"temperature": 1.0, "max_new_tokens": a.new_tokens, "ignore_eos": True}
