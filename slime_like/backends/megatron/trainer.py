@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 
 import torch
 
@@ -30,6 +29,7 @@ from slime_like.backends.megatron import hooks as H
 from slime_like.backends.megatron.checks import check_supported
 from slime_like.backends.megatron import optimizer as O
 from slime_like.backends.megatron.old_actor import OldActorMixin
+from slime_like.backends.megatron.weight_sources import WeightSourcesMixin
 from slime_like.backends.megatron.trainer_dist import TrainerDistMixin
 from slime_like.backends.training import ci_checks
 from slime_like.backends.training import data as D
@@ -45,7 +45,7 @@ POLICY_FIELDS = ("log_probs", "advantages", "ref_log_probs", "rollout_log_probs"
 VALUE_FIELDS = ("values", "returns")
 
 
-class MegatronTrainer(TrainerDistMixin, OldActorMixin):
+class MegatronTrainer(TrainerDistMixin, OldActorMixin, WeightSourcesMixin):
     """Implements `slime_like.backends.trainer_api.TrainerBackend` (`--train-backend megatron`)."""
 
     checkpoint_format = "torch_dist"
@@ -106,26 +106,6 @@ class MegatronTrainer(TrainerDistMixin, OldActorMixin):
             self.teacher_chunks, self.teacher_model = self._frozen_model(M, self._load_teacher_weights)
         self._offloaded = False
 
-    def _frozen_model(self, M, load):
-        """(chunks, wrapped model) of a forward-only copy of the architecture (reference, OPD teacher)."""
-        chunks = M.build_model(self.args, "ref")
-        load(chunks)
-        for chunk in chunks:
-            chunk.requires_grad_(False)
-            chunk.eval()
-        return chunks, O.wrap_for_training(self.args, chunks, trainable=False)
-
-    def _load_teacher_weights(self, chunks):
-        """--opd-teacher-load at --opd-teacher-ckpt-step (default: its latest published iteration), or an HF dir."""
-        from slime_like.backends.megatron import checkpoint
-
-        path, step = self.args.opd_teacher_load, self.args.opd_teacher_ckpt_step
-        if self._has_megatron_checkpoint(path) or step is not None:
-            if checkpoint.load_checkpoint(path, chunks, load_optim=False, iteration=step) is None:
-                raise FileNotFoundError(f"--opd-teacher-load {path}: no published checkpoint in it")
-        else:
-            self._load_weights_from(chunks, path)
-
     def _init_reference_worker(self, args, M):
         """The reference model alone: --ref-load (or --hf-checkpoint) weights, frozen, no optimizer."""
         self.chunks, self.model = self._frozen_model(M, self._load_ref_weights)
@@ -137,43 +117,6 @@ class MegatronTrainer(TrainerDistMixin, OldActorMixin):
     def _reward_kl_coef(self) -> float:
         """--kl-coef where the estimator folds KL into the reward; 0 where it ignores it (grpo, gspo)."""
         return float(self.args.kl_coef) if self.estimator.uses_reward_kl else 0.0
-
-    @staticmethod
-    def _has_megatron_checkpoint(path) -> bool:
-        """A --load directory with a published iteration marker (Megatron's latest_checkpointed_iteration.txt)."""
-        return bool(path) and os.path.isfile(os.path.join(path, "latest_checkpointed_iteration.txt"))
-
-    def _load_weights_from(self, chunks, path):
-        """Weights only, from a Megatron checkpoint (has the iteration marker) or else an HF directory."""
-        if self._has_megatron_checkpoint(path):
-            from slime_like.backends.megatron import checkpoint
-
-            checkpoint.load_checkpoint(path, chunks, optimizer=None, scheduler=None, load_optim=False)
-        else:
-            from slime_like.backends.megatron import hf_weights
-
-            hf_weights.load_hf_weights(chunks, path, self.args)  # names the path if it is not an HF dir
-
-    def _load_initial_weights(self, chunks, role):
-        """--load when it is an HF directory, else --ref-load (torch_dist or HF dir), else --hf-checkpoint.
-
-        A --load without a published Megatron checkpoint (a fresh run whose --load is its --save) falls
-        back the same way, as in slime.
-        """
-        from slime_like.backends.megatron import checkpoint
-
-        load = self.args.load
-        source = load if load and checkpoint.is_hf_dir(load) else None
-        source = source or self.args.ref_load or self.args.hf_checkpoint
-        if not source:
-            raise ValueError(f"{role}: no weights to start from: set --load, --ref-load or --hf-checkpoint")
-        self._load_weights_from(chunks, source)
-
-    def _load_ref_weights(self, chunks):
-        source = self.args.ref_load or self.args.hf_checkpoint
-        if not source:
-            raise ValueError("the reference model (--use-kl-loss / --kl-coef) needs --ref-load or --hf-checkpoint")
-        self._load_weights_from(chunks, source)
 
     # ----------------------------------------------------------------- micro-batches
     def _micro_batches(self, batch, indices, field_keys=(), max_tokens=None):
@@ -321,18 +264,9 @@ class MegatronTrainer(TrainerDistMixin, OldActorMixin):
         / `num_steps` (totals). Every rank returns the same dict.
         """
         args = self.args
-        if self.role == "critic":
-            kind, fields = "value", VALUE_FIELDS
-            need = VALUE_FIELDS
-        elif args.loss_type == "sft_loss":
-            kind, fields, need = "sft", (), ()
-        else:  # the policy loss, or slime's --loss-type custom_loss on the same fields
-            kind, fields = "custom" if args.loss_type == "custom_loss" else "policy", POLICY_FIELDS
-            rollout_lp = any(getattr(args, k) for k in ("use_tis", "use_rollout_logprobs", "get_mismatch_metrics"))
-            need = (("advantages",) if args.compute_advantages_and_returns else ()) \
-                + (("ref_log_probs",) if args.use_kl_loss else ()) + (("rollout_log_probs",) if rollout_lp else ())
-            if args.use_rollout_logprobs:  # the engine's log-probs are the old policy
-                batch = dict(batch, log_probs=batch["rollout_log_probs"])
+        kind, fields, need = self._loss_kind_and_fields()
+        if kind in ("policy", "custom") and args.use_rollout_logprobs:  # the engine's log-probs are the old policy
+            batch = dict(batch, log_probs=batch["rollout_log_probs"])
         if self.role == "actor":  # slime's --rollout-data-postprocess-path sees the actor's data
             self.hooks.call("rollout_data_postprocess_path", args, rollout_id, batch)
         D.validate_batch(batch, need)
@@ -362,17 +296,7 @@ class MegatronTrainer(TrainerDistMixin, OldActorMixin):
                                                                           weights.get(id(mb)), self.hooks, step_info),
                              forward_only=False)
             lr = O.current_lr(self.optimizer)
-            finite = self._grads_finite()
-            if finite:
-                if args.use_stateless_adam:  # slime's stateless Adam: each step is a fresh Adam's first step
-                    O.reset_optimizer_states(self.optimizer)
-                ok, grad_norm, _ = self.optimizer.step()
-            else:  # a NaN/inf gradient is never applied: the step is skipped and counted (Megatron's skipped iter)
-                self.optimizer.zero_grad()
-                ok, grad_norm = False, None
-                log.warning("%s rollout %d: non-finite gradient, optimizer step skipped", self.role, rollout_id)
-            if ok:
-                self.scheduler.step(increment=1)
+            finite, ok, grad_norm = self._apply_gradients(rollout_id)
             step = self._reduce_step_metrics(outs, global_tokens)
             step.update(lr=lr, grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
                         skipped=0.0 if ok else 1.0, nonfinite_steps=0.0 if finite else 1.0)
@@ -385,6 +309,33 @@ class MegatronTrainer(TrainerDistMixin, OldActorMixin):
         if args.keep_old_actor and self.role == "actor":
             self.keep_trained_weights()
         return self._average_steps(history)
+
+    def _loss_kind_and_fields(self) -> tuple[str, tuple, tuple]:
+        """(loss kind, micro-batch fields, batch keys that must be present) for this role and --loss-type."""
+        args = self.args
+        if self.role == "critic":
+            return "value", VALUE_FIELDS, VALUE_FIELDS
+        if args.loss_type == "sft_loss":
+            return "sft", (), ()
+        # the policy loss, or slime's --loss-type custom_loss on the same fields
+        kind = "custom" if args.loss_type == "custom_loss" else "policy"
+        rollout_lp = args.use_tis or args.use_rollout_logprobs or args.get_mismatch_metrics
+        need = (("advantages",) if args.compute_advantages_and_returns else ()) \
+            + (("ref_log_probs",) if args.use_kl_loss else ()) + (("rollout_log_probs",) if rollout_lp else ())
+        return kind, POLICY_FIELDS, need
+
+    def _apply_gradients(self, rollout_id: int) -> tuple[bool, bool, float | None]:
+        """One optimizer + LR-schedule step unless a gradient is NaN/inf: (finite, stepped, grad_norm)."""
+        if not self._grads_finite():  # never applied: the step is skipped and counted (Megatron's skipped iter)
+            self.optimizer.zero_grad()
+            log.warning("%s rollout %d: non-finite gradient, optimizer step skipped", self.role, rollout_id)
+            return False, False, None
+        if self.args.use_stateless_adam:  # slime's stateless Adam: each step is a fresh Adam's first step
+            O.reset_optimizer_states(self.optimizer)
+        ok, grad_norm, _ = self.optimizer.step()
+        if ok:
+            self.scheduler.step(increment=1)
+        return True, ok, grad_norm
 
     def save(self, rollout_id: int) -> str:
         """torch_dist checkpoint of this role into its --save directory (the critic's role view has its own)."""
