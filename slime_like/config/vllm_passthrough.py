@@ -113,6 +113,10 @@ def add_generated_flags(group, spec: list[dict], taken: set) -> dict:
 
 
 def want_generated(argv) -> bool:
+    """Build the flags from vLLM's own argument dump only when this command line has vLLM flags to check (or asks
+    for --help) and does not pick another engine: a plain start parses with the one shared parser."""
+    if not any(t.startswith(PREFIX) or t in ("-h", "--help") for t in argv):
+        return False
     return not any(t == "--rollout-engine=cpu" or (t == "--rollout-engine" and argv[i + 1:i + 2] in (["cpu"], ["sglang"]))
                    for i, t in enumerate(argv))
 
