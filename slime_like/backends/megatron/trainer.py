@@ -32,6 +32,7 @@ from slime_like.backends.megatron.old_actor import OldActorMixin
 from slime_like.backends.megatron.weight_sources import WeightSourcesMixin
 from slime_like.backends.megatron.trainer_dist import TrainerDistMixin
 from slime_like.backends.training import ci_checks
+from slime_like.backends.training.base import POLICY_FIELDS, VALUE_FIELDS
 from slime_like.backends.training import data as D
 from slime_like.backends.training import loss as L
 from slime_like.backends.training.custom_loss import Step
@@ -41,8 +42,6 @@ from slime_like.backends.trainer_api import TRAINER_ROLES
 
 log = logging.getLogger(__name__)
 
-POLICY_FIELDS = ("log_probs", "advantages", "ref_log_probs", "rollout_log_probs", "teacher_log_probs")
-VALUE_FIELDS = ("values", "returns")
 
 
 class MegatronTrainer(TrainerDistMixin, OldActorMixin, WeightSourcesMixin):

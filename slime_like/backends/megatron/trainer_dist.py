@@ -1,18 +1,18 @@
-"""The collective plumbing of MegatronTrainer: its place in the parallel layout, the reference-model refresh,
-results off the last pipeline stage, DP-averaged metrics, and offload / onload of accelerator memory for
-colocated runs.
+"""The distributed bookkeeping of MegatronTrainer: its place in the parallel layout, the reference-model refresh,
+the non-finite checks, and offload / onload of accelerator memory for colocated runs (results off the last
+pipeline stage and DP-averaged metrics come from backends/training/collectives.py, shared with FSDP).
 
 Kept apart from trainer.py so the training logic reads top to bottom without the bookkeeping.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.distributed as dist
 
+from slime_like.backends.training.collectives import CollectivesMixin
 
-class TrainerDistMixin:
+
+class TrainerDistMixin(CollectivesMixin):
     """Needs `self.ps` (megatron parallel_state), `self.model`, `self.optimizer`, `self.ref_model` (and
     `self.chunks` / `self.ref_chunks` for _update_reference)."""
 
@@ -31,49 +31,7 @@ class TrainerDistMixin:
                 for name, p in actor.named_parameters():
                     ref_params[name].copy_(p)
 
-    # ----------------------------------------------------------------- pipeline / data parallel results
-    def _from_last_stage(self, obj):
-        """Broadcast a Python object from the last pipeline stage to every stage of this rank's PP group."""
-        if self.ps.get_pipeline_model_parallel_world_size() == 1:
-            return obj
-        box = [obj]
-        dist.broadcast_object_list(box, src=self.ps.get_pipeline_model_parallel_last_rank(),
-                                   group=self.ps.get_pipeline_model_parallel_group())
-        return box[0]
-
-    def _all_reduce(self, tensor: torch.Tensor, group, op=dist.ReduceOp.SUM) -> torch.Tensor:
-        """all_reduce a small CPU tensor (NCCL needs it on the GPU; gloo takes it as is); returns a CPU tensor."""
-        if self.device is None:
-            dist.all_reduce(tensor, op=op, group=group)
-            return tensor
-        on_device = tensor.to(self.device)
-        dist.all_reduce(on_device, op=op, group=group)
-        return on_device.cpu()
-
-    def _reduce_step_metrics(self, outs: list[dict], global_tokens: float) -> dict:
-        """Sum the micro-batches' metric sums, all-reduce over DP, divide by the step's global token count.
-
-        Keys ending in `_max` are maxima (all-reduced with MAX); `tokens` is reported as the global count.
-        Runs the DP all-reduce only on the last pipeline stage (whose DP group holds only last-stage ranks),
-        then broadcasts the finished dict along the pipeline.
-        """
-        metrics = None
-        if self.ps.is_pipeline_last_stage():
-            keys = sorted({k for out in outs for k in out})
-            sum_keys = [k for k in keys if not k.endswith("_max")]
-            max_keys = [k for k in keys if k.endswith("_max")]
-            group = self.ps.get_data_parallel_group()
-            sums = torch.tensor([sum(float(out.get(k, 0.0)) for out in outs) for k in sum_keys], dtype=torch.float64)
-            maxes = torch.tensor([max(float(out.get(k, -math.inf)) for out in outs) for k in max_keys],
-                                 dtype=torch.float64)
-            if self.ps.get_data_parallel_world_size() > 1:
-                sums = self._all_reduce(sums, group)
-                if max_keys:
-                    maxes = self._all_reduce(maxes, group, op=dist.ReduceOp.MAX)
-            metrics = {k: (v / global_tokens if k != "tokens" else v) for k, v in zip(sum_keys, sums.tolist())}
-            metrics.update(zip(max_keys, maxes.tolist()))
-        return self._from_last_stage(metrics)
-
+    # ----------------------------------------------------------------- non-finite checks
     def _grads_finite(self) -> bool:
         """True when every gradient of this model replica is finite (checked on every TP / PP rank).
 
@@ -95,23 +53,6 @@ class TrainerDistMixin:
         total = torch.stack([n.float() for n in torch._foreach_norm(params)]).sum() if params else torch.zeros(())
         bad = torch.tensor([0.0 if bool(torch.isfinite(total)) else 1.0])
         return self._all_reduce(bad, None, op=dist.ReduceOp.MAX).item() == 0.0
-
-    @staticmethod
-    def _average_steps(history: list[dict]) -> dict:
-        """One dict for the rollout: mean over optimizer steps; lr = last step's; tokens summed."""
-        out = {}
-        for key in history[0]:
-            values = [h[key] for h in history]
-            if key == "lr":
-                out[key] = values[-1]
-            elif key in ("tokens", "nonfinite_steps"):
-                out[key] = float(sum(values))
-            elif key.endswith("_max"):
-                out[key] = max(values)
-            else:
-                out[key] = sum(values) / len(values)
-        out["num_steps"] = float(len(history))
-        return out
 
     # ----------------------------------------------------------------- offload / onload
     def _buffers(self):

@@ -5,8 +5,8 @@
     batch.update(t.compute_advantages(batch))     # advantages, returns (slime_like.algorithms estimators)
     metrics = t.train_step(rollout_id, batch)     # num_steps_per_rollout optimizer steps
 
-A backend subclasses it (the FSDP trainer does; the Megatron trainer still has its own copy of this skeleton
-plus slime's trainer hooks, to be folded onto this class) and provides the model-specific part:
+A backend subclasses it (the FSDP trainer does; the Megatron trainer keeps its own train / scoring skeleton
+for slime's trainer hooks and shares backends/training/collectives.py) and provides the model-specific part:
   self.args, self.role, self.device (None on CPU), self.use_te, self.model, self.ref_model,
   self.ps  -- a parallel-state view: get_data_parallel_group / _world_size, is_pipeline_last_stage,
               get_pipeline_model_parallel_world_size / _group / _last_rank (megatron's parallel_state, or
@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from slime_like import algorithms as alg
 from slime_like.backends.training import ci_checks
+from slime_like.backends.training.collectives import CollectivesMixin
 from slime_like.backends.training import data as D
 from slime_like.backends.training import loss as L
 from slime_like.backends.training.opd import apply_opd
@@ -35,7 +36,7 @@ POLICY_FIELDS = ("log_probs", "advantages", "ref_log_probs", "rollout_log_probs"
 VALUE_FIELDS = ("values", "returns")
 
 
-class RLTrainerBase:
+class RLTrainerBase(CollectivesMixin):
     use_te = False
     # --use-dynamic-batch-size: pack a token budget's samples into one row (needs attention that does not cross
     # samples: mcore's block mask / THD). False: the same token-budget groups, each as right-padded rows.
@@ -192,65 +193,3 @@ class RLTrainerBase:
         if self.ref_model is not None and interval and (rollout_id + 1) % interval == 0:
             self._update_reference()
         return self._average_steps(history)
-
-    # ----------------------------------------------------------------- collectives
-    def _from_last_stage(self, obj):
-        """Broadcast a Python object from the last pipeline stage to every stage of this rank's PP group."""
-        if self.ps.get_pipeline_model_parallel_world_size() == 1:
-            return obj
-        box = [obj]
-        dist.broadcast_object_list(box, src=self.ps.get_pipeline_model_parallel_last_rank(),
-                                   group=self.ps.get_pipeline_model_parallel_group())
-        return box[0]
-
-    def _all_reduce(self, tensor: torch.Tensor, group, op=dist.ReduceOp.SUM) -> torch.Tensor:
-        """all_reduce a small CPU tensor (NCCL needs it on the GPU; gloo takes it as is); returns a CPU tensor."""
-        if not dist.is_initialized():
-            return tensor
-        if self.device is None:
-            dist.all_reduce(tensor, op=op, group=group)
-            return tensor
-        on_device = tensor.to(self.device)
-        dist.all_reduce(on_device, op=op, group=group)
-        return on_device.cpu()
-
-    def _reduce_step_metrics(self, outs: list[dict], global_tokens: float) -> dict:
-        """Sum the micro-batches' metric sums, all-reduce over DP, divide by the step's global token count.
-
-        Keys ending in `_max` are maxima (all-reduced with MAX); `tokens` is reported as the global count.
-        Runs the DP all-reduce only on the last pipeline stage (whose DP group holds only last-stage ranks),
-        then broadcasts the finished dict along the pipeline.
-        """
-        metrics = None
-        if self.ps.is_pipeline_last_stage():
-            keys = sorted({k for out in outs for k in out})
-            sum_keys = [k for k in keys if not k.endswith("_max")]
-            max_keys = [k for k in keys if k.endswith("_max")]
-            group = self.ps.get_data_parallel_group()
-            sums = torch.tensor([sum(float(out.get(k, 0.0)) for out in outs) for k in sum_keys], dtype=torch.float64)
-            maxes = torch.tensor([max(float(out.get(k, -math.inf)) for out in outs) for k in max_keys],
-                                 dtype=torch.float64)
-            if self.ps.get_data_parallel_world_size() > 1:
-                sums = self._all_reduce(sums, group)
-                if max_keys:
-                    maxes = self._all_reduce(maxes, group, op=dist.ReduceOp.MAX)
-            metrics = {k: (v / global_tokens if k != "tokens" else v) for k, v in zip(sum_keys, sums.tolist())}
-            metrics.update(zip(max_keys, maxes.tolist()))
-        return self._from_last_stage(metrics)
-
-    @staticmethod
-    def _average_steps(history: list[dict]) -> dict:
-        """One dict for the rollout: mean over optimizer steps; lr = last step's; tokens summed."""
-        out = {}
-        for key in history[0]:
-            values = [h[key] for h in history]
-            if key == "lr":
-                out[key] = values[-1]
-            elif key in ("tokens", "nonfinite_steps"):
-                out[key] = float(sum(values))
-            elif key.endswith("_max"):
-                out[key] = max(values)
-            else:
-                out[key] = sum(values) / len(values)
-        out["num_steps"] = float(len(history))
-        return out
