@@ -345,3 +345,11 @@ def test_weights_checker_catches_a_tensor_the_push_missed(engine_w, tiny_ckpt, r
     assert greedy(engine_w.url) == refs[0]
     with pytest.raises(EngineError, match=r"action 'bogus'; expected 'snapshot', 'reset_tensors' or 'compare'"):
         run(c().check_weights("bogus"))
+
+
+def test_weight_sync_rendezvous_binds_loopback_when_every_engine_is_local():
+    """A one-node run's weight-sync group listens on 127.0.0.1 only; a remote engine needs the node's address."""
+    from slime_like.backends.engine_api.weight_sync import _local_ip, rendezvous_host
+
+    assert rendezvous_host(["http://127.0.0.1:3000", "http://localhost:3001"]) == "127.0.0.1"
+    assert rendezvous_host(["http://127.0.0.1:3000", "http://10.1.2.3:3001"]) == _local_ip()

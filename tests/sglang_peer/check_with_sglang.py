@@ -86,7 +86,8 @@ def launch():
     from slime_like.backends.sglang.engine import build_sglang_command
 
     args = types.SimpleNamespace(hf_checkpoint="/models/Qwen2.5-7B", rollout_num_gpus_per_engine=2, seed=7,
-                                 offload_rollout=True, colocate=True,
+                                 offload_rollout=True, colocate=True, trust_remote_code=False,
+                                 sglang_cli_options={},
                                  sglang_server_args={"mem_fraction_static": 0.7, "context_length": 4096,
                                                      "chunked_prefill_size": 4096, "enable_metrics": True})
     cmd = build_sglang_command(args, port=30007, host="10.0.0.5", base_gpu_id=4, tp_size=2, nccl_port=31000,

@@ -1,7 +1,6 @@
 """Our SGLang side checked by SGLang's own code (0.5.23 on CPU): generated flags, launch command, request bodies,
 our CPU engine's /generate answers against the ones SGLang's TokenizerManager builds, and the router's command
 line through sglang_router's own parser (0.3.2, the router SGLang 0.5.23's own test fixtures launch)."""
-import argparse
 import asyncio
 import json
 import os
@@ -82,13 +81,14 @@ def checked(sglang_python, tmp_path_factory):
 def record_cpu_engine_answers(tmp_path):
     """[name, request, answer] of our CPU engine for each answer shape: length / stop token / stop string / abort
     finish, with and without log-probs, a batch's items."""
+    from slime_like.args import make_args
     from slime_like.backends.engine_api.launcher import start_engine
     from slime_like.backends.engine_api.client import EngineClient
     from slime_like.tools.tiny_model import build_tiny_checkpoint
     from slime_like.utils.net import free_port
 
     ckpt = build_tiny_checkpoint(str(tmp_path / "ckpt"))
-    args = argparse.Namespace(hf_checkpoint=ckpt, seed=0, save=None, sglang_server_args={})
+    args = make_args(hf_checkpoint=ckpt, seed=0)
     engine = start_engine(args, kind="cpu", port=free_port(), log_dir=str(tmp_path), env={"OMP_NUM_THREADS": "1"})
     greedy = {"temperature": 0.0, "max_new_tokens": 8}
     cases = []
@@ -134,12 +134,13 @@ def record_cpu_engine_answers(tmp_path):
 def record_bodies(tmp_path):
     from slime_like.backends.engine_api import weight_sync
     from slime_like.backends.engine_api.client import EngineClient
+    from slime_like.args import make_args
     from slime_like.rollout.generate import sampling_params_from_args
 
     named = [("model.embed_tokens.weight", torch.randn(8, 4)), ("lm_head.weight", torch.randn(8, 4))]
     rec = Recorder([list(t.shape) for _, t in named])
     # the rollout's own sampling parameters, with every optional one set
-    sp = sampling_params_from_args(argparse.Namespace(
+    sp = sampling_params_from_args(make_args(
         rollout_temperature=0.8, rollout_top_p=0.9, rollout_top_k=20, rollout_max_response_len=8,
         rollout_stop=["</s>"], rollout_stop_token_ids=[1, 2], rollout_min_new_tokens=1,
         rollout_skip_special_tokens=False, rollout_repetition_penalty=1.1))

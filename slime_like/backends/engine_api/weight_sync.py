@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Iterable, Iterator
+from urllib.parse import urlsplit
 
 import torch
 
@@ -114,7 +115,7 @@ class DistributedWeightSender:
             raise RuntimeError("weight sync backend 'nccl' needs CUDA on the trainer; use backend='gloo' on CPU")
         self.engine_urls = list(engine_urls)
         self.backend, self.group_name, self.engine_tp_size = backend, group_name, engine_tp_size
-        self.master_address = master_address or _local_ip()
+        self.master_address = master_address or rendezvous_host(self.engine_urls)
         self.master_port = master_port
         self.timeout_s = timeout_s
         self.load_format = load_format
@@ -312,6 +313,15 @@ class TensorWeightSender:
 
     def close(self, leaving: list[str] | None = None) -> None:   # no group to leave
         self._staging = None
+
+
+def rendezvous_host(engine_urls: list[str]) -> str:
+    """Where the trainer hosts the group's rendezvous: loopback when every engine is on this machine (nothing
+    listens on a network interface for a one-node run), else the address other nodes reach this one by."""
+    hosts = {urlsplit(u).hostname for u in engine_urls}
+    if hosts and all(h == "localhost" or h == "::1" or (h or "").startswith("127.") for h in hosts):
+        return "127.0.0.1"
+    return _local_ip()
 
 
 def _local_ip() -> str:
