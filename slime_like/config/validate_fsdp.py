@@ -44,19 +44,20 @@ def validate_fsdp(args) -> None:
         raise ConfigError("--lora-save-merged needs --lora-rank > 0 (without LoRA --save-hf writes the full model)")
 
 
-# slime's trainer hooks are called by the Megatron trainer only (they receive megatron-core model chunks)
+# slime's trainer hooks that only the Megatron trainer calls: they receive megatron-core model chunks, or work in
+# mcore's loss units. (--custom-advantage-function-path and --rollout-data-postprocess-path see args and the batch
+# only: RLTrainerBase calls them for both backends.)
 MEGATRON_HOOKS = ("custom_megatron_init_path", "custom_megatron_before_log_prob_hook_path",
-                  "custom_megatron_before_train_step_hook_path", "custom_advantage_function_path",
-                  "custom_tis_function_path", "rollout_data_postprocess_path", "custom_loss_function_path",
-                  "custom_pg_loss_reducer_function_path")
+                  "custom_megatron_before_train_step_hook_path", "custom_tis_function_path",
+                  "custom_loss_function_path", "custom_pg_loss_reducer_function_path")
 
 
 def _fsdp_only(args):
     for dest in MEGATRON_HOOKS:
         if getattr(args, dest, None):
             flag = "--" + dest.replace("_", "-")
-            raise ConfigError(f"{flag} {getattr(args, dest)}: the trainer hooks are called by the Megatron trainer "
-                              "only; --train-backend fsdp does not call them: drop the flag or use megatron")
+            raise ConfigError(f"{flag} {getattr(args, dest)}: this trainer hook is called by the Megatron trainer "
+                              "only; --train-backend fsdp does not call it: drop the flag or use megatron")
     for dest, flag in (("tensor_model_parallel_size", "--tensor-model-parallel-size"),
                        ("pipeline_model_parallel_size", "--pipeline-model-parallel-size"),
                        ("context_parallel_size", "--context-parallel-size"),

@@ -60,3 +60,19 @@ def test_checkpoints_of_the_other_backend_are_refused(base, tmp_path):
     assert parse(base + FSDP + ["--load", str(ckpt)]).load == str(ckpt)
     with pytest.raises(ConfigError, match="the FSDP reference model loads an HF directory"):
         parse(base + FSDP + ["--ref-load", str(ckpt), "--use-kl-loss"])
+
+
+def test_fsdp_takes_the_batch_hooks_and_refuses_the_megatron_ones(base, tmp_path, monkeypatch):
+    """The advantage function and the rollout-data post-process see args and the batch: both trainers call them
+    (backends/training/base.py). The --custom-megatron-* and loss hooks are the Megatron trainer's only."""
+    (tmp_path / "fsdp_hooks_mod.py").write_text("def adv(args, rollout_data):\n    pass\n\n"
+                                                "def post(args, rollout_id, rollout_data):\n    pass\n\n"
+                                                "def init(args):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = parse(base + FSDP + ["--custom-advantage-function-path", "fsdp_hooks_mod.adv",
+                                "--rollout-data-postprocess-path", "fsdp_hooks_mod.post"])
+    assert (args.custom_advantage_function_path, args.rollout_data_postprocess_path) == \
+        ("fsdp_hooks_mod.adv", "fsdp_hooks_mod.post")
+    with pytest.raises(ConfigError, match="--custom-megatron-init-path fsdp_hooks_mod.init: this trainer hook is "
+                                          "called by the Megatron trainer only"):
+        parse(base + FSDP + ["--custom-megatron-init-path", "fsdp_hooks_mod.init"])

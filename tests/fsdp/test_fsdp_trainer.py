@@ -121,3 +121,37 @@ def test_dcp_resume_equals_uninterrupted_and_a_ws2_checkpoint_loads_at_ws1(ckpt,
     # (ws1 after ws2: only the float order of the DP reduction differs)
     assert (flat(resumed) - flat(ws2["after1"])).abs().max().item() < 1e-5
     assert (flat(ws2["after1"]) - flat(ws2["after0"])).abs().max().item() > 1e-3
+
+
+HOOK_FLAGS = ["--custom-advantage-function-path", "trainer_hooks_for_tests.all_positive_advantages",
+              "--rollout-data-postprocess-path", "trainer_hooks_for_tests.flip_first_rollout"]
+
+
+def batch_hooks_rank(rank, world_size, port, ckpt, backend):
+    """One step with slime's advantage function (+1 everywhere) and post-process (rollout 0: sign flipped)."""
+    import trainer_hooks_for_tests as hooks
+    from slime_like.backends.fsdp.trainer import FSDPTrainer
+    from slime_like.backends.megatron.trainer import MegatronTrainer
+
+    trainer = FSDPTrainer if backend == "fsdp" else MegatronTrainer
+    flags = (["--train-backend", "megatron"] if backend == "megatron" else []) + STEP_FLAGS + HOOK_FLAGS
+    t = trainer(make_args(ckpt, *flags), "actor", rank, world_size, master_port=port)
+    batch = make_batch(8, seed=5)
+    before = t.compute_log_probs(batch)["log_probs"]
+    batch.update(t.compute_advantages(batch))
+    adv = {float(v) for a in batch["advantages"] for v in a}
+    metrics = t.train_step(0, batch)
+    after = t.compute_log_probs(make_batch(8, seed=5))["log_probs"]
+    return dict(adv=adv, before=before, after=after,
+                metrics=metrics, calls=[c for c in hooks.CALLS if c[0] == "postprocess"])
+
+
+def test_fsdp_calls_the_advantage_and_post_process_hooks_like_megatron(ckpt):
+    fsdp = run_ranks(batch_hooks_rank, 1, ckpt, "fsdp")[0]
+    mcore = run_ranks(batch_hooks_rank, 1, ckpt, "megatron")[0]
+    assert fsdp["adv"] == {1.0}  # the custom function's advantages, not GRPO's +-1
+    assert [c[1] for c in fsdp["calls"]] == [0]
+    # +1 flipped to -1 by the post-process: every sample's response log-probs fall (GRPO would raise half of them)
+    assert all(float(a.sum()) < float(b.sum()) for a, b in zip(fsdp["after"], fsdp["before"]))
+    assert (flat(fsdp["after"]) - flat(mcore["after"])).abs().max().item() < 1e-5  # one copy of the logic
+    assert fsdp["metrics"]["loss"] == pytest.approx(mcore["metrics"]["loss"], rel=1e-4)

@@ -58,7 +58,7 @@ def test_trainer_hooks_change_what_they_should(tiny_ckpt):
 
 
 def test_a_wrong_hook_signature_fails_at_start_naming_the_flag():
-    from slime_like.backends.megatron.hooks import load_trainer_hooks
+    from slime_like.backends.training.hooks import load_trainer_hooks
 
     with pytest.raises(ValueError, match=r"--custom-advantage-function-path .*fn\(args, rollout_data\)"):
         load_trainer_hooks(A.make_args(custom_advantage_function_path=f"{M}.wrong_signature"))
@@ -115,7 +115,7 @@ def test_custom_loss_and_pg_loss_reducer_change_the_update(tiny_ckpt):
 
 
 def test_loss_hooks_with_a_wrong_signature_fail_at_start():
-    from slime_like.backends.megatron.hooks import load_trainer_hooks
+    from slime_like.backends.training.hooks import load_trainer_hooks
 
     with pytest.raises(ValueError, match=r"--custom-loss-function-path .*cannot be called as "
                                          r"fn\(args, batch, logits, sum_of_sample_mean\)"):

@@ -1,7 +1,7 @@
 """FSDPTrainer: one trainer rank of the actor or the critic on the FSDP2 backend (`--train-backend fsdp`).
 
 Same public API and semantics as MegatronTrainer (the shared half is backends/training/base.py): the
-micro-batches, losses, estimators, metrics and LR schedule are the same code; what differs is the model
+micro-batches, losses, estimators, advantage hooks, OPD term, metrics and LR schedule are the same code; what differs is the model
 (transformers from --hf-checkpoint, sharded by `fully_shard`), the optimizer (torch AdamW over the sharded
 fp32 params, Megatron's decay rules), checkpoints (DCP, checkpoint.py) and weight export (weights.py).
 
@@ -25,7 +25,8 @@ from slime_like import algorithms as alg
 from slime_like.backends.fsdp import model as M
 from slime_like.backends.training import data as D
 from slime_like.backends.training import loss as L
-from slime_like.backends.training.base import RLTrainerBase
+from slime_like.backends.training.base import RLTrainerBase, StepResult
+from slime_like.backends.training.hooks import TrainerHooks
 from slime_like.config.role_overrides import ROLES
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,7 @@ class FSDPTrainer(RLTrainerBase):
         self._check_supported(args, role)
         self.args, self.role = args, role
         self.estimator = alg.get_estimator(args.advantage_estimator)
+        self.hooks = TrainerHooks(args)  # the advantage function and the rollout-data post-process (base.py)
         init_process_group(rank, world_size, master_addr, master_port,
                            args.distributed_timeout_minutes)
         self.ps = DataParallelView(dist.get_rank(), dist.get_world_size())
@@ -216,9 +218,9 @@ class FSDPTrainer(RLTrainerBase):
         model.train(mode)
         return result
 
-    def _train_micro_batches(self, mbs, kind, scale, per_token, weights):
-        """One optimizer step -> (loss dicts, lr, ok, grad_norm). `per_token` (--calculate-per-token-loss) is
-        Megatron's route to the same step token-mean, so it changes nothing here."""
+    def _train_micro_batches(self, mbs, kind, scale, weights, step, where) -> StepResult:
+        """One optimizer step. `step.per_token` (--calculate-per-token-loss) is Megatron's route to the same step
+        token-mean, so it changes nothing here; `where` (rollout_id, step_id) is for the Megatron hooks."""
         model, args = self.model, self.args
         model.train()
         self.optimizer.zero_grad(set_to_none=True)
@@ -242,7 +244,7 @@ class FSDPTrainer(RLTrainerBase):
             self.optimizer.step()
             self.scheduler.step(increment=1)
         self.optimizer.zero_grad(set_to_none=True)
-        return outs, lr, ok, grad_norm
+        return StepResult(outs, lr, finite=ok, stepped=ok, grad_norm=grad_norm)
 
     def _reset_optimizer_states(self):
         """--reset-optimizer-states: drop Adam's moments and step; the next step is a fresh Adam's first."""
