@@ -66,15 +66,7 @@ def _fsdp_only(args):
         if value > 1:
             raise ConfigError(f"{flag} {value} is Megatron parallelism; --train-backend fsdp shards data-parallel "
                               f"only: drop {flag} (or use --train-backend megatron)")
-    for dest, flag in (("ref_load", "--ref-load"), ("load", "--load")):
-        path = getattr(args, dest, None)
-        if path and _is_megatron_checkpoint(path):
-            raise ConfigError(f"{flag} {path} is a Megatron torch_dist checkpoint; --train-backend fsdp reads HF "
-                              f"directories and its own DCP checkpoints: convert it with python "
-                              f"tools/convert_megatron_to_hf.py --load {path} --save-hf DIR and pass {flag} DIR")
-    if args.ref_load and os.path.isfile(os.path.join(args.ref_load, "latest_checkpointed_iteration.txt")):
-        raise ConfigError(f"--ref-load {args.ref_load} is a training checkpoint; the FSDP reference model loads an HF "
-                          "directory (write one with --save-hf, or drop --ref-load to use --hf-checkpoint)")
+    _fsdp_weight_sources(args)
     if args.fsdp_sharding_strategy == "hybrid_shard" and not args.fsdp_size:
         raise ConfigError("--fsdp-sharding-strategy hybrid_shard needs --fsdp-size N (ranks per shard group)")
     if args.fsdp_size is not None and args.fsdp_size < 1:
@@ -92,6 +84,27 @@ def _fsdp_only(args):
     if args.fsdp_cpu_offload and not cuda_visible():
         warn(args, "--fsdp-cpu-offload has no effect on a CPU-only machine: the parameters already live in CPU "
                    "memory")
+
+
+def _fsdp_weight_sources(args):
+    """--ref-load / --load / --opd-teacher-load must be HF directories (or, --load, the FSDP trainer's DCP)."""
+    for dest, flag in (("ref_load", "--ref-load"), ("load", "--load"), ("opd_teacher_load", "--opd-teacher-load")):
+        path = getattr(args, dest, None)
+        if path and _is_megatron_checkpoint(path):
+            raise ConfigError(f"{flag} {path} is a Megatron torch_dist checkpoint; --train-backend fsdp reads HF "
+                              f"directories and its own DCP checkpoints: convert it with python "
+                              f"tools/convert_megatron_to_hf.py --load {path} --save-hf DIR and pass {flag} DIR")
+    if args.ref_load and os.path.isfile(os.path.join(args.ref_load, "latest_checkpointed_iteration.txt")):
+        raise ConfigError(f"--ref-load {args.ref_load} is a training checkpoint; the FSDP reference model loads an HF "
+                          "directory (write one with --save-hf, or drop --ref-load to use --hf-checkpoint)")
+    teacher = args.opd_teacher_load
+    if teacher and os.path.isfile(os.path.join(teacher, "latest_checkpointed_iteration.txt")):
+        raise ConfigError(f"--opd-teacher-load {teacher} is a training checkpoint; the FSDP trainer's OPD teacher "
+                          "loads an HF directory (write one with --save-hf or tools/convert_megatron_to_hf.py)")
+    if args.opd_teacher_ckpt_step is not None:
+        raise ConfigError(f"--opd-teacher-ckpt-step {args.opd_teacher_ckpt_step} picks an iteration of a torch_dist "
+                          "teacher; --train-backend fsdp loads the teacher from an HF directory (--opd-teacher-load "
+                          "DIR): drop the flag")
 
 
 def _is_megatron_checkpoint(path) -> bool:

@@ -76,3 +76,16 @@ def test_fsdp_takes_the_batch_hooks_and_refuses_the_megatron_ones(base, tmp_path
     with pytest.raises(ConfigError, match="--custom-megatron-init-path fsdp_hooks_mod.init: this trainer hook is "
                                           "called by the Megatron trainer only"):
         parse(base + FSDP + ["--custom-megatron-init-path", "fsdp_hooks_mod.init"])
+
+
+def test_the_fsdp_opd_teacher_is_an_hf_directory(base, hf_dir, tmp_path):
+    opd = ["--use-opd", "--opd-type", "megatron"]
+    assert parse(base + FSDP + opd + ["--opd-teacher-load", hf_dir]).opd_teacher_load == hf_dir
+    with pytest.raises(ConfigError, match="--opd-teacher-ckpt-step 3 picks an iteration of a torch_dist teacher"):
+        parse(base + FSDP + opd + ["--opd-teacher-load", hf_dir, "--opd-teacher-ckpt-step", "3"])
+    ckpt = tmp_path / "teacher_ckpt"
+    os.makedirs(ckpt / "iter_0000003")
+    (ckpt / "iter_0000003" / "common.pt").write_bytes(b"")
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("3")
+    with pytest.raises(ConfigError, match=r"--opd-teacher-load .*teacher_ckpt is a Megatron torch_dist checkpoint"):
+        parse(base + FSDP + opd + ["--opd-teacher-load", str(ckpt)])

@@ -127,31 +127,50 @@ HOOK_FLAGS = ["--custom-advantage-function-path", "trainer_hooks_for_tests.all_p
               "--rollout-data-postprocess-path", "trainer_hooks_for_tests.flip_first_rollout"]
 
 
-def batch_hooks_rank(rank, world_size, port, ckpt, backend):
-    """One step with slime's advantage function (+1 everywhere) and post-process (rollout 0: sign flipped)."""
+def one_update_rank(rank, world_size, port, ckpt, backend, flags):
+    """Score, advantages, one step, score again: what the RL logic shared by both backends decides."""
     import trainer_hooks_for_tests as hooks
     from slime_like.backends.fsdp.trainer import FSDPTrainer
     from slime_like.backends.megatron.trainer import MegatronTrainer
 
     trainer = FSDPTrainer if backend == "fsdp" else MegatronTrainer
-    flags = (["--train-backend", "megatron"] if backend == "megatron" else []) + STEP_FLAGS + HOOK_FLAGS
-    t = trainer(make_args(ckpt, *flags), "actor", rank, world_size, master_port=port)
+    backend_flag = ["--train-backend", "megatron"] if backend == "megatron" else []
+    t = trainer(make_args(ckpt, *backend_flag, *STEP_FLAGS, *flags), "actor", rank, world_size, master_port=port)
     batch = make_batch(8, seed=5)
-    before = t.compute_log_probs(batch)["log_probs"]
+    batch.update(t.compute_log_probs(batch, old_policy=True))
     batch.update(t.compute_advantages(batch))
-    adv = {float(v) for a in batch["advantages"] for v in a}
-    metrics = t.train_step(0, batch)
-    after = t.compute_log_probs(make_batch(8, seed=5))["log_probs"]
-    return dict(adv=adv, before=before, after=after,
-                metrics=metrics, calls=[c for c in hooks.CALLS if c[0] == "postprocess"])
+    out = {k: batch.get(k) for k in ("log_probs", "teacher_log_probs", "advantages")}
+    out["adv"] = {float(v) for a in batch["advantages"] for v in a}
+    out["metrics"] = t.train_step(0, batch)
+    out["after"] = t.compute_log_probs(make_batch(8, seed=5))["log_probs"]
+    out["calls"] = [c for c in hooks.CALLS if c[0] == "postprocess"]
+    return out
 
 
 def test_fsdp_calls_the_advantage_and_post_process_hooks_like_megatron(ckpt):
-    fsdp = run_ranks(batch_hooks_rank, 1, ckpt, "fsdp")[0]
-    mcore = run_ranks(batch_hooks_rank, 1, ckpt, "megatron")[0]
+    """slime's advantage function (+1 everywhere) and post-process (rollout 0: sign flipped), both backends."""
+    fsdp = run_ranks(one_update_rank, 1, ckpt, "fsdp", HOOK_FLAGS)[0]
+    mcore = run_ranks(one_update_rank, 1, ckpt, "megatron", HOOK_FLAGS)[0]
     assert fsdp["adv"] == {1.0}  # the custom function's advantages, not GRPO's +-1
     assert [c[1] for c in fsdp["calls"]] == [0]
     # +1 flipped to -1 by the post-process: every sample's response log-probs fall (GRPO would raise half of them)
-    assert all(float(a.sum()) < float(b.sum()) for a, b in zip(fsdp["after"], fsdp["before"]))
+    assert all(float(a.sum()) < float(b.sum()) for a, b in zip(fsdp["after"], fsdp["log_probs"]))
     assert (flat(fsdp["after"]) - flat(mcore["after"])).abs().max().item() < 1e-5  # one copy of the logic
     assert fsdp["metrics"]["loss"] == pytest.approx(mcore["metrics"]["loss"], rel=1e-4)
+
+
+def test_fsdp_opd_teacher_scores_like_transformers_and_megatron(ckpt, tmp_path):
+    """--use-opd --opd-type megatron on the FSDP trainer: a frozen teacher scores every rollout; the OPD term
+    gives the advantages the Megatron trainer gives."""
+    from slime_like.tools.tiny_model import build_tiny_checkpoint
+
+    teacher = build_tiny_checkpoint(str(tmp_path / "teacher"), seed=1, init_std=0.1)
+    flags = ["--use-opd", "--opd-type", "megatron", "--opd-teacher-load", teacher, "--opd-kl-coef", "0.5"]
+    fsdp = run_ranks(one_update_rank, 1, ckpt, "fsdp", flags)[0]
+    mcore = run_ranks(one_update_rank, 1, ckpt, "megatron", flags)[0]
+    oracle = flat(hf_log_probs(teacher, make_batch(8, seed=5)))
+    assert (flat(fsdp["teacher_log_probs"]) - oracle).abs().max().item() < 1e-5
+    assert (flat(fsdp["log_probs"]) - oracle).abs().max().item() > 1e-2  # a different model than the student
+    assert (flat(fsdp["advantages"]) - flat(mcore["advantages"])).abs().max().item() < 1e-5
+    assert len(fsdp["adv"]) > 2  # per-token OPD terms, not GRPO's two values
+    assert fsdp["metrics"]["opd_reverse_kl"] == pytest.approx(mcore["metrics"]["opd_reverse_kl"], rel=1e-4)

@@ -133,6 +133,8 @@ class FSDPTrainer(RLTrainerBase):
                 self.loaded_rollout_id = None
         self.ref_model = self._build_reference() if role == "actor" and (
             args.use_kl_loss or self._reward_kl_coef()) else None
+        if role == "actor" and args.use_opd and args.opd_type == "megatron":  # slime's name: a teacher in the trainer
+            self.teacher_model = self._frozen_copy(args.opd_teacher_load)
         self._offloaded = False
 
     # ----------------------------------------------------------------- setup helpers
@@ -185,11 +187,15 @@ class FSDPTrainer(RLTrainerBase):
         """LoRA: the same sharded model with adapters disabled (no second copy). Else a frozen sharded copy."""
         if self.lora:
             return AdaptersDisabled(self.model)
-        source = self.args.ref_load or self.args.hf_checkpoint
-        ref = M.load_hf_model(self.args, "actor", source)
-        ref.requires_grad_(False)
-        ref.eval()
-        return M.shard_model(self.args, ref.to(self.device) if self.device else ref, self.mesh, trainable=False)
+        return self._frozen_copy(self.args.ref_load or self.args.hf_checkpoint)
+
+    def _frozen_copy(self, source):
+        """The HF model at `source`, frozen, sharded like the actor (the reference, or the --opd-type megatron
+        teacher, which must share the actor's architecture as in slime)."""
+        frozen = M.load_hf_model(self.args, "actor", source)
+        frozen.requires_grad_(False)
+        frozen.eval()
+        return M.shard_model(self.args, frozen.to(self.device) if self.device else frozen, self.mesh, trainable=False)
 
     # ----------------------------------------------------------------- forward / backward
     def _autocast(self):
@@ -282,7 +288,8 @@ class FSDPTrainer(RLTrainerBase):
         return dict(dp_rank=self.ps.rank, dp_size=self.ps.world_size, tp_rank=0, pp_rank=0)
 
     def offload(self):
-        """Colocated runs: sharded params and optimizer state to CPU while the engines generate (GPU only;
+        """Colocated runs: sharded params (reference, OPD teacher included) and optimizer state to CPU while the
+        engines generate (GPU only;
         on CPU there is no accelerator memory to release, so this only records the state)."""
         if self._offloaded:
             return
@@ -298,7 +305,8 @@ class FSDPTrainer(RLTrainerBase):
             self._move(self.device)
 
     def _move(self, device):
-        for model in {id(m): m for m in (self.model, self.ref_model) if isinstance(m, torch.nn.Module)}.values():
+        models = (self.model, self.ref_model, self.teacher_model)
+        for model in {id(m): m for m in models if isinstance(m, torch.nn.Module)}.values():
             model.to(device)
         for state in self.optimizer.state.values():
             for key, value in state.items():
