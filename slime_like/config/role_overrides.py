@@ -64,47 +64,58 @@ def load_role_overrides(args, parser) -> None:
     seen: dict = {}
     for i, entry in enumerate(entries):
         where = f"{path}: megatron[{i}]"
-        if not isinstance(entry, dict):
-            raise ConfigError(f"{where}: each entry must be a mapping with role and overrides, got {entry!r}")
-        for field in entry:
-            if field not in ENTRY_FIELDS:
-                raise ConfigError(f"{where}: unknown field '{field}'{did_you_mean(str(field), ENTRY_FIELDS)}; "
-                                  f"entry fields are {', '.join(ENTRY_FIELDS)}")
-        role = entry.get("role")
-        if role not in ROLES:
-            hint = did_you_mean(str(role), ROLES) if role is not None else ""
-            raise ConfigError(f"{where}: role {role!r} is not supported{hint}; use one of {', '.join(ROLES)}")
-        if role in seen:
-            raise ConfigError(f"{where}: duplicate role '{role}' (already in megatron[{seen[role]}]); "
-                              "merge the two entries")
+        role, overrides = _entry_role_and_overrides(entry, where, seen)
         seen[role] = i
-        if "overrides" in entry and "args" in entry:
-            raise ConfigError(f"{where}: has both 'overrides' and its alias 'args'; keep only 'overrides'")
-        overrides = entry.get("overrides", entry.get("args")) or {}
-        if not isinstance(overrides, dict):
-            raise ConfigError(f"{where} (role {role}): overrides must be a mapping of argparse dest names to "
-                              f"values, got {type(overrides).__name__}")
-        converted = {}
-        for key, value in overrides.items():
-            key = str(key)
-            if key in IGNORED_KEYS:
-                warn(args, f"{where} (role {role}): '{key}' is ignored; GPU placement stays on "
-                           f"--{role}-num-nodes / --{role}-num-gpus-per-node")
-                continue
-            if key in PLACEMENT_KEYS:
-                raise ConfigError(f"{where} (role {role}): '{key}' is a placement/run setting, not a per-role "
-                                  f"override; set --{key.replace('_', '-')} on the command line")
-            if key not in actions:
-                hint = did_you_mean(key.replace("-", "_"), actions) or did_you_mean(key, actions)
-                raise ConfigError(f"{where} (role {role}): unknown key '{key}'{hint}. Keys are argparse dest "
-                                  "names (tensor_model_parallel_size, not --tensor-model-parallel-size)")
-            converted[key] = _convert(actions[key], value, f"{where} (role {role}) key '{key}'")
-        args.megatron_role_overrides[role] = converted
+        args.megatron_role_overrides[role] = _converted_overrides(args, overrides, actions, where, role)
         args.megatron_role_entries[role] = i
     _check_topology(args, path)
     if not (args.use_critic or ESTIMATOR_TRAITS[args.advantage_estimator].needs_critic):
         warn(args, f"--megatron-config-path {path} is used without a critic (no --use-critic, estimator "
                    f"{args.advantage_estimator}); only the actor entry has an effect")
+
+
+def _entry_role_and_overrides(entry, where: str, seen: dict) -> tuple[str, dict]:
+    """One `megatron[i]` entry checked: known fields, a supported role not seen before, a mapping of overrides."""
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: each entry must be a mapping with role and overrides, got {entry!r}")
+    for field in entry:
+        if field not in ENTRY_FIELDS:
+            raise ConfigError(f"{where}: unknown field '{field}'{did_you_mean(str(field), ENTRY_FIELDS)}; "
+                              f"entry fields are {', '.join(ENTRY_FIELDS)}")
+    role = entry.get("role")
+    if role not in ROLES:
+        hint = did_you_mean(str(role), ROLES) if role is not None else ""
+        raise ConfigError(f"{where}: role {role!r} is not supported{hint}; use one of {', '.join(ROLES)}")
+    if role in seen:
+        raise ConfigError(f"{where}: duplicate role '{role}' (already in megatron[{seen[role]}]); "
+                          "merge the two entries")
+    if "overrides" in entry and "args" in entry:
+        raise ConfigError(f"{where}: has both 'overrides' and its alias 'args'; keep only 'overrides'")
+    overrides = entry.get("overrides", entry.get("args")) or {}
+    if not isinstance(overrides, dict):
+        raise ConfigError(f"{where} (role {role}): overrides must be a mapping of argparse dest names to "
+                          f"values, got {type(overrides).__name__}")
+    return role, overrides
+
+
+def _converted_overrides(args, overrides: dict, actions: dict, where: str, role: str) -> dict:
+    """{dest: value converted as its flag would be}; placement keys refused, ignored keys warned."""
+    converted = {}
+    for key, value in overrides.items():
+        key = str(key)
+        if key in IGNORED_KEYS:
+            warn(args, f"{where} (role {role}): '{key}' is ignored; GPU placement stays on "
+                       f"--{role}-num-nodes / --{role}-num-gpus-per-node")
+            continue
+        if key in PLACEMENT_KEYS:
+            raise ConfigError(f"{where} (role {role}): '{key}' is a placement/run setting, not a per-role "
+                              f"override; set --{key.replace('_', '-')} on the command line")
+        if key not in actions:
+            hint = did_you_mean(key.replace("-", "_"), actions) or did_you_mean(key, actions)
+            raise ConfigError(f"{where} (role {role}): unknown key '{key}'{hint}. Keys are argparse dest "
+                              "names (tensor_model_parallel_size, not --tensor-model-parallel-size)")
+        converted[key] = _convert(actions[key], value, f"{where} (role {role}) key '{key}'")
+    return converted
 
 
 def _convert(action, value, where: str):

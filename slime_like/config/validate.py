@@ -153,6 +153,34 @@ def _algorithm(args):
 
 
 def _rollout_and_eval(args):
+    _sampling(args)
+    data = _eval_data(args)
+    if not args.debug_train_only:
+        _data_paths(args, data)
+    if args.eval_interval is not None:
+        if args.eval_interval < 1:
+            raise ConfigError(f"--eval-interval {args.eval_interval}: must be >= 1")
+        if not data:
+            raise ConfigError(f"--eval-interval {args.eval_interval} needs eval data: add --eval-prompt-data NAME PATH")
+    if args.eval_function_path is None:
+        args.eval_function_path = args.rollout_function_path
+    if args.eval_reward_key is None:
+        args.eval_reward_key = args.reward_key
+    _rewards_and_tools(args)
+    _fully_async(args)
+    if args.partial_rollout and args.over_sampling_batch_size == args.rollout_batch_size \
+            and not args.dynamic_sampling_filter_path and not is_fully_async(args):
+        warn(args, "--partial-rollout without over-sampling or a dynamic sampling filter never aborts a generation, "
+                   "so it has no effect")
+    if args.num_epoch is not None and args.num_rollout is not None:
+        warn(args, f"both --num-rollout {args.num_rollout} and --num-epoch {args.num_epoch} set; --num-epoch is "
+                   "ignored (slime)")
+    elif args.num_epoch is not None:
+        _num_rollout_from_epochs(args)
+
+
+def _sampling(args):
+    """Temperatures, top-p and the context lengths (a missing prompt / eval length follows the context)."""
     if args.rollout_temperature <= 0:
         raise ConfigError(f"--rollout-temperature {args.rollout_temperature}: must be > 0 (0 is greedy decoding, "
                           "not a stochastic policy RL can learn from)")
@@ -170,6 +198,10 @@ def _rollout_and_eval(args):
                               f"--rollout-max-context-len {args.rollout_max_context_len} (room for one new token)")
     if args.eval_max_context_len is None:
         args.eval_max_context_len = args.rollout_max_context_len
+
+
+def _eval_data(args):
+    """--eval-config / --eval-prompt-data as NAME PATH pairs (args.eval_prompt_data; None without eval data)."""
     args.eval_datasets = None
     if args.eval_config:  # slime: the file replaces --eval-prompt-data
         if args.eval_prompt_data:
@@ -187,26 +219,25 @@ def _rollout_and_eval(args):
         names = data[0::2]
         if len(set(names)) != len(names):
             raise ConfigError(f"--eval-prompt-data: dataset names must be unique, got {names}")
-    if not args.debug_train_only:
-        if args.prompt_data and not os.path.exists(args.prompt_data):
-            _path_problem(args, f"--prompt-data {args.prompt_data}: no such file")
-        if args.prompt_data_extra and not args.prompt_data:
-            raise ConfigError("--prompt-data-extra adds files after --prompt-data; give --prompt-data first")
-        for path in args.prompt_data_extra or []:
-            if not os.path.exists(path):
-                _path_problem(args, f"--prompt-data-extra {path}: no such file")
-        for name, path in zip((data or [])[0::2], (data or [])[1::2]):
-            if not os.path.exists(path):
-                _path_problem(args, f"--eval-prompt-data {name} {path}: no such file")
-    if args.eval_interval is not None:
-        if args.eval_interval < 1:
-            raise ConfigError(f"--eval-interval {args.eval_interval}: must be >= 1")
-        if not data:
-            raise ConfigError(f"--eval-interval {args.eval_interval} needs eval data: add --eval-prompt-data NAME PATH")
-    if args.eval_function_path is None:
-        args.eval_function_path = args.rollout_function_path
-    if args.eval_reward_key is None:
-        args.eval_reward_key = args.reward_key
+    return data
+
+
+def _data_paths(args, eval_data):
+    """The prompt and eval files exist (collected as path problems, reported together)."""
+    if args.prompt_data and not os.path.exists(args.prompt_data):
+        _path_problem(args, f"--prompt-data {args.prompt_data}: no such file")
+    if args.prompt_data_extra and not args.prompt_data:
+        raise ConfigError("--prompt-data-extra adds files after --prompt-data; give --prompt-data first")
+    for path in args.prompt_data_extra or []:
+        if not os.path.exists(path):
+            _path_problem(args, f"--prompt-data-extra {path}: no such file")
+    for name, path in zip((eval_data or [])[0::2], (eval_data or [])[1::2]):
+        if not os.path.exists(path):
+            _path_problem(args, f"--eval-prompt-data {name} {path}: no such file")
+
+
+def _rewards_and_tools(args):
+    """Reward-model timeouts and retries, the tool-call settings, reward types that cannot run here."""
     for flag, low in (("rm_timeout", 0), ("rm_retry_backoff", 0)):
         if getattr(args, flag) <= low:
             raise ConfigError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be > 0 (seconds)")
@@ -223,16 +254,6 @@ def _rollout_and_eval(args):
                           "yourself and pass --custom-rm-path to a function calling its instructions_registry")
     if args.rm_type == "remote_rm" and not args.rm_url:
         raise ConfigError("--rm-type remote_rm needs --rm-url http://HOST:PORT/...")
-    _fully_async(args)
-    if args.partial_rollout and args.over_sampling_batch_size == args.rollout_batch_size \
-            and not args.dynamic_sampling_filter_path and not is_fully_async(args):
-        warn(args, "--partial-rollout without over-sampling or a dynamic sampling filter never aborts a generation, "
-                   "so it has no effect")
-    if args.num_epoch is not None and args.num_rollout is not None:
-        warn(args, f"both --num-rollout {args.num_rollout} and --num-epoch {args.num_epoch} set; --num-epoch is "
-                   "ignored (slime)")
-    elif args.num_epoch is not None:
-        _num_rollout_from_epochs(args)
 
 
 def _fully_async(args):

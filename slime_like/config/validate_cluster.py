@@ -168,6 +168,14 @@ def _parallel_layout(args):
         args.sequence_parallel = False
         warn(args, "--sequence-parallel with --tensor-model-parallel-size 1: turned off, as Megatron-LM does "
                    "(sequence parallelism splits activations over the tensor-parallel group)")
+    _trainer_worlds(args, tp, pp, cp, ep, etp)
+    _model_divisibility(args, tp, pp, ep)
+    _engine_layout(args)
+
+
+def _trainer_worlds(args, tp, pp, cp, ep, etp):
+    """Each trainer role's GPUs fit the nodes and split into TP x PP x CP (and expert TP x EP x PP) groups; its
+    data-parallel size divides --global-batch-size."""
     per_node = args.num_gpus_per_node
     roles = [("actor", args.actor_num_nodes, args.actor_num_gpus_per_node)]
     if args.use_critic:
@@ -196,6 +204,10 @@ def _parallel_layout(args):
         raise ConfigError(f"--colocate: the critic shares the actor's GPUs, so --critic-num-nodes "
                           f"{args.critic_num_nodes} / --critic-num-gpus-per-node {args.critic_num_gpus_per_node} must "
                           f"equal the actor's ({args.actor_num_nodes} / {args.actor_num_gpus_per_node}); drop them")
+
+
+def _model_divisibility(args, tp, pp, ep):
+    """Heads over TP, layers over PP, experts over EP."""
     if args.num_attention_heads:
         if args.num_attention_heads % tp:
             raise ConfigError(f"--num-attention-heads {args.num_attention_heads} not divisible by "
@@ -208,6 +220,11 @@ def _parallel_layout(args):
                           "--decoder-first/last-pipeline-num-layers for an uneven split")
     if args.num_experts and args.num_experts % ep:
         raise ConfigError(f"--num-experts {args.num_experts} not divisible by EP {ep}")
+
+
+def _engine_layout(args):
+    """Rollout engines: GPUs per engine against the node and, colocated, against the actor's GPUs per node."""
+    per_node = args.num_gpus_per_node
     gpe = args.rollout_num_gpus_per_engine
     if gpe > per_node and gpe % per_node:
         raise ConfigError(f"--rollout-num-gpus-per-engine {gpe} exceeds --num-gpus-per-node {per_node} and is not a "

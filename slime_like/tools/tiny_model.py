@@ -56,7 +56,6 @@ def build_tiny_checkpoint(out_dir: str, arch: str = "qwen2", hidden_size: int = 
     padded vocabulary, so the same checkpoint splits evenly at TP=2. Deterministic for a given seed.
     """
     import torch
-    import transformers
 
     tok = build_char_tokenizer(alphabet)
     common = dict(vocab_size=_round_up(len(tok), vocab_multiple), hidden_size=hidden_size,
@@ -65,45 +64,64 @@ def build_tiny_checkpoint(out_dir: str, arch: str = "qwen2", hidden_size: int = 
                   max_position_embeddings=max_position_embeddings, rope_theta=rope_theta,
                   rms_norm_eps=1e-6, tie_word_embeddings=tie_embeddings, initializer_range=init_std,
                   eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None)
+    cfg, cls = _config_and_class(arch, common, head=hidden_size // num_heads, num_experts=num_experts or 4,
+                                 moe_topk=moe_topk, ffn_hidden_size=ffn_hidden_size)
+    torch.manual_seed(seed)
+    model = cls(cfg).to(torch.float32)
+    _make_defaults_matter(model, arch, seed)
+    os.makedirs(out_dir, exist_ok=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    if arch == "kimi_k2":  # Kimi-K2's config.json names its own model_type over DeepSeek-V3's architecture
+        _set_model_type(out_dir, "kimi_k2")
+    tok.save_pretrained(out_dir)
+    return out_dir
+
+
+def _config_and_class(arch: str, common: dict, head: int, num_experts: int, moe_topk: int, ffn_hidden_size: int):
+    """(transformers config, model class) of a tiny `arch`; `common`: the fields every architecture shares."""
+    import transformers
+
     if arch == "qwen2":
         cfg, cls = transformers.Qwen2Config(**common), transformers.Qwen2ForCausalLM
     elif arch == "qwen3":
-        cfg, cls = transformers.Qwen3Config(head_dim=hidden_size // num_heads, **common), transformers.Qwen3ForCausalLM
+        cfg, cls = transformers.Qwen3Config(head_dim=head, **common), transformers.Qwen3ForCausalLM
     elif arch == "qwen3_moe":
-        cfg = transformers.Qwen3MoeConfig(head_dim=hidden_size // num_heads, num_experts=num_experts or 4,
+        cfg = transformers.Qwen3MoeConfig(head_dim=head, num_experts=num_experts,
                                           num_experts_per_tok=moe_topk, moe_intermediate_size=ffn_hidden_size,
                                           decoder_sparse_step=1, norm_topk_prob=True, **common)
         cls = transformers.Qwen3MoeForCausalLM
     elif arch == "glm4":  # GLM-4 dense: sandwich norms, half the head dims rotated as interleaved pairs, QKV bias
-        cfg = transformers.Glm4Config(head_dim=hidden_size // num_heads, partial_rotary_factor=0.5, attention_bias=True,
+        cfg = transformers.Glm4Config(head_dim=head, partial_rotary_factor=0.5, attention_bias=True,
                                       **common)
         cls = transformers.Glm4ForCausalLM
     elif arch == "glm4_moe":  # GLM-4.5 style: one dense layer, then MoE with a biased sigmoid router
-        cfg = transformers.Glm4MoeConfig(head_dim=hidden_size // num_heads, n_routed_experts=num_experts or 4,
+        cfg = transformers.Glm4MoeConfig(head_dim=head, n_routed_experts=num_experts,
                                          num_experts_per_tok=moe_topk, moe_intermediate_size=ffn_hidden_size // 4,
                                          n_shared_experts=1, n_group=2, topk_group=1, routed_scaling_factor=2.5,
                                          norm_topk_prob=True, first_k_dense_replace=1, partial_rotary_factor=0.5,
                                          use_qk_norm=True, attention_bias=True, **common)
         cls = transformers.Glm4MoeForCausalLM
     elif arch in ("deepseek_v3", "moonlight", "kimi_k2"):  # multi-latent attention + GLM-4.5's router; Moonlight:
-        head, moonlight = hidden_size // num_heads, arch == "moonlight"  # no q low rank, 1 group, 2 shared experts
+        moonlight = arch == "moonlight"  # no q low rank, 1 group, 2 shared experts
         if arch == "kimi_k2":  # Kimi-K2's YaRN shape (beta_fast = beta_slow = 1), scaled to the tiny context;
             # mscale != mscale_all_dim so the cos/sin and softmax scales are not 1
             common = dict(common, rope_parameters=dict(
-                rope_type="yarn", rope_theta=rope_theta, factor=4.0, mscale=1.0, mscale_all_dim=0.5,
-                original_max_position_embeddings=max_position_embeddings // 4, beta_fast=1.0, beta_slow=1.0))
-        cfg = transformers.DeepseekV3Config(n_routed_experts=num_experts or 4, num_experts_per_tok=moe_topk,
+                rope_type="yarn", rope_theta=common["rope_theta"], factor=4.0, mscale=1.0, mscale_all_dim=0.5,
+                original_max_position_embeddings=common["max_position_embeddings"] // 4, beta_fast=1.0,
+                beta_slow=1.0))
+        cfg = transformers.DeepseekV3Config(n_routed_experts=num_experts, num_experts_per_tok=moe_topk,
                                             moe_intermediate_size=ffn_hidden_size // 4,
                                             n_shared_experts=2 if moonlight else 1, n_group=1 if moonlight else 2,
                                             topk_group=1, routed_scaling_factor=2.5, norm_topk_prob=True,
                                             first_k_dense_replace=1, q_lora_rank=None if moonlight else 2 * head,
                                             kv_lora_rank=head,
                                             qk_nope_head_dim=head, qk_rope_head_dim=head // 2, v_head_dim=head,
-                                            rope_interleave=True, **dict(common, num_key_value_heads=num_heads))
+                                            rope_interleave=True,
+                                            **dict(common, num_key_value_heads=common["num_attention_heads"]))
         cls = transformers.DeepseekV3ForCausalLM
     elif arch == "minimax_m2":  # every layer MoE (sigmoid router + correction bias), norms over all q / k heads,
-        head = hidden_size // num_heads  # RoPE on half of each head
-        cfg = transformers.MiniMaxM2Config(head_dim=head, rotary_dim=head // 2, num_local_experts=num_experts or 4,
+        # RoPE on half of each head
+        cfg = transformers.MiniMaxM2Config(head_dim=head, rotary_dim=head // 2, num_local_experts=num_experts,
                                            num_experts_per_tok=moe_topk,
                                            **dict(common, intermediate_size=ffn_hidden_size // 4))
         cls = transformers.MiniMaxM2ForCausalLM
@@ -111,22 +129,22 @@ def build_tiny_checkpoint(out_dir: str, arch: str = "qwen2", hidden_size: int = 
         cfg, cls = transformers.LlamaConfig(attention_bias=False, mlp_bias=False, **common), transformers.LlamaForCausalLM
     else:
         raise ValueError(f"unknown tiny arch {arch!r}; choose {', '.join(ARCHS)}")
-    torch.manual_seed(seed)
-    model = cls(cfg).to(torch.float32)
-    if arch in ("glm4", "minimax_m2"):  # HF initialises norms to ones: random scales make a misplaced norm show
+    return cfg, cls
+
+
+def _make_defaults_matter(model, arch: str, seed: int) -> None:
+    """HF initialises norms to ones and the routers' correction bias to zeros: random values make a misplaced
+    norm or an ignored bias show in a parity test."""
+    import torch
+
+    if arch in ("glm4", "minimax_m2"):
         with torch.no_grad():
             for name, p in model.named_parameters():
                 if name.endswith(("layernorm.weight", "q_norm.weight", "k_norm.weight")):
                     p.copy_(1 + 0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))))
-    for name, buf in model.named_buffers():  # HF initialises the routers' correction bias to zeros: make it matter
+    for name, buf in model.named_buffers():
         if name.endswith("e_score_correction_bias"):
             buf.copy_(torch.randn(buf.shape, generator=torch.Generator().manual_seed(seed + 1)) * 0.1)
-    os.makedirs(out_dir, exist_ok=True)
-    model.save_pretrained(out_dir, safe_serialization=True)
-    if arch == "kimi_k2":  # Kimi-K2's config.json names its own model_type over DeepSeek-V3's architecture
-        _set_model_type(out_dir, "kimi_k2")
-    tok.save_pretrained(out_dir)
-    return out_dir
 
 
 def _set_model_type(out_dir: str, model_type: str) -> None:

@@ -6,7 +6,6 @@ One run per world size feeds several tests (module fixture): spawning a rank cos
 import os
 
 import pytest
-import torch
 from _fsdp_common import flat, hf_log_probs, make_args, make_batch, run_ranks, shard
 
 pytestmark = pytest.mark.slow

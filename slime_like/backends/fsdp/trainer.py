@@ -1,9 +1,10 @@
 """FSDPTrainer: one trainer rank of the actor or the critic on the FSDP2 backend (`--train-backend fsdp`).
 
 Same public API and semantics as MegatronTrainer (the shared half is backends/training/base.py): the
-micro-batches, losses, estimators, advantage hooks, OPD term, metrics and LR schedule are the same code; what differs is the model
-(transformers from --hf-checkpoint, sharded by `fully_shard`), the optimizer (torch AdamW over the sharded
-fp32 params, Megatron's decay rules), checkpoints (DCP, checkpoint.py) and weight export (weights.py).
+micro-batches, losses, estimators, advantage hooks, OPD term, metrics and LR schedule are the same code; what
+differs is the model (transformers from --hf-checkpoint, sharded by `fully_shard`), the optimizer (torch AdamW
+over the sharded fp32 params, Megatron's decay rules), checkpoints (DCP, checkpoint.py) and weight export
+(weights.py).
 
 FSDP is pure data parallelism: every rank is its own DP rank; each holds 1/world of every parameter,
 gradient and Adam moment (full_shard). A step's loss is the token-mean over every rank's micro-batches:

@@ -72,32 +72,41 @@ def transformer_config_from_args(args):
         deterministic_mode=bool(args.deterministic_mode),
         rotary_interleaved=bool(args.rotary_interleaved),  # GLM-4: RoPE on interleaved pairs
     )
-    # mcore rejects Megatron's default "allgather" dispatcher with variable_seq_lengths, even for dense
-    # models (where it is unused); MoE + PP needs alltoall (or flex).
+    kw["moe_token_dispatcher_type"] = _token_dispatcher(args, kw["variable_seq_lengths"])
+    if not cuda and kw["sequence_parallel"]:
+        raise ValueError("--sequence-parallel needs TransformerEngine on CUDA; drop it for CPU runs")
+    if args.num_experts:
+        kw.update(_moe_kwargs(args, cuda, fuse))
+    if args.multi_latent_attention:
+        return _mla_config(args, kw)
+    return TransformerConfig(**kw)
+
+
+def _token_dispatcher(args, variable_seq_lengths: bool) -> str:
+    """mcore rejects Megatron's default "allgather" dispatcher with variable_seq_lengths, even for dense
+    models (where it is unused); MoE + PP needs alltoall (or flex)."""
     dispatcher = args.moe_token_dispatcher_type
-    if kw["variable_seq_lengths"] and dispatcher == "allgather":
+    if variable_seq_lengths and dispatcher == "allgather":
         if args.num_experts:
             raise ValueError("--moe-token-dispatcher-type allgather cannot run with pipeline parallelism (variable "
                              "sequence lengths); use --moe-token-dispatcher-type alltoall")
         dispatcher = "alltoall"
-    kw["moe_token_dispatcher_type"] = dispatcher
-    if not cuda and kw["sequence_parallel"]:
-        raise ValueError("--sequence-parallel needs TransformerEngine on CUDA; drop it for CPU runs")
-    if args.num_experts:
-        kw.update(num_moe_experts=args.num_experts, moe_router_topk=args.moe_router_topk,
-                  moe_ffn_hidden_size=args.moe_ffn_hidden_size,
-                  moe_shared_expert_intermediate_size=args.moe_shared_expert_intermediate_size,
-                  moe_layer_freq=args.moe_layer_freq,
-                  moe_router_load_balancing_type=args.moe_router_load_balancing_type,
-                  moe_aux_loss_coeff=args.moe_aux_loss_coeff,
-                  moe_router_score_function=args.moe_router_score_function,
-                  moe_router_pre_softmax=args.moe_router_pre_softmax,
-                  moe_grouped_gemm=cuda and args.moe_grouped_gemm,
-                  moe_router_dtype=args.moe_router_dtype,
-                  moe_permute_fusion=fuse("moe_permute_fusion"), **_router_kwargs(args))
-    if args.multi_latent_attention:
-        return _mla_config(args, kw)
-    return TransformerConfig(**kw)
+    return dispatcher
+
+
+def _moe_kwargs(args, cuda: bool, fuse) -> dict:
+    """TransformerConfig's MoE fields (grouped GEMM and permute fusion are CUDA kernels: off on CPU)."""
+    return dict(num_moe_experts=args.num_experts, moe_router_topk=args.moe_router_topk,
+                moe_ffn_hidden_size=args.moe_ffn_hidden_size,
+                moe_shared_expert_intermediate_size=args.moe_shared_expert_intermediate_size,
+                moe_layer_freq=args.moe_layer_freq,
+                moe_router_load_balancing_type=args.moe_router_load_balancing_type,
+                moe_aux_loss_coeff=args.moe_aux_loss_coeff,
+                moe_router_score_function=args.moe_router_score_function,
+                moe_router_pre_softmax=args.moe_router_pre_softmax,
+                moe_grouped_gemm=cuda and args.moe_grouped_gemm,
+                moe_router_dtype=args.moe_router_dtype,
+                moe_permute_fusion=fuse("moe_permute_fusion"), **_router_kwargs(args))
 
 
 def _mla_config(args, kw):

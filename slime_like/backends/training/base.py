@@ -73,8 +73,8 @@ class RLTrainerBase(CollectivesMixin):
             # The step's loss is a token sum over all its micro-batches: grouping changes only float rounding.
             by_length = sorted(indices, key=lambda i: len(batch["tokens"][i]))
             groups = D.fixed_micro_batches(by_length, args.micro_batch_size)
-        return [D.build_micro_batch(batch, g, packed=packed and self.pack_rows, use_te=self.use_te, field_keys=field_keys,
-                                    device=self.device) for g in groups]
+        return [D.build_micro_batch(batch, g, packed=packed and self.pack_rows, use_te=self.use_te,
+                                    field_keys=field_keys, device=self.device) for g in groups]
 
     def _scoring_micro_batches(self, batch):
         max_tokens = self.args.log_probs_max_tokens_per_gpu or self.args.max_tokens_per_gpu

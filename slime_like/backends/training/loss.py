@@ -127,15 +127,7 @@ def policy_terms(args, output: torch.Tensor, mb: MicroBatch, hooks: dict | None 
         sums["train_rollout_logprob_abs_diff"] = (diff * mask).sum().detach()
     if "teacher_log_probs" in mb.fields:  # --use-opd: the sampled reverse KL to the teacher, logged
         sums["opd_reverse_kl"] = ((old - mb.fields["teacher_log_probs"]) * mask).sum().detach()
-    custom_tis = (hooks or {}).get("custom_tis_function_path")
-    if custom_tis and (args.use_tis or args.get_mismatch_metrics):   # slime's condition
-        pg, _, tis_sums = custom_tis_call(custom_tis, args, pg, old, mb.fields["rollout_log_probs"], mb)  # rejected: 0
-        sums.update(tis_sums)
-    elif args.use_tis:
-        weights = alg.tis_weights(old, mb.fields["rollout_log_probs"], mask, args.tis_clip,
-                                  args.tis_clip_low)
-        sums["tis_weight"] = (weights * mask).sum().detach()
-        pg = pg * weights
+    pg = _importance_weighted(args, pg, old, mb, hooks, sums)
     reducer = (hooks or {}).get("custom_pg_loss_reducer_function_path")
     pg_share = None
     if reducer:  # slime: the policy loss alone is reduced by the user's function; the other terms as usual
@@ -143,13 +135,7 @@ def policy_terms(args, output: torch.Tensor, mb: MicroBatch, hooks: dict | None 
         pg = torch.zeros_like(pg)
     loss = pg
     if args.use_kl_loss:
-        kl = alg.kl_penalty(logp, mb.fields["ref_log_probs"], args.kl_loss_type)
-        if args.use_unbiased_kl:
-            # The tokens were sampled by the old policy, so a KL estimate under the current one needs the
-            # importance ratio pi/pi_old; like slime it is not detached (its gradient is part of the estimator).
-            kl = torch.exp(logp - old) * kl
-        sums["kl_loss"] = (kl * mask).sum().detach()
-        loss = loss + args.kl_loss_coef * kl
+        loss = loss + args.kl_loss_coef * _kl_loss(args, logp, old, mb, sums)
     if args.entropy_coef:
         loss = loss - args.entropy_coef * entropy
     ntok = mask.sum()
@@ -165,6 +151,32 @@ def policy_terms(args, output: torch.Tensor, mb: MicroBatch, hooks: dict | None 
     if pg_share is not None:
         sums["_pg_share"] = pg_share  # added to the loss by make_loss_func (not a logged metric)
     return loss, sums
+
+
+def _importance_weighted(args, pg: torch.Tensor, old: torch.Tensor, mb: MicroBatch, hooks, sums: dict):
+    """pg times --use-tis's truncated importance weights, or through slime's --custom-tis-function-path (called
+    with --use-tis or --get-mismatch-metrics, slime's condition; tokens it rejects add 0)."""
+    custom_tis = (hooks or {}).get("custom_tis_function_path")
+    if custom_tis and (args.use_tis or args.get_mismatch_metrics):
+        pg, _, tis_sums = custom_tis_call(custom_tis, args, pg, old, mb.fields["rollout_log_probs"], mb)
+        sums.update(tis_sums)
+    elif args.use_tis:
+        weights = alg.tis_weights(old, mb.fields["rollout_log_probs"], mb.loss_mask, args.tis_clip,
+                                  args.tis_clip_low)
+        sums["tis_weight"] = (weights * mb.loss_mask).sum().detach()
+        pg = pg * weights
+    return pg
+
+
+def _kl_loss(args, logp: torch.Tensor, old: torch.Tensor, mb: MicroBatch, sums: dict) -> torch.Tensor:
+    """--use-kl-loss: per-token KL to the reference (--kl-loss-type), logged as kl_loss."""
+    kl = alg.kl_penalty(logp, mb.fields["ref_log_probs"], args.kl_loss_type)
+    if args.use_unbiased_kl:
+        # The tokens were sampled by the old policy, so a KL estimate under the current one needs the
+        # importance ratio pi/pi_old; like slime it is not detached (its gradient is part of the estimator).
+        kl = torch.exp(logp - old) * kl
+    sums["kl_loss"] = (kl * mb.loss_mask).sum().detach()
+    return kl
 
 
 def custom_terms(args, output: torch.Tensor, mb: MicroBatch, hooks: dict, step, w: torch.Tensor):
