@@ -28,13 +28,6 @@ META = "fsdp_meta.json"
 log = logging.getLogger(__name__)
 
 
-def is_hf_dir(path) -> bool:
-    if not path or not os.path.isdir(path) or os.path.exists(os.path.join(path, TRACKER)):
-        return False
-    files = os.listdir(path)
-    return "config.json" in files and any(f.endswith(".safetensors") for f in files)
-
-
 def _is_complete(path: str) -> bool:
     return os.path.isfile(os.path.join(path, ".metadata")) and os.path.isfile(os.path.join(path, META))
 

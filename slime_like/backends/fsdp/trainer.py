@@ -156,7 +156,7 @@ class FSDPTrainer(RLTrainerBase):
     def _initial_source(self):
         """--load when it is an HF directory, else --ref-load, else --hf-checkpoint (the Megatron order). With
         LoRA this is also the frozen base, and so the KL reference (adapters disabled)."""
-        from slime_like.backends.fsdp.checkpoint import is_hf_dir
+        from slime_like.backends.training.publish import is_hf_dir
 
         load = self.args.load
         if load and is_hf_dir(load):

@@ -22,19 +22,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from slime_like.backends.training.publish import PUBLISHED, TRACKER, iteration_dir  # noqa: F401
+from slime_like.backends.training.publish import PUBLISHED, TRACKER, is_hf_dir, iteration_dir  # noqa: F401
 from slime_like.backends.training.publish import latest_iteration as _latest_iteration
 from slime_like.backends.training.publish import publish as _publish
 
 log = logging.getLogger(__name__)
-
-
-def is_hf_dir(path) -> bool:
-    """An HF model directory: config.json + safetensors weights, and no Megatron iteration marker."""
-    if not path or not os.path.isdir(path) or os.path.exists(os.path.join(path, TRACKER)):
-        return False
-    files = os.listdir(path)
-    return "config.json" in files and any(f.endswith(".safetensors") for f in files)
 
 
 def _rank0() -> bool:

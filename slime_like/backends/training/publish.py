@@ -17,6 +17,15 @@ PUBLISHED = "PUBLISHED"
 log = logging.getLogger(__name__)
 
 
+def is_hf_dir(path) -> bool:
+    """An HF model directory: config.json + safetensors weights, and no iteration marker (not a training
+    checkpoint of either backend)."""
+    if not path or not os.path.isdir(path) or os.path.exists(os.path.join(path, TRACKER)):
+        return False
+    files = os.listdir(path)
+    return "config.json" in files and any(f.endswith(".safetensors") for f in files)
+
+
 def iteration_dir(root: str, iteration: int) -> str:
     return os.path.join(root, f"iter_{iteration:07d}")
 
