@@ -59,7 +59,12 @@ def add_slime_group(parser):
       help="sglang: teacher log-probs from a teacher engine during the rollout (--rm-url, the reward function "
            "slime.rollout.on_policy_distillation.reward_func); megatron: a frozen teacher model in the trainer "
            "(--opd-teacher-load).")
-    a("--opd-kl-coef", type=float, default=1.0, help="Weight of the OPD reverse-KL term in the advantages.")
+    a("--opd-kl-coef", type=float, default=1.0,
+      help="Weight of the OPD reverse-KL term (in the advantages, or in the loss with --opd-kl-mode full).")
+    a("--opd-kl-mode", default="sampled", choices=["sampled", "full"],
+      help="sampled (slime's): the sampled token's student - teacher log-prob, subtracted from its advantage; "
+           "full (ours): the exact reverse KL over the whole vocabulary at every response position, a loss term "
+           "computed against the teacher model on each micro-batch (--opd-type megatron, one pipeline stage).")
     a("--opd-teacher-load", default=None,
       help="Teacher checkpoint for --opd-type megatron (torch_dist; an HF directory also works here).")
     a("--opd-teacher-ckpt-step", type=int, default=None, help="Iteration of --opd-teacher-load to load (default: latest).")

@@ -53,6 +53,8 @@ def validate_opd(args, path_problem) -> None:
                               "--opd-type megatron, or drop --opd-teacher-load")
         if args.opd_type is not None:
             raise ConfigError(f"--opd-type {args.opd_type} is set but --use-opd is not: add --use-opd")
+        if args.opd_kl_mode != "sampled":
+            raise ConfigError(f"--opd-kl-mode {args.opd_kl_mode} is set but --use-opd is not: add --use-opd")
         return
     if args.opd_type is None:
         raise ConfigError("--use-opd needs --opd-type: 'megatron' (a teacher model in the trainer, "
@@ -88,6 +90,23 @@ def validate_opd(args, path_problem) -> None:
                        "path slime.rollout.on_policy_distillation.post_process_rewards --rm-url http://TEACHER/generate; "
                        "otherwise your functions must set sample.teacher_log_probs (training stops at the first "
                        "rollout without them)")
-    if args.opd_type == "megatron" and args.train_backend != "megatron":
-        args.launch_refusals.append(f"--opd-type megatron with --train-backend {args.train_backend}: only the Megatron "
-                                    "trainer holds a teacher model; use --train-backend megatron")
+    if args.opd_kl_mode == "full":
+        _validate_full_kl(args)
+
+
+def _validate_full_kl(args) -> None:
+    """--opd-kl-mode full: the teacher's whole distribution at each position, in the policy loss."""
+    if args.opd_type != "megatron":
+        raise ConfigError(f"--opd-kl-mode full with --opd-type {args.opd_type}: the full-vocabulary KL needs the "
+                          "teacher's whole distribution at every position, which only a teacher model in the trainer "
+                          "gives (--opd-type megatron --opd-teacher-load DIR); a teacher engine returns one log-prob "
+                          "per token: use --opd-kl-mode sampled with it")
+    if args.loss_type != "policy_loss":
+        raise ConfigError(f"--opd-kl-mode full with --loss-type {args.loss_type}: the KL term is added to the policy "
+                          "loss; use --loss-type policy_loss, or --opd-kl-mode sampled (it acts on the advantages "
+                          "your loss reads)")
+    if args.pipeline_model_parallel_size > 1:
+        raise ConfigError(f"--opd-kl-mode full with --pipeline-model-parallel-size "
+                          f"{args.pipeline_model_parallel_size}: the teacher runs inside the actor's loss on one "
+                          "pipeline stage; use --pipeline-model-parallel-size 1 (tensor / data parallelism are fine), "
+                          "or --opd-kl-mode sampled")

@@ -220,7 +220,7 @@ def test_save_and_eval_follow_slimes_periodic_rule(base, tmp_path):
 
 
 
-def test_opd_sglang_needs_its_teacher_and_megatron_teachers_need_megatron(base):
+def test_opd_sglang_needs_its_teacher_and_both_trainers_hold_a_megatron_type_teacher(base):
     from slime_like.config.support import refuse_at_launch
 
     args = parse(base + ["--use-opd", "--opd-type", "sglang"])
@@ -232,12 +232,29 @@ def test_opd_sglang_needs_its_teacher_and_megatron_teachers_need_megatron(base):
                          "slime.rollout.on_policy_distillation.reward_func", "--rm-url", "http://127.0.0.1:1/generate"])
     refuse_at_launch(args)
     assert not any("teacher's log-probs" in w for w in args.config_warnings)
-    args = parse(base + ["--use-opd", "--opd-type", "megatron", "--opd-teacher-load", base[base.index(
-        "--hf-checkpoint") + 1], "--train-backend", "fsdp"])
-    with pytest.raises(ConfigError, match=r"--opd-type megatron with --train-backend fsdp: only the Megatron trainer"):
-        refuse_at_launch(args)
-    refuse_at_launch(parse(base + ["--use-opd", "--opd-type", "megatron", "--opd-teacher-load",
-                                   base[base.index("--hf-checkpoint") + 1]]))
+    teacher = ["--use-opd", "--opd-type", "megatron", "--opd-teacher-load", base[base.index("--hf-checkpoint") + 1]]
+    for backend in ("megatron", "fsdp"):  # each trainer builds the frozen teacher (backends/*/trainer.py)
+        for mode in ("sampled", "full"):
+            refuse_at_launch(parse(base + teacher + ["--train-backend", backend, "--opd-kl-mode", mode]))
+
+
+@pytest.mark.parametrize("extra, error", [
+    (["--opd-type", "sglang"], r"--opd-kl-mode full with --opd-type sglang: .* use --opd-kl-mode sampled with it"),
+    (["--opd-type", "megatron", "TEACHER", "--loss-type", "custom_loss", "--custom-loss-function-path", "m.f"],
+     r"--opd-kl-mode full with --loss-type custom_loss: the KL term is added to the policy loss"),
+    (["--opd-type", "megatron", "TEACHER", "--pipeline-model-parallel-size", "2"],
+     r"--opd-kl-mode full with --pipeline-model-parallel-size 2: .* use --pipeline-model-parallel-size 1"),
+])
+def test_full_vocabulary_opd_is_refused_where_the_teacher_cannot_score_the_loss(base, extra, error):
+    hf = base[base.index("--hf-checkpoint") + 1]
+    extra = [x if x != "TEACHER" else f"--opd-teacher-load={hf}" for x in extra]
+    with pytest.raises(ConfigError, match=error):
+        parse(base + ["--use-opd", "--opd-kl-mode", "full"] + extra)
+
+
+def test_opd_kl_mode_without_opd_is_an_error(base):
+    with pytest.raises(ConfigError, match=r"--opd-kl-mode full is set but --use-opd is not: add --use-opd"):
+        parse(base + ["--opd-kl-mode", "full"])
 
 
 def test_max_staleness_defaults_to_one_in_fully_async_mode_and_warns_elsewhere(base):

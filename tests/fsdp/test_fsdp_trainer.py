@@ -173,3 +173,18 @@ def test_fsdp_opd_teacher_scores_like_transformers_and_megatron(ckpt, tmp_path):
     assert (flat(fsdp["advantages"]) - flat(mcore["advantages"])).abs().max().item() < 1e-5
     assert len(fsdp["adv"]) > 2  # per-token OPD terms, not GRPO's two values
     assert fsdp["metrics"]["opd_reverse_kl"] == pytest.approx(mcore["metrics"]["opd_reverse_kl"], rel=1e-4)
+
+
+def test_fsdp_full_vocabulary_opd_makes_the_megatron_update(ckpt, tmp_path):
+    """--opd-kl-mode full: the teacher runs inside the loss of each micro-batch on both backends; same step."""
+    from slime_like.tools.tiny_model import build_tiny_checkpoint
+
+    teacher = build_tiny_checkpoint(str(tmp_path / "teacher"), seed=1, init_std=0.1)
+    flags = ["--use-opd", "--opd-type", "megatron", "--opd-teacher-load", teacher, "--opd-kl-mode", "full"]
+    fsdp = run_ranks(one_update_rank, 1, ckpt, "fsdp", flags)[0]
+    mcore = run_ranks(one_update_rank, 1, ckpt, "megatron", flags)[0]
+    assert fsdp["teacher_log_probs"] is None and mcore["teacher_log_probs"] is None  # no scoring pass of its own
+    assert fsdp["metrics"]["opd_reverse_kl"] == pytest.approx(mcore["metrics"]["opd_reverse_kl"], rel=1e-4)
+    assert fsdp["metrics"]["opd_reverse_kl"] > 0.1
+    assert (flat(fsdp["after"]) - flat(fsdp["log_probs"])).abs().max().item() > 1e-3
+    assert (flat(fsdp["after"]) - flat(mcore["after"])).abs().max().item() < 1e-5

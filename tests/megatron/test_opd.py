@@ -123,3 +123,52 @@ def test_opd_teacher_ckpt_step_picks_the_iteration(pair, tmp_path):
     for got, ref in zip(at0, saved[0]):
         torch.testing.assert_close(got, ref)
     assert max(float((a - b).abs().max()) for a, b in zip(saved[0], saved[1])) > 1e-3  # the steps differ
+
+
+# ----------------------------------------------------------------- --opd-kl-mode full (our extension)
+def _hf_exact_reverse_kl(student_dir, teacher_dir, batch):
+    """Token-mean KL(student || teacher) over the whole vocabulary at every response position (transformers)."""
+    from transformers import AutoModelForCausalLM
+
+    models = [AutoModelForCausalLM.from_pretrained(d).float().eval() for d in (student_dir, teacher_dir)]
+    total, tokens = 0.0, 0
+    with torch.no_grad():
+        for toks, r in zip(batch["tokens"], batch["response_lengths"]):
+            pos = torch.arange(len(toks) - r - 1, len(toks) - 1)
+            s, t = (torch.log_softmax(m(torch.tensor([toks])).logits[0, pos].float(), -1) for m in models)
+            total += float((s.exp() * (s - t)).sum())
+            tokens += r
+    return total / tokens
+
+
+def full_mode_case(rank, world_size, port, student, teacher):
+    """Two full-mode steps on one zero-reward batch: the KL each step trained on, advantages, the scoring pass."""
+    t = _trainer(student, rank, world_size, port, "--lr", "3e-3", "--global-batch-size", "8", "--micro-batch-size",
+                 "4", "--actor-num-gpus-per-node", str(world_size), "--tensor-model-parallel-size", str(world_size),
+                 "--num-gpus-per-node", str(world_size), "--use-opd", "--opd-type", "megatron",
+                 "--opd-teacher-load", teacher, "--opd-kl-mode", "full", "--opd-kl-coef", "0.5")
+    batch = _zero_reward_batch()
+    scored = t.compute_log_probs(batch, old_policy=t.old_log_probs_needed())
+    batch.update(t.compute_advantages(batch))
+    first, second = t.train_step(0, batch), t.train_step(1, batch)
+    return {"needed": t.old_log_probs_needed(), "scored": sorted(scored), "advantages": batch["advantages"],
+            "kl": [first["opd_reverse_kl"], second["opd_reverse_kl"]], "loss": first["loss"]}
+
+
+def test_full_mode_trains_on_the_exact_kl_under_tensor_parallelism(pair):
+    student, teacher = pair
+    tp1 = run_ranks(full_mode_case, 1, student, teacher)[0]
+    tp2 = run_ranks(full_mode_case, 2, student, teacher)
+    exact = _hf_exact_reverse_kl(student, teacher, _zero_reward_batch())
+    # no teacher scoring pass and no student one (the KL is a loss term), advantages untouched (all 0 here)
+    assert tp1["needed"] is False and tp1["scored"] == []
+    assert all(float(a.abs().max()) == 0.0 for a in tp1["advantages"])
+    # the first step's KL is the exact one of the start (transformers' full softmax as the oracle), the same at
+    # TP = 2 (vocabulary-sharded logits, Megatron's padded columns excluded), and the loss is coef x KL
+    assert tp1["kl"][0] == pytest.approx(exact, rel=1e-4)
+    assert tp1["loss"] == pytest.approx(0.5 * exact, rel=1e-4)
+    for rank in tp2:
+        assert rank["kl"][0] == pytest.approx(exact, rel=1e-4)
+        # the update descends the KL, by the same step on one rank or two
+        assert rank["kl"][1] == pytest.approx(tp1["kl"][1], rel=1e-3)
+    assert tp1["kl"][1] < 0.9 * tp1["kl"][0], tp1["kl"]

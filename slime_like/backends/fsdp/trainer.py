@@ -210,6 +210,10 @@ class FSDPTrainer(RLTrainerBase):
             out = model(input_ids=mb.tokens, position_ids=mb.position_ids)
         return out if torch.is_tensor(out) else out.logits
 
+    def _teacher_output(self, mb):
+        """--opd-kl-mode full: the frozen teacher's logits for the micro-batch (RLTrainerBase._opd_teacher)."""
+        return self._forward(self.teacher_model, mb)
+
     def _forward_only(self, model, batch, kind):
         """Per-sample response log-probs (kind "logp", temperature-scaled) or values (kind "values")."""
         n = D.num_samples(batch)
@@ -233,10 +237,12 @@ class FSDPTrainer(RLTrainerBase):
         self.optimizer.zero_grad(set_to_none=True)
         defer = bool(args.fsdp_defer_grad_sync)
         outs = []
+        teacher = self._opd_teacher(kind)
         for i, mb in enumerate(mbs):
             if defer:  # reduce-scatter once, after the last micro-batch (gradients accumulate unsharded)
                 model.set_requires_gradient_sync(i == len(mbs) - 1)
-            loss, sums = L.make_loss_func(kind, args, mb, scale, False, weights.get(id(mb)))(self._forward(model, mb))
+            loss, sums = L.make_loss_func(kind, args, mb, scale, False, weights.get(id(mb)),
+                                          teacher=teacher)(self._forward(model, mb))
             (loss / len(mbs)).backward()
             outs.append(sums)
         params = [p for p in model.parameters() if p.requires_grad]

@@ -128,6 +128,12 @@ class MegatronTrainer(TrainerDistMixin, OldActorMixin, WeightSourcesMixin, RLTra
             seq_length=max(mb.tokens.shape[1] for mb in mbs), micro_batch_size=mbs[0].tokens.shape[0],
             forward_only=forward_only)
 
+    def _teacher_output(self, mb):
+        """--opd-kl-mode full: the frozen teacher's logits for the micro-batch, called inside the actor's loss
+        function on every TP rank (one pipeline stage: the config check refuses PP > 1 with this mode)."""
+        (chunk,) = self.teacher_model
+        return chunk(mb.tokens, mb.position_ids, mb.attention_mask, packed_seq_params=mb.packed_seq_params)
+
     def _forward_only(self, model, batch, kind):
         """Per-sample response log-probs (kind "logp", temperature-scaled) or values (kind "values")."""
         n = D.num_samples(batch)
@@ -159,8 +165,10 @@ class MegatronTrainer(TrainerDistMixin, OldActorMixin, WeightSourcesMixin, RLTra
             chunk.train()
             chunk.zero_grad_buffer()
         self.optimizer.zero_grad()
+        teacher = self._opd_teacher(kind)
         outs = self._run(self.model, mbs, lambda mb: L.make_loss_func(kind, args, mb, scale, step.per_token,
-                                                                      weights.get(id(mb)), self.hooks, step),
+                                                                      weights.get(id(mb)), self.hooks, step,
+                                                                      teacher),
                          forward_only=False)
         lr = O.current_lr(self.optimizer)
         finite, ok, grad_norm = self._apply_gradients(rollout_id)

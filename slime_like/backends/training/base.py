@@ -15,6 +15,7 @@ Megatron) and provide the model-specific part:
               get_pipeline_model_parallel_world_size / _group / _last_rank (megatron's parallel_state, or
               a pure data-parallel view for FSDP),
   _forward_only(model, batch, kind) -> per-sample 1-D tensors (kind "logp" or "values"),
+  _teacher_output(mb) -> the OPD teacher's logits for one micro-batch (--opd-kl-mode full),
   _train_micro_batches(mbs, kind, scale, weights, step, where) -> StepResult: one optimizer step
   (`weights`: id(mb) -> per-token loss weights replacing `scale`, for --loss-agg-mode / micro-batch means;
   `step`: custom_loss.Step, the loss units; `where`: (rollout_id, step_id)),
@@ -93,7 +94,8 @@ class RLTrainerBase(CollectivesMixin):
         args = self.args
         if self.role != "actor":
             return False
-        if self._reward_kl_coef() or ((args.use_opd or args.keep_old_actor) and not args.use_rollout_logprobs):
+        sampled_opd = args.use_opd and args.opd_kl_mode == "sampled"
+        if self._reward_kl_coef() or ((sampled_opd or args.keep_old_actor) and not args.use_rollout_logprobs):
             return True  # compute_advantages reads them (reward KL, OPD's student side); the pushed weights' copy
         if args.use_rollout_logprobs or args.loss_type == "sft_loss":
             return False
@@ -126,7 +128,7 @@ class RLTrainerBase(CollectivesMixin):
         if self.ref_model is not None:
             self._before_scoring("ref_")
             out["ref_log_probs"] = self._forward_only(self.ref_model, batch, "logp")
-        if self.teacher_model is not None:
+        if self.teacher_model is not None and self.args.opd_kl_mode == "sampled":  # full: scored in the loss
             self._before_scoring("teacher_")
             out["teacher_log_probs"] = self._forward_only(self.teacher_model, batch, "logp")
         return out
@@ -134,6 +136,20 @@ class RLTrainerBase(CollectivesMixin):
     def _old_policy_log_probs(self, batch: dict) -> list:
         """The actor's old-policy log-probs: its current weights (hook: --keep-old-actor's pushed weights)."""
         return self._forward_only(self.model, batch, "logp")
+
+    def _opd_teacher(self, kind: str):
+        """--opd-kl-mode full, policy loss: mb -> the frozen teacher's response logits / temperature, computed
+        without gradients on the micro-batch being trained (make_loss_func's `teacher`); None otherwise.
+        Needs the backend's _teacher_output(mb): the teacher's whole output for the micro-batch's tokens."""
+        if kind != "policy" or self.teacher_model is None or self.args.opd_kl_mode != "full":
+            return None
+        temperature = float(self.args.rollout_temperature)
+
+        def teacher_logits(mb):
+            with torch.no_grad():
+                return L.response_logits(self._teacher_output(mb), mb, temperature)
+
+        return teacher_logits
 
     def _before_scoring(self, store_prefix: str) -> None:
         """Hook: before a scoring pass ("" actor, "ref_" reference, "teacher_" OPD teacher). Nothing here."""
@@ -175,7 +191,7 @@ class RLTrainerBase(CollectivesMixin):
                 rewards=torch.tensor([float(r) for r in batch["rewards"]]), mask=mask,
                 values=pad("values") if spec.needs_critic else None, kl=kl, kl_coef=kl_coef,
                 gamma=float(args.gamma), lam=float(args.lambd), whiten=False)
-        if args.use_opd:  # after the estimator, before whitening (slime's order)
+        if args.use_opd and args.opd_kl_mode == "sampled":  # after the estimator, before whitening (slime's order)
             adv = apply_opd(args, batch, adv, mask)
         if args.normalize_advantages or spec.whitens_returns:
             moments = alg.masked_moments(adv, mask)

@@ -42,35 +42,31 @@ def _tp():
         ps.get_tensor_model_parallel_rank()
 
 
-def vocab_parallel_logprobs_entropy(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool = True,
-                                    vocab_size: int | None = None):
-    """log p(targets) and entropy from vocab-sharded logits `[..., V_local]` (temperature already applied).
+def _reduce_sum(x: torch.Tensor, group, tp: int) -> torch.Tensor:
+    """Sum over the TP ranks' vocabulary slices; the backward is the identity (megatron's
+    reduce_from_tensor_model_parallel_region): every TP rank computes the same loss, so each rank's slice gets
+    exactly dL/d(sum)."""
+    if tp == 1:
+        return x
+    from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region
+
+    return reduce_from_tensor_model_parallel_region(x.contiguous(), group=group)
+
+
+def _shifted_logits(logits: torch.Tensor, vocab_size: int | None, tp_info):
+    """(logits - max over the whole vocabulary, exp of that, its sum over the whole vocabulary) of a slice.
 
     `vocab_size`: the model's real vocabulary (HF config). Megatron pads the output layer to a multiple of
     128 x TP; those padding columns are not tokens (the rollout engine never samples them), so they are
-    excluded from the softmax - otherwise log-probs would depend on the TP size.
-
-        m = max_v z_v (all ranks),  Z = sum_v exp(z_v - m),  log p(y) = (z_y - m) - log Z,
-        H = log Z - sum_v p_v (z_v - m)
-    Sums over the vocabulary are local sums followed by an all-reduce whose backward is the identity
-    (megatron's reduce_from_tensor_model_parallel_region): every TP rank computes the same loss, so each
-    rank's slice gets exactly dL/d(sum). The max is a constant shift (detached), which is exact.
-    """
-    group, tp, rank = _tp()
-
-    def reduce_sum(x, group):
-        if tp == 1:
-            return x
-        from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region
-
-        return reduce_from_tensor_model_parallel_region(x.contiguous(), group=group)
-
+    excluded from the softmax - otherwise log-probs would depend on the TP size. They get a large finite
+    negative (not -inf): exp() gives exactly 0 and 0 * shifted stays finite, so neither the entropy, a KL nor
+    any gradient sees a NaN; masked_fill passes no gradient to the padding. The max is a constant shift
+    (detached), which is exact."""
+    group, tp, rank = tp_info
     logits = logits.float()
     v_local = logits.size(-1)
     start = rank * v_local
     if vocab_size is not None and start + v_local > vocab_size:
-        # A large finite negative (not -inf): exp() gives exactly 0 and 0 * shifted stays finite, so
-        # neither the entropy nor any gradient sees a NaN; masked_fill passes no gradient to the padding.
         padding = torch.arange(start, start + v_local, device=logits.device) >= vocab_size
         logits = logits.masked_fill(padding, -1e30)
     m = logits.detach().max(dim=-1, keepdim=True).values
@@ -78,16 +74,47 @@ def vocab_parallel_logprobs_entropy(logits: torch.Tensor, targets: torch.Tensor,
         torch.distributed.all_reduce(m, op=torch.distributed.ReduceOp.MAX, group=group)
     shifted = logits - m
     exp = shifted.exp()
-    sum_exp = reduce_sum(exp.sum(dim=-1), group=group)
+    return shifted, exp, _reduce_sum(exp.sum(dim=-1), group, tp)
+
+
+def vocab_parallel_logprobs_entropy(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool = True,
+                                    vocab_size: int | None = None):
+    """log p(targets) and entropy from vocab-sharded logits `[..., V_local]` (temperature already applied).
+
+        m = max_v z_v (all ranks),  Z = sum_v exp(z_v - m),  log p(y) = (z_y - m) - log Z,
+        H = log Z - sum_v p_v (z_v - m)
+    Sums over the vocabulary are local sums followed by an all-reduce (_reduce_sum).
+    """
+    tp_info = _tp()
+    group, tp, rank = tp_info
+    shifted, exp, sum_exp = _shifted_logits(logits, vocab_size, tp_info)
+    v_local = shifted.size(-1)
+    start = rank * v_local
     log_z = sum_exp.log()
     in_slice = (targets >= start) & (targets < start + v_local)
     local = (targets - start).clamp(0, v_local - 1)
-    target_logit = reduce_sum(shifted.gather(-1, local.unsqueeze(-1)).squeeze(-1) * in_slice, group=group)
+    target_logit = _reduce_sum(shifted.gather(-1, local.unsqueeze(-1)).squeeze(-1) * in_slice, group, tp)
     logp = target_logit - log_z
     if not with_entropy:
         return logp, None
-    entropy = log_z - reduce_sum((exp * shifted).sum(dim=-1), group=group) / sum_exp
+    entropy = log_z - _reduce_sum((exp * shifted).sum(dim=-1), group, tp) / sum_exp
     return logp, entropy
+
+
+def vocab_parallel_reverse_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
+                              vocab_size: int | None = None) -> torch.Tensor:
+    """KL(student || teacher) over the whole vocabulary at every position, from vocab-sharded logits
+    `[..., V_local]` of both models (same sharding, temperature applied); the teacher is a constant.
+
+        KL = sum_v p_v (log p_v - log q_v),   log p_v = (z_v - m) - log Z  (q likewise from the teacher)
+    The exact per-position reverse KL that --opd-kl-mode full trains on (the sampled mode's d_t is a one-token
+    estimate of it). Padding columns have p_v = 0 and add nothing."""
+    tp_info = _tp()
+    s_shifted, s_exp, s_sum = _shifted_logits(student_logits, vocab_size, tp_info)
+    t_shifted, _, t_sum = _shifted_logits(teacher_logits.detach(), vocab_size, tp_info)
+    log_ratio = (s_shifted - s_sum.log().unsqueeze(-1)) - (t_shifted - t_sum.log().unsqueeze(-1))
+    p = s_exp / s_sum.unsqueeze(-1)
+    return _reduce_sum((p * log_ratio).sum(dim=-1), tp_info[0], tp_info[1])
 
 
 def response_logits(output: torch.Tensor, mb: MicroBatch, temperature: float = 1.0) -> torch.Tensor:
@@ -102,19 +129,20 @@ def response_values(output: torch.Tensor, mb: MicroBatch) -> torch.Tensor:
     return output[mb.rows, mb.cols, 0].float()
 
 
-def policy_terms(args, output: torch.Tensor, mb: MicroBatch, hooks: dict | None = None, step=None):
+def policy_terms(args, output: torch.Tensor, mb: MicroBatch, hooks: dict | None = None, step=None, teacher=None):
     """Per-token actor loss `[n, R]` and metric sums for one micro-batch.
 
-        l_t = w_t * pg_t + kl_loss_coef * kl_t - entropy_coef * H_t
+        l_t = w_t * pg_t + kl_loss_coef * kl_t - entropy_coef * H_t  [+ opd_kl_coef * KL_t(student || teacher)]
     pg_t: PPO / GSPO clipped surrogate (algorithms.policy_loss, kind from --advantage-estimator);
     w_t: truncated importance-sampling weights (--use-tis); kl_t: algorithms.kl_penalty with
     --kl-loss-type against the reference log-probs (--use-kl-loss), times pi/pi_old with --use-unbiased-kl.
     When the batch has no old-policy
     `log_probs` (on-policy, one step per rollout) the current log-probs, detached, are the old ones.
+    `teacher` (--opd-kl-mode full): mb -> the frozen teacher's response logits, for the last, bracketed term.
     """
     mask = mb.loss_mask
-    logp, entropy = vocab_parallel_logprobs_entropy(response_logits(output, mb, args.rollout_temperature),
-                                                    mb.targets, vocab_size=args.vocab_size)
+    logits = response_logits(output, mb, args.rollout_temperature)
+    logp, entropy = vocab_parallel_logprobs_entropy(logits, mb.targets, vocab_size=args.vocab_size)
     old = mb.fields.get("log_probs", logp.detach())
     kind = alg.get_estimator(args.advantage_estimator).policy_loss_kind  # token- or sequence-level ratio
     pg, pg_metrics = alg.policy_loss(logp, old, mb.fields["advantages"], mask, args.eps_clip,
@@ -138,6 +166,10 @@ def policy_terms(args, output: torch.Tensor, mb: MicroBatch, hooks: dict | None 
         loss = loss + args.kl_loss_coef * _kl_loss(args, logp, old, mb, sums)
     if args.entropy_coef:
         loss = loss - args.entropy_coef * entropy
+    if teacher is not None:
+        kl = vocab_parallel_reverse_kl(logits, teacher(mb), vocab_size=args.vocab_size)
+        sums["opd_reverse_kl"] = (kl * mask).sum().detach()
+        loss = loss + args.opd_kl_coef * kl
     ntok = mask.sum()
     if alg.importance_ratio_exceeds(logp, old, mask, args.early_stop_imp_ratio):
         loss = loss * 0.0  # RLinf early_stop_imp_ratio: abandon this micro-batch's update, keep the graph
@@ -214,13 +246,14 @@ TERMS = {"policy": policy_terms, "value": value_terms, "sft": sft_terms}
 
 
 def make_loss_func(kind: str, args, mb: MicroBatch, scale: float, per_token: bool, weights=None,
-                   hooks: dict | None = None, step=None):
+                   hooks: dict | None = None, step=None, teacher=None):
     """The `loss_func(output_tensor)` that mcore's forward_step calls on the last pipeline stage.
 
     `weights` ([n, R], from algorithms.step_token_weights, already times the schedule's factor) replace the
     token-mean `scale` for --loss-agg-mode seq-mean-* and --loss-micro-batch-mean. `hooks`: the trainer's
     loaded slime hooks (the policy terms call --custom-tis-function-path / --custom-pg-loss-reducer-function-path;
-    kind "custom" calls --custom-loss-function-path). `step` (custom_loss.Step): needed by those two."""
+    kind "custom" calls --custom-loss-function-path). `step` (custom_loss.Step): needed by those two.
+    `teacher`: the policy terms' --opd-kl-mode full teacher (RLTrainerBase._opd_teacher_logits)."""
 
     def loss_func(output):
         ntok = mb.loss_mask.sum()
@@ -229,7 +262,7 @@ def make_loss_func(kind: str, args, mb: MicroBatch, scale: float, per_token: boo
             sums["loss"] = C.to_metric_sum(share, step)
             sums["tokens"] = ntok.detach()
             return (share, ntok.to(torch.int), sums) if per_token else (C.to_mcore(share, step), sums)
-        per_token_loss, sums = TERMS[kind](args, output, mb, hooks, step) if kind == "policy" else \
+        per_token_loss, sums = TERMS[kind](args, output, mb, hooks, step, teacher) if kind == "policy" else \
             TERMS[kind](args, output, mb)
         pg_share = sums.pop("_pg_share", None)
         total = alg.aggregate_loss(per_token_loss, mb.loss_mask, "sum")  # scaled to a step token-mean below
