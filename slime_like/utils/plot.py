@@ -1,6 +1,8 @@
 """The learning curve of a run: train reward and held-out eval metrics against the rollout id.
 
     python -m slime_like.utils.plot RUN_DIR [--out PATH]      # RUN_DIR/metrics.jsonl -> RUN_DIR/learning_curve.png
+    python -m slime_like.utils.plot --compare LABEL=RUN_DIR ... [--key eval/arith/accuracy] [--line LABEL=VALUE]
+        --out PATH                                            # one metric of several runs, on one plot
 
 Plotted: the train reward mean (`rollout/reward`; or `rollout/reward_mean`, slime's `rollout/raw_reward`) as a
 faint line with a trailing moving average over it, and every
@@ -93,12 +95,61 @@ def plot_learning_curve(run_dir: str, out_path: str | None = None) -> str:
     return out_path
 
 
+def plot_comparison(runs: dict, key: str, out_path: str, lines: dict | None = None) -> str:
+    """One metric (`key`, e.g. eval/arith/accuracy) of several runs {label: run_dir} on one plot, with horizontal
+    reference lines {label: value} (e.g. a distillation teacher's accuracy); returns out_path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5.6), dpi=120)
+    top = max((lines or {0: 0.0}).values())
+    for label, run_dir in runs.items():
+        xs, ys = _series(read_metrics(run_dir), key)
+        if not xs:
+            raise ValueError(f"{run_dir}: metrics.jsonl has no {key}")
+        ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.6, label=f"{label} ({ys[0]:.3f} -> {ys[-1]:.3f})")
+        top = max(top, *ys)
+    for label, value in (lines or {}).items():
+        ax.axhline(value, color="gray", linestyle="--", linewidth=1.2, label=f"{label} ({value:.3f})")
+    ax.set_ylim(top=top * 1.08 + 0.01)  # a reference line at the top stays visible
+    ax.set_title(key, fontsize=11)
+    ax.set_xlabel("rollout id")
+    ax.set_ylabel(key.rsplit("/", 1)[-1])
+    ax.grid(True, alpha=0.35)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize=8.5)  # below: curves stay visible
+    fig.tight_layout()
+    fig.savefig(out_path)
+    plt.close(fig)
+    return out_path
+
+
+def _pairs(items: list[str], what: str) -> dict:
+    pairs = [x.split("=", 1) for x in items]
+    bad = [x for x, p in zip(items, pairs) if len(p) != 2 or not p[0]]
+    if bad:
+        raise SystemExit(f"{what} {bad[0]!r}: expected LABEL=VALUE")
+    return dict(pairs)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("run_dir", help="a run directory containing metrics.jsonl")
-    p.add_argument("--out", default=None, help=f"output PNG (default RUN_DIR/{PLOT_FILE})")
+    p.add_argument("run_dir", nargs="?", help="a run directory containing metrics.jsonl")
+    p.add_argument("--out", default=None, help=f"output PNG (default RUN_DIR/{PLOT_FILE}; required with --compare)")
+    p.add_argument("--compare", nargs="+", default=None, metavar="LABEL=RUN_DIR", help="plot one metric of these runs")
+    p.add_argument("--key", default="eval/arith/accuracy", help="the metric --compare plots")
+    p.add_argument("--line", nargs="*", default=[], metavar="LABEL=VALUE", help="--compare: horizontal reference lines")
     a = p.parse_args(argv)
-    print(plot_learning_curve(a.run_dir, a.out))
+    if a.compare:
+        if a.run_dir or not a.out:
+            p.error("--compare takes LABEL=RUN_DIR pairs instead of RUN_DIR, and needs --out")
+        lines = {k: float(v) for k, v in _pairs(a.line, "--line").items()}
+        print(plot_comparison(_pairs(a.compare, "--compare"), a.key, a.out, lines))
+    elif a.run_dir:
+        print(plot_learning_curve(a.run_dir, a.out))
+    else:
+        p.error("give RUN_DIR, or --compare LABEL=RUN_DIR ... --out PATH")
 
 
 if __name__ == "__main__":

@@ -62,3 +62,24 @@ def test_identical_reward_and_accuracy_drawn_once(tmp_path):
     assert [label for label, _, _ in series] == ["eval/a/accuracy (= reward)", "eval/b/accuracy", "eval/b/reward"]
     assert series[0][1] == [-1, 2, 4]
     assert plot_learning_curve(str(tmp_path)).endswith("learning_curve.png")
+
+
+def test_compare_plots_one_metric_of_several_runs(tmp_path):
+    from PIL import Image
+
+    for name in ("a", "b"):
+        _write_run(tmp_path / name, n=11)
+    out = tmp_path / "both.png"
+    done = subprocess.run([sys.executable, "-m", "slime_like.utils.plot", "--compare", f"first={tmp_path / 'a'}",
+                           f"second={tmp_path / 'b'}", "--line", "teacher=0.61", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    with Image.open(out) as im:
+        assert im.format == "PNG" and len(im.convert("RGB").getcolors(maxcolors=1_000_000)) > 50
+    bad = subprocess.run([sys.executable, "-m", "slime_like.utils.plot", "--compare", str(tmp_path / "a"),
+                          "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "expected LABEL=VALUE" in bad.stderr
+    from slime_like.utils.plot import plot_comparison
+
+    with pytest.raises(ValueError, match="has no eval/other/accuracy"):
+        plot_comparison({"a": str(tmp_path / "a")}, "eval/other/accuracy", str(out))
