@@ -39,6 +39,7 @@ CONSOLE_COLUMNS = [
     ("trunc", ("rollout/truncated_ratio", "rollout/truncated"), ".2f"),
     ("loss", ("actor/loss", "actor/pg_loss"), ".4f"),
     ("kl", ("actor/kl_loss", "actor/kl", "actor/approx_kl", "actor/ppo_kl"), ".4f"),
+    ("opd_kl", ("actor/opd_reverse_kl",), ".4f"),  # --use-opd: the reverse KL to the teacher
     ("entropy", ("actor/entropy", "actor/entropy_loss"), ".3f"),
     ("clipfrac", ("actor/clipfrac", "actor/pg_clipfrac"), ".3f"),
     ("grad_norm", ("actor/grad_norm",), ".3f"),
