@@ -179,6 +179,12 @@ def _join(address: str, plan) -> str:
     return f"joined the Ray cluster at {address} ({len(nodes)} node(s), {gpus:g} GPUs)"
 
 
+def cluster_spans_nodes() -> bool:
+    """True when the Ray cluster has live nodes on more than one address (several raylets on one host count
+    as one node: they reach each other over loopback). Servers of the run listen on loopback unless it does."""
+    return len({n["NodeManagerAddress"] for n in ray.nodes() if n.get("Alive")}) > 1
+
+
 def _has_cuda_devices() -> bool:
     # Not CUDA_VISIBLE_DEVICES: Slurm sets it on CPU test nodes too. Not torch: the driver stays light.
     return os.path.exists("/dev/nvidia0")

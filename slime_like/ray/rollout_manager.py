@@ -11,6 +11,7 @@ import sys
 
 import ray
 
+from slime_like.ray.cluster import cluster_spans_nodes
 from slime_like.ray.placement import QUIET_OPENMP, Placement
 from slime_like.utils.net import free_port
 
@@ -134,12 +135,6 @@ class RolloutManager:
         """`request(client)` on every live engine, over the run's event loop and connections (the controller's)."""
         live = [u for u in self.engine_urls if u not in self.controller.dead_engines]  # a dead one can't answer
         return self.controller.on_engines(live, request)
-
-
-def cluster_spans_nodes() -> bool:
-    """True when the Ray cluster has live nodes on more than one address (several raylets on one host count
-    as one node: they reach each other over loopback)."""
-    return len({n["NodeManagerAddress"] for n in ray.nodes() if n.get("Alive")}) > 1
 
 
 class EngineGroup:

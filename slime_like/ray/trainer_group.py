@@ -11,6 +11,7 @@ import os
 
 import ray
 
+from slime_like.ray.cluster import cluster_spans_nodes
 from slime_like.ray.placement import QUIET_OPENMP, Placement
 from slime_like.utils.net import free_port
 
@@ -173,6 +174,8 @@ class TrainerGroup:
                        .remote(args, role, rank, world, threads) for rank, s in enumerate(slots)]
         try:
             master_addr, master_port = ray.get(self.actors[0].node_ip_and_free_port.remote())
+            if not cluster_spans_nodes():  # every rank is on this host: the store and gloo listen on loopback
+                master_addr = "127.0.0.1"
             loaded = ray.get([a.init.remote(master_addr, master_port) for a in self.actors])
             self.info = ray.get([a.parallel_info.remote() for a in self.actors])
         except BaseException:

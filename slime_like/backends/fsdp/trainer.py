@@ -29,6 +29,7 @@ from slime_like.backends.training import loss as L
 from slime_like.backends.training.base import RLTrainerBase, StepResult
 from slime_like.backends.training.hooks import TrainerHooks
 from slime_like.config.role_overrides import ROLES
+from slime_like.utils import rendezvous
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +84,8 @@ def init_process_group(rank, world_size, master_addr, master_port, timeout_minut
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank % torch.cuda.device_count())))
-    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://{master_addr}:{master_port}",
-                            rank=rank, world_size=world_size, timeout=timedelta(minutes=timeout_minutes))
+    rendezvous.init_process_group("nccl" if cuda else "gloo", rank, world_size, master_addr, master_port,
+                                  timedelta(minutes=timeout_minutes))
 
 
 class FSDPTrainer(RLTrainerBase):

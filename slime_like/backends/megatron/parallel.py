@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from slime_like.utils import rendezvous
 from slime_like.utils.net import free_port
 
 
@@ -41,8 +42,8 @@ def init_distributed(rank: int, world_size: int, master_addr: str = "127.0.0.1",
         if cuda:
             local_rank = int(os.environ.get("LOCAL_RANK", rank % torch.cuda.device_count()))
             torch.cuda.set_device(local_rank)
-        dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://{master_addr}:{master_port}",
-                                rank=rank, world_size=world_size, timeout=timedelta(minutes=timeout_minutes))
+        rendezvous.init_process_group("nccl" if cuda else "gloo", rank, world_size, master_addr, master_port,
+                                      timedelta(minutes=timeout_minutes))
     from megatron.core import parallel_state as ps
 
     if not ps.model_parallel_is_initialized():
@@ -93,13 +94,15 @@ def run_local_ranks(fn, world_size: int, *args, timeout: float = 300.0, attempts
     """Run fn(rank, world_size, master_port, *args) in `world_size` spawned CPU processes; return results by rank.
 
     `fn` must be importable (module level). A failing rank raises here with its traceback. The free port
-    can be taken by another process before rank 0 binds it (EADDRINUSE): then the run is retried.
+    can be taken by another process before rank 0 binds it (EADDRINUSE): then the run is retried. The ranks
+    rendezvous on 127.0.0.1: the store and gloo listen on loopback only (utils/rendezvous.py).
     """
     for attempt in range(attempts):
         try:
             return _run_local_ranks(fn, world_size, args, timeout)
         except RuntimeError as e:
-            if "EADDRINUSE" not in str(e) or attempt == attempts - 1:
+            taken = "EADDRINUSE" in str(e) or "Address already in use" in str(e)
+            if not taken or attempt == attempts - 1:
                 raise
 
 
