@@ -1,7 +1,8 @@
 """Which Ray a run uses: its own private instance, or a cluster the user asked it to join.
 
 - One node, no `--ray-address` / `RAY_ADDRESS`: a private Ray instance of this run -- its own temp dir and
-  ports, every server bound to 127.0.0.1, token authentication with a secret generated for this process.
+  ports (all picked by the OS, Ray's fixed defaults too), every server bound to 127.0.0.1, token
+  authentication with a secret generated for this process.
   It never reads another cluster's address file (`ray_current_cluster` in Ray's default temp dir), so a
   head someone else started, or the file a dead head left behind, changes nothing.
 - `--ray-address auto|HOST:PORT` or `RAY_ADDRESS` (which `ray job submit` sets): join that cluster. A plan that
@@ -90,6 +91,42 @@ def _loopback_node():
             os.environ[_SINGLE_MACHINE_VAR] = saved_env
 
 
+# Fixed-port metrics servers of the autoscaler monitor and the dashboard process (ray.init starts both, on
+# loopback here); read from the environment by those processes when they start. 0: the OS picks.
+_METRIC_PORT_VARS = ("AUTOSCALER_METRIC_PORT", "DASHBOARD_METRIC_PORT")
+
+
+@contextlib.contextmanager
+def _ports_of_its_own():
+    """While Ray starts, let the OS pick the ports Ray otherwise fixes: the dashboard agent's HTTP server (52365)
+    and the two metrics servers (44217, 44227).
+
+    On a shared host another run (or user) may hold a fixed port: that server of ours then logs a traceback and
+    does not serve, or a later run loses the port to ours. ray.init has no option for the agent's port (`ray
+    start` has --dashboard-agent-listen-port), so the RayParams class ray.init builds is swapped for one whose
+    default is 0, which the agent supports (it binds port 0 on the node address and records the port it got).
+    The metrics ports' variables are set only if the user has not set them, and restored afterwards.
+    """
+    from ray._private import parameter
+
+    original = parameter.RayParams
+
+    class _Params(original):
+        def __init__(self, *args, **kwargs):
+            kwargs.setdefault("dashboard_agent_listen_port", 0)
+            super().__init__(*args, **kwargs)
+
+    unset = [v for v in _METRIC_PORT_VARS if v not in os.environ]
+    parameter.RayParams = _Params
+    os.environ.update({v: "0" for v in unset})
+    try:
+        yield
+    finally:
+        parameter.RayParams = original
+        for v in unset:
+            os.environ.pop(v, None)
+
+
 def enable_token_auth() -> None:
     """Token authentication with a secret of this process (children inherit it; nothing is written to disk).
 
@@ -118,7 +155,7 @@ def _start_private(args) -> str:
                   _temp_dir=temp_dir, _node_ip_address="127.0.0.1")
     if not _has_cuda_devices():
         kwargs["num_gpus"] = args.num_gpus_per_node  # declared GPU slots: the same placement code runs on CPU
-    with _loopback_node():
+    with _loopback_node(), _ports_of_its_own():
         ray.init(**kwargs)
     return f"private Ray instance on 127.0.0.1 (token auth, temp dir {temp_dir})"
 

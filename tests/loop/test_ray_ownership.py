@@ -11,13 +11,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 
 import psutil
 import pytest
 
 from conftest import REPO, loop_argv
+from listeners import is_loopback, kill as _kill, listening, train as _train
 from slime_like.utils.net import free_port
 
 pytestmark = pytest.mark.slow
@@ -36,15 +35,6 @@ def _processes_under(path: str) -> list:
         except psutil.Error:
             continue
     return list(found.values())
-
-
-def _kill(procs: list):
-    for p in procs:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(procs, timeout=10)
 
 
 @pytest.fixture
@@ -76,42 +66,6 @@ def foreign_head():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _train(env, argv, timeout=600, watch=None):
-    """Run train.py as a user would; `watch(pid)` is called every 0.5 s while it runs."""
-    proc = subprocess.Popen([sys.executable, os.path.join(REPO, "train.py"), *argv], env=env, cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    out = []
-    reader = threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)
-    reader.start()
-    deadline = time.time() + timeout
-    while proc.poll() is None and time.time() < deadline:
-        if watch is not None:
-            watch(proc.pid)
-        time.sleep(0.5)
-    if proc.poll() is None:
-        _kill([proc] + psutil.Process(proc.pid).children(recursive=True))
-    reader.join(10)
-    return proc.returncode, "".join(out)
-
-
-def _listening(pid: int, into: dict):
-    try:
-        procs = [psutil.Process(pid)] + psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        return
-    for p in procs:
-        try:
-            for c in p.net_connections(kind="inet"):
-                if c.status == psutil.CONN_LISTEN:
-                    into[(p.pid, c.laddr.port)] = (p.name(), c.laddr.ip)
-        except psutil.Error:
-            continue
-
-
-def _is_loopback(ip: str) -> bool:
-    return ip in ("127.0.0.1", "::1", "::ffff:127.0.0.1")
-
-
 def test_foreign_head_and_stale_address_file_change_nothing_and_ray_address_joins(
         foreign_head, tiny_ckpt, toy_prompts, tmp_path):
     user_env = {k: v for k, v in foreign_head["env"].items() if not k.startswith("RAY_AUTH")}
@@ -125,14 +79,14 @@ def test_foreign_head_and_stale_address_file_change_nothing_and_ray_address_join
     assert dry.returncode == 0, dry.stderr
 
     sockets: dict = {}
-    rc, out = _train(user_env, argv, watch=lambda pid: _listening(pid, sockets))
+    rc, out = _train(user_env, argv, watch=lambda pid: listening(pid, sockets))
     assert rc == 0, out[-3000:]
     assert "private Ray instance on 127.0.0.1 (token auth" in out
     ray_servers = {v[0] for v in sockets.values()}
     assert {"gcs_server", "raylet"} <= ray_servers, sockets  # the watch saw the Ray servers themselves
-    # Ray's servers (GCS, raylet, agents, workers' gRPC) on loopback only. Known remainder, not Ray: the
-    # trainer's torch.distributed TCPStore listens on all interfaces (issue 19's engine/bind work).
-    wide = {k: v for k, v in sockets.items() if not _is_loopback(v[1]) and not v[0].startswith("ray::TrainerAct")}
+    # Ray's servers (GCS, raylet, agents, workers' gRPC), the trainer's and the engine's on loopback only
+    # (tests/loop/test_listeners.py checks a disaggregated run on a host whose name resolves off loopback)
+    wide = {k: v for k, v in sockets.items() if not is_loopback(v[1])}
     assert wide == {}, f"listening beyond loopback: {wide}"
 
     # --ray-address joins the foreign head (with its token, as the cluster's docs tell the user to set)
