@@ -1,7 +1,7 @@
 """Issue 19, findings 1 and 2: nobody reaches into an engine.
 
-A real CPU engine process on 127.0.0.1: with a key, every route (each one the server registers) answers 401
-without the key or with a wrong one; a crafted pickle sent to the tensor route with the right key does not
+A real CPU engine process on 127.0.0.1: with a key, every route (each one the server registers) but GET /health
+answers 401 without the key or with a wrong one; a crafted pickle sent to the tensor route with the right key does not
 run (400); without a key the tensor route is refused outright. The Ray engine actor binds loopback on one node.
 """
 import base64
@@ -78,12 +78,15 @@ def test_every_route_refuses_callers_without_the_key(keyed_engine):
     for route in routes:
         methods = ["GET", "POST"] if route.method == "*" else [route.method]
         for method in methods:
+            if (method, route.path) == ("GET", "/health"):   # open, as in SGLang: an empty 200 (sglang-router
+                assert _call(keyed_engine, method, route.path)[0] == 200   # checks it without a key)
+                continue
             for key in (None, "wrong-key", KEY[:-1]):
                 status, _ = _call(keyed_engine, method, route.path, key=key)
                 assert status == 401, (method, route.path, key, status)
             seen.add(route.path)
     assert {"/update_weights_from_disk", "/update_weights_from_tensor", "/init_weights_update_group",
-            "/release_memory_occupation", "/pause_generation", "/abort_request", "/generate"} <= seen
+            "/release_memory_occupation", "/pause_generation", "/abort_request", "/generate", "/health_generate"} <= seen
     assert _call(keyed_engine, "GET", "/health", key=KEY)[0] == 200
 
 

@@ -37,9 +37,12 @@ def _err(message: str, status: int = 400) -> web.Response:
 
 @web.middleware
 async def require_api_key(request, handler):
-    """With a key configured, every route (health included) needs `Authorization: Bearer <key>` (401 otherwise)."""
+    """With a key configured, every route but GET /health needs `Authorization: Bearer <key>` (401 otherwise).
+    /health is open as in SGLang (which opens /health*, /ready, /metrics): sglang-router checks a worker's
+    /health without a key before it registers it, and the answer is an empty 200 (not /health_generate, which
+    runs the model)."""
     key = request.app["api_key"]
-    if key and not auth.authorized(request.headers.get("Authorization"), key):
+    if key and not (request.path == "/health" and request.method in ("GET", "HEAD")) and not auth.authorized(request.headers.get("Authorization"), key):
         return _err(f"{request.path}: missing or wrong 'Authorization: Bearer <key>' (this engine was started with "
                     f"an API key)", status=401)
     return await handler(request)

@@ -29,12 +29,16 @@ from dataclasses import dataclass
 
 _REQ_KEYS = {"text", "input_ids", "sampling_params", "rid", "return_logprob", "logprob_start_len",
              "top_logprobs_num", "return_text_in_logprobs", "stream", "model", "lora_path", "custom_logit_processor",
-             "token_ids_logprob", "return_hidden_states", "bootstrap_host", "bootstrap_room", "data_parallel_rank"}
+             "token_ids_logprob", "return_hidden_states", "bootstrap_host", "bootstrap_room", "data_parallel_rank",
+             # SGLang fields that sglang-router 0.3 adds to every /generate it forwards (at their defaults)
+             "background", "log_metrics", "no_logs", "return_bytes", "return_entropy"}
 
 # Fields SGLang accepts that the CPU engine only supports at their default (anything else is a clear error).
 _DEFAULT_ONLY = {"top_logprobs_num": (None, 0), "lora_path": (None,),
                  "custom_logit_processor": (None,), "token_ids_logprob": (None,), "return_hidden_states": (None, False),
-                 "bootstrap_host": (None,), "bootstrap_room": (None,), "data_parallel_rank": (None, 0)}
+                 "bootstrap_host": (None,), "bootstrap_room": (None,), "data_parallel_rank": (None, 0),
+                 "background": (False,), "return_bytes": (False,), "return_entropy": (False,),
+                 "log_metrics": (True, False), "no_logs": (False, True)}   # logging switches: no effect here
 
 
 class BadRequest(ValueError):
