@@ -244,20 +244,15 @@ def _engine_layout(args):
 
 
 def _fault_tolerance(args):
-    """--use-fault-tolerance restarts engines this run started, found dead by the rollout, which talks to each
-    engine itself; the cases outside that are refused at launch rather than half honoured."""
+    """--use-fault-tolerance restarts engines this run started, found dead by the rollout, which health-checks
+    each engine itself (behind an sglang router too: the router is told to drop a dead engine and to add its
+    restarted successor); engines started elsewhere it cannot restart, so that case is refused at launch."""
     if not args.use_fault_tolerance or args.debug_train_only:
         return
     if args.rollout_external_engine_addrs:
         args.launch_refusals.append(
             "--use-fault-tolerance restarts the engines this run starts, and --rollout-external-engine-addrs runs "
             "none: drop the flag (a dead external engine is still taken out and its requests re-sent to the others)")
-    elif args.sglang_router_ip or (args.rollout_engine == "sglang"
-                                   and args.rollout_num_gpus // args.rollout_num_gpus_per_engine > 1):
-        args.launch_refusals.append(
-            "--use-fault-tolerance behind an sglang router (--sglang-router-ip, or the router started for two or more "
-            "SGLang engines) is not implemented: the rollout sees only the router's URL, so it cannot tell which "
-            "engine failed; use one engine per run, --rollout-engine vllm or cpu, or drop the flag")
 
 
 def _hardware_notes(args):

@@ -54,14 +54,14 @@ class EngineActor:
 
 @ray.remote(num_cpus=0)
 class RolloutManager:
-    def __init__(self, args, engine_urls: list, generate_urls: list | None = None):
-        """engine_urls: every engine (memory release / resume); generate_urls: where /generate goes (the
-        router when there is one, else the engines)."""
+    def __init__(self, args, engine_urls: list, router_url: str | None = None):
+        """engine_urls: every engine (health checks, memory release / resume); router_url: where /generate goes
+        when a router is in front of them (which is told when one of them dies or is restarted)."""
         from slime_like.rollout.controller import RolloutController
 
         self.args = args
         self.engine_urls = engine_urls
-        self.controller = RolloutController(args, generate_urls or engine_urls)
+        self.controller = RolloutController(args, engine_urls, router_url=router_url)
 
     def generate(self, rollout_id: int, dp_size: int):
         """Generate and score one rollout; return (one trainer shard per DP rank, metrics)."""
@@ -94,7 +94,8 @@ class RolloutManager:
         return {**found, **fully_async.dead_engines()}
 
     def replace_engines(self, replaced: dict) -> None:
-        """{dead URL: restarted engine's URL}, once the restarted engines hold the current weights."""
+        """{dead URL: restarted engine's URL}, once the restarted engines hold the current weights (behind a
+        router, each is added to it now)."""
         from slime_like.rollout import fully_async
 
         self.engine_urls = [replaced.get(u, u) for u in self.engine_urls]
@@ -140,9 +141,11 @@ class RolloutManager:
 class EngineGroup:
     """Driver-side handle on the engines of the run: their URLs, and the actors supervising the ones we started."""
 
-    def __init__(self, actors: list, urls: list, router=None, router_url: str | None = None):
+    def __init__(self, actors: list, urls: list, router=None, router_url: str | None = None,
+                 api_key: str | None = None):
         self.actors, self.urls = list(actors), list(urls)
         self.router, self.router_url = router, router_url  # a router process we started / any router in use
+        self.api_key = api_key   # the run's secret, which the router's own routes require too
         self.restarts = 0
         self._respawn = None   # index -> (new actor on that engine's slot, ref of its start()): set by start()
 
@@ -164,11 +167,6 @@ class EngineGroup:
             self.urls[index] = ray.get(start)
         self.restarts += 1
         return self.urls[index]
-
-    @property
-    def generate_urls(self) -> list:
-        """Where the rollout sends /generate: the router when one is in use, else every engine."""
-        return [self.router_url] if self.router_url else self.urls
 
     @classmethod
     def start(cls, args, placement: Placement, engine_slots: list, gpu_share: float, kind: str) -> "EngineGroup":
@@ -193,7 +191,7 @@ class EngineGroup:
             for a in actors:  # the engines that did start exit with their actor (--parent-pid watchdog)
                 ray.kill(a)
             raise
-        group = cls(actors, urls, router, router_url)
+        group = cls(actors, urls, router, router_url, args.engine_api_key)
 
         def respawn(i):
             actor = new_actor(i)
@@ -212,6 +210,8 @@ class EngineGroup:
         if self.router is not None:
             self.router.stop()
             self.router = None
+        elif self.router_url and self.actors:   # a router started elsewhere: it forgets the engines we stop (slime)
+            self._leave_router()
         if not self.actors:  # external engines: nothing of ours; ray.get([]) would auto-start a Ray cluster
             return
         try:
@@ -220,6 +220,17 @@ class EngineGroup:
             pass
         for a in self.actors:
             ray.kill(a)
+
+
+    def _leave_router(self):
+        from slime_like.backends.sglang import router
+
+        for url in self.urls:
+            try:
+                router.remove_worker(self.router_url, url, self.api_key)
+            except Exception as e:  # noqa: BLE001 - the run is ending; the router's own health check drops it later
+                print(f"[slime_like] could not remove rollout engine {url} from the router {self.router_url}: {e}",
+                      file=sys.stderr, flush=True)
 
 
 def _external_router_url(args) -> str | None:
@@ -233,7 +244,7 @@ def start_router_for(args, kind: str, engine_urls: list, multi_node: bool = Fals
     """The router in front of the run's engines, as slime does it: -> (router process we started or None,
     router URL or None).
 
-    --sglang-router-ip/--sglang-router-port: an existing router; every engine registers with it (/add_worker).
+    --sglang-router-ip/--sglang-router-port: an existing router; every engine registers with it (router.add_worker).
     Else engines of a kind that `uses_router` (SGLang), more than one: start sglang_router on this node over
     them, with the --router-* passthrough values. Else none: the rollout client balances over the engines."""
     from slime_like.backends.engine_api.engine import get_engine
@@ -242,7 +253,7 @@ def start_router_for(args, kind: str, engine_urls: list, multi_node: bool = Fals
     url = _external_router_url(args)
     if url:
         for engine_url in engine_urls:
-            router.add_worker(url, engine_url)
+            router.add_worker(url, engine_url, args.engine_api_key)
         return None, url
     if not (get_engine(kind).uses_router and len(engine_urls) > 1):
         return None, None

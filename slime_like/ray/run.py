@@ -96,7 +96,7 @@ class Run:
         else:
             engines = EngineGroup.start(args, placement, plan.engine_slots, engine_share, kind=plan.engine_kind)
             started.append(engines.stop)
-        rollout = RolloutManager.options(num_cpus=0).remote(args, engines.urls, engines.generate_urls)
+        rollout = RolloutManager.options(num_cpus=0).remote(args, engines.urls, engines.router_url)
         started.append(lambda: ray.kill(rollout))
         run = cls(args, placement, actor, critic, engines, rollout)
         run.reference = reference

@@ -1,6 +1,7 @@
 """RolloutController: everything the rollout side does for the training loop, as a plain class.
 
-    ctl = RolloutController(args, engine_urls)        # the Ray layer wraps it in an actor
+    ctl = RolloutController(args, engine_urls)        # the Ray layer wraps it in an actor (router_url=: /generate
+                                                      # goes there, the engines are still health-checked)
     samples, metrics = ctl.generate(rollout_id)       # scored samples of one rollout (whole groups)
     metrics = ctl.evaluate(rollout_id)                # eval/<name>/... per --eval-prompt-data dataset
     state = ctl.state_dict(); ctl.load_state_dict(state)   # the data source position + partial buffer
@@ -77,8 +78,8 @@ def passrate_metrics(args, groups) -> dict:
 
 
 class RolloutController:
-    def __init__(self, args, engine_urls: list[str], tokenizer=None):
-        self.args, self.engine_urls = args, list(engine_urls or [])
+    def __init__(self, args, engine_urls: list[str], tokenizer=None, router_url: str | None = None):
+        self.args, self.engine_urls, self.router_url = args, list(engine_urls or []), router_url
         self.debug_load = args.load_debug_rollout_data
         self.dead_engines: dict[str, str] = {}     # survives across rollouts: a dead engine stays dead
         # One event loop and one engine pool (an HTTP connection pool per engine) for the whole run: a fresh
@@ -118,10 +119,10 @@ class RolloutController:
                 health_interval=self.args.rollout_health_check_interval,
                 health_timeout=self.args.rollout_health_check_timeout,
                 health_first_wait=self.args.rollout_health_check_first_wait,
-                allow_empty=self.args.debug_train_only).__aenter__()
+                allow_empty=self.args.debug_train_only, router=self.router_url).__aenter__()
         pool = self._pool
         pool.tokens_generated = 0  # this rollout's counts
-        pool.answered = dict.fromkeys(pool.urls, 0)
+        pool.answered = dict.fromkeys(pool.targets, 0)
         state = GenerateState(self.args, pool, self.tokenizer, progress)
         set_current_state(state)
         pool.start_watchdog()   # a hung engine is found while this rollout waits on it
@@ -217,9 +218,10 @@ class RolloutController:
         if self.dead_engines:
             metrics["rollout/dead_engines"] = len(self.dead_engines)
         if self._pool is not None and any(self._pool.answered.values()):
-            # how many engines served this rollout, how many are live at its end (not in fully async mode, where
-            # the worker's own pool generates)
-            metrics["rollout/engines_answering"] = sum(n > 0 for n in self._pool.answered.values())
+            # how many engines served this rollout (behind a router only it knows), how many are live at its end
+            # (not in fully async mode, where the worker's own pool generates)
+            if not self._pool.router:
+                metrics["rollout/engines_answering"] = sum(n > 0 for n in self._pool.answered.values())
             metrics["rollout/engines_live"] = len(self._pool.alive)
         metrics.update(category_metrics(self.args, samples))
         if self.args.log_passrate:

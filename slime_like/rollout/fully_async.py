@@ -54,7 +54,7 @@ def group_version(group, default: int) -> int:
 
 
 class FullyAsyncWorker:
-    def __init__(self, args, data_source, urls: list[str], tokenizer, start_version: int):
+    def __init__(self, args, data_source, urls: list[str], tokenizer, start_version: int, router: str | None = None):
         self.args, self.data_source = args, data_source
         self.batch = int(args.rollout_batch_size)
         self.max_staleness = int(args.max_staleness)
@@ -72,7 +72,7 @@ class FullyAsyncWorker:
         self.error: BaseException | None = None
         self.counts = {"dropped_stale": 0, "resumed_partial": 0, "filtered": 0, "failed": 0, "aborted_restart": 0}
         self.filtered_groups: list[list] = []    # for --rollout-all-samples-process-path at the next take
-        self._urls, self._tokenizer = list(urls), tokenizer
+        self._urls, self._tokenizer, self._router = list(urls), tokenizer, router
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="fully-async-rollout", daemon=True)
         self._thread.start()
@@ -107,7 +107,7 @@ class FullyAsyncWorker:
             self._urls, timeout=request_timeout(args), api_key=args.engine_api_key,
             health_interval=args.rollout_health_check_interval,
             health_timeout=args.rollout_health_check_timeout,
-            health_first_wait=args.rollout_health_check_first_wait).__aenter__()
+            health_first_wait=args.rollout_health_check_first_wait, router=self._router).__aenter__()
         self.state = GenerateState(args, self.pool, self._tokenizer)
         self.pool.start_watchdog()
         self._wake = asyncio.Event()
@@ -257,7 +257,8 @@ def get_worker(args, data_source) -> FullyAsyncWorker:
     with _worker_lock:
         if _worker is None:
             state = current_state()
-            _worker = FullyAsyncWorker(args, data_source, state.pool.urls, state.tokenizer, _known_version)
+            _worker = FullyAsyncWorker(args, data_source, state.pool.urls, state.tokenizer, _known_version,
+                                       router=state.pool.router)
         return _worker
 
 

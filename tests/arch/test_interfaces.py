@@ -67,7 +67,7 @@ def test_external_engine_group_is_built_through_init():
 
     group = EngineGroup.external(make_args(sglang_router_ip=None), ["127.0.0.1:1", "http://h:2"])
     assert group.urls == ["http://127.0.0.1:1", "http://h:2"] and group.actors == []
-    assert group.generate_urls == group.urls and group.router is None
+    assert group.router_url is None and group.router is None
     import ray
 
     group.stop()  # nothing of ours to stop: a no-op, not an error

@@ -269,15 +269,19 @@ def test_max_staleness_defaults_to_one_in_fully_async_mode_and_warns_elsewhere(b
     assert any("--over-sampling-batch-size 8 has no effect with the fully async" in w for w in a.config_warnings)
 
 
-def test_fault_tolerance_is_refused_where_it_cannot_restart_or_locate_an_engine(base):
+def test_fault_tolerance_is_refused_only_where_it_cannot_restart_an_engine(base):
     from slime_like.config.support import refuse_at_launch
 
     refuse_at_launch(parse(base + ["--use-fault-tolerance"]))  # engines this run starts: honoured
+    # behind a router (one named here, or the one started for two or more SGLang engines): honoured too, the
+    # rollout health-checks each engine and tells the router (tests/loop/test_fault_tolerance_router.py)
+    refuse_at_launch(parse(base + ["--use-fault-tolerance", "--sglang-router-ip", "127.0.0.1",
+                                   "--sglang-router-port", "30000"]))
     with pytest.raises(ConfigError, match="--use-fault-tolerance restarts the engines this run starts"):
         refuse_at_launch(parse(base + ["--use-fault-tolerance", "--rollout-external-engine-addrs", "127.0.0.1:1"]))
-    with pytest.raises(ConfigError, match="--use-fault-tolerance behind an sglang router"):
-        refuse_at_launch(parse(base + ["--use-fault-tolerance", "--sglang-router-ip", "127.0.0.1",
-                                       "--sglang-router-port", "30000"]))
+    with pytest.raises(ConfigError, match="--use-fault-tolerance restarts the engines this run starts"):
+        refuse_at_launch(parse(base + ["--use-fault-tolerance", "--rollout-external-engine-addrs", "127.0.0.1:1",
+                                       "--sglang-router-ip", "127.0.0.1", "--sglang-router-port", "30000"]))
 
 
 def test_check_weight_update_equal_is_refused_where_no_engine_of_ours_answers(base):

@@ -8,7 +8,7 @@ from aiohttp import web
 from engine_helpers import free_port
 from slime_like.args import parse_args
 from slime_like.backends.engine_api.launcher import EngineStartError
-from slime_like.backends.sglang.router import add_worker_url, build_router_command
+from slime_like.backends.sglang.router import add_worker_url, build_router_command, remove_worker
 from slime_like.config.errors import ConfigError
 from slime_like.ray.rollout_manager import start_router_for
 
@@ -50,7 +50,8 @@ def test_router_flags_are_checked(tiny_ckpt):
 
 def test_a_run_gets_its_router(tiny_ckpt):
     """SGLang engines: the driver starts sglang_router (refused clearly where it is not installed); CPU engines:
-    none; --sglang-router-ip/port: every engine registers with that router, which then takes the /generate."""
+    none; --sglang-router-ip/port: every engine registers with that router (with the run's key), which then takes
+    the /generate; a dead engine is removed from it."""
     args = _args(tiny_ckpt)
     assert start_router_for(args, "cpu", URLS) == (None, None)
     assert start_router_for(args, "sglang", URLS[:1]) == (None, None)  # one engine: nothing to route
@@ -60,14 +61,27 @@ def test_a_run_gets_its_router(tiny_ckpt):
         with pytest.raises(EngineStartError, match="sglang-router is not installed"):
             start_router_for(args, "sglang", URLS)
 
-    registered = []
+    # a router older than sglang-router 0.3 (no /workers): the legacy routes, each request recorded
+    # (sglang-router 0.3's /workers API is exercised by the real router in tests/loop/test_fault_tolerance_router.py)
+    seen, listed = [], []
 
-    async def add_worker(request):
-        registered.append(request.query["url"])
+    async def on_add(request):
+        seen.append((request.method, request.path, request.query["url"], request.headers.get("Authorization")))
+        listed.append(request.query["url"])
         return web.json_response({"status": "ok"})
 
+    async def on_remove(request):
+        seen.append((request.method, request.path, request.query["url"], request.headers.get("Authorization")))
+        listed.remove(request.query["url"])
+        return web.json_response({"status": "ok"})
+
+    async def on_list(request):
+        return web.json_response({"urls": listed})
+
     app = web.Application()
-    app.router.add_post("/add_worker", add_worker)
+    app.router.add_post("/add_worker", on_add)
+    app.router.add_post("/remove_worker", on_remove)
+    app.router.add_get("/list_workers", on_list)
     runner = web.AppRunner(app)
     port = free_port()
     import asyncio
@@ -79,8 +93,12 @@ def test_a_run_gets_its_router(tiny_ckpt):
     thread.start()
     try:
         args = _args(tiny_ckpt, "--sglang-router-ip", "127.0.0.1", "--sglang-router-port", str(port))
+        args.engine_api_key = "run-secret"   # the router's own routes require it too
         assert start_router_for(args, "cpu", URLS) == (None, f"http://127.0.0.1:{port}")
-        assert registered == URLS
+        assert seen == [("POST", "/add_worker", u, "Bearer run-secret") for u in URLS]
+        assert remove_worker(f"http://127.0.0.1:{port}", URLS[0], "run-secret") is True
+        assert remove_worker(f"http://127.0.0.1:{port}", URLS[0], "run-secret") is False   # not listed: no request
+        assert seen[2:] == [("POST", "/remove_worker", URLS[0], "Bearer run-secret")] and listed == URLS[1:]
     finally:
         asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)

@@ -3,7 +3,8 @@
 Used as --custom-generate-function-path engine_faults.<name> (the rollout actor imports this folder through
 PYTHONPATH, as toy_task). Each wraps the default generate; on the FAULT_AT_CALL-th sample of the run (the 17th
 sample of rollout 1 with the tests' 8 x 8 rollouts: the rollout's earlier requests are in flight on both
-engines) it signals the engine server listening on one of the pool's URLs, then generates as usual.
+engines) it signals the engine server listening on one of the pool's URLs (and writes that URL to
+RUN_DIR/engine_faults.txt), then generates as usual.
 """
 import os
 import signal
@@ -32,6 +33,8 @@ async def _generate_with_fault(args, sample, sampling_params, engine: int, sig: 
         pid = _server_pid(url)
         print(f"engine_faults: signal {sig} to rollout engine {url} (pid {pid})", flush=True)
         os.kill(pid, sig)
+        with open(os.path.join(args.run_dir, "engine_faults.txt"), "a") as f:   # which URL failed, for the test
+            f.write(url + "\n")
     if _calls[0] == actor_kill_at:   # the engine's Ray actor and its server die together (e.g. a lost node)
         server = psutil.Process(_server_pid(current_state().pool.urls[0]))
         actor = server.parent()
@@ -63,3 +66,16 @@ def kill_an_engine_while_training(args, rollout_id, step_id, model, optimizer, o
     victim = min(engines, key=lambda p: p.pid)
     print(f"engine_faults: kill -9 of engine server pid {victim.pid} while training rollout {rollout_id}", flush=True)
     victim.kill()
+
+
+def record_router_workers(rollout_id, args, samples, metrics, rollout_time):
+    """(--custom-rollout-log-function-path, in the rollout manager) after each rollout, the router's workers
+    {URL: healthy} as one line of RUN_DIR/router_workers.jsonl, taken while the run's engines are up."""
+    import json
+
+    from slime_like.backends.sglang.router import list_workers
+
+    workers = list_workers(f"http://{args.sglang_router_ip}:{args.sglang_router_port}", args.engine_api_key)
+    with open(os.path.join(args.run_dir, "router_workers.jsonl"), "a") as f:
+        f.write(json.dumps({"rollout_id": rollout_id, "workers": {u: ok for u, (_, ok) in workers.items()}}) + "\n")
+    return False   # the run logs its metrics as usual

@@ -3,11 +3,16 @@
     python -m sglang_router.launch_router --worker-urls URL1 URL2 --host H --port P --policy cache_aware \
         --request-timeout-secs N
 
-The router speaks the same native API as one engine (/generate, /health, ...), so the rollout client only
-changes its base URL. Engines started later join through ``POST /add_worker?url=...``. The Ray layer starts
-one for a run with several SGLang engines (`ray/rollout_manager.py:start_router_for`), as slime does, or
-uses the one `--sglang-router-ip/--sglang-router-port` name. The CPU engine needs none (and there is no
-router package on CPU): the rollout client spreads requests over the engine URLs itself.
+The router speaks the same native API as one engine (/generate, /health, ...), so the rollout sends its
+/generate there (and health-checks each engine itself). The Ray layer starts one for a run with several
+SGLang engines (`ray/rollout_manager.py:start_router_for`), as slime does, or uses the one
+`--sglang-router-ip/--sglang-router-port` name. The CPU engine needs none: the rollout client spreads
+requests over the engine URLs itself (it runs behind a router named with --sglang-router-ip all the same).
+
+Workers join and leave through the router's API (`add_worker` / `remove_worker` below): sglang-router 0.3's
+`POST /workers {"url": ...}` and `DELETE /workers/{id}` (both answer 202 and act in the background; ids from
+`GET /workers`), or `POST /add_worker?url=` / `/remove_worker?url=` on older routers. --use-fault-tolerance
+takes a dead engine out at once and adds its restarted successor after the weight push (docs/rollout.md).
 """
 from __future__ import annotations
 
@@ -56,16 +61,92 @@ def build_router_command(args, worker_urls: list[str], *, host: str = "127.0.0.1
 
 
 def add_worker_url(router_url: str, worker_url: str) -> str:
-    """The registration request a late engine sends: POST {router}/add_worker?url={worker}."""
+    """The registration request of routers before 0.3 (no /workers): POST {router}/add_worker?url={worker}."""
     return f"{router_url.rstrip('/')}/add_worker?{urllib.parse.urlencode({'url': worker_url})}"
 
 
-def add_worker(router_url: str, worker_url: str, timeout: float = 60.0) -> None:
+def _call(method: str, url: str, api_key: str | None, body: dict | None = None, timeout: float = 30.0):
+    """-> (HTTP status, parsed JSON or text). The router requires the run's secret on its own routes when it was
+    started with --api-key (it answers 401 otherwise), so every call carries it."""
+    import json
+    import urllib.error
     import urllib.request
 
-    req = urllib.request.Request(add_worker_url(router_url, worker_url), data=b"", method="POST")
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        r.read()
+    from slime_like.utils.auth import auth_headers
+
+    data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json", **auth_headers(api_key)})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            status, text = r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        status, text = e.code, e.read().decode()
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text
+
+
+def list_workers(router_url: str, api_key: str | None = None) -> dict:
+    """{worker URL: (router's worker id or None, healthy)}: GET /workers (sglang-router 0.3), else the older
+    GET /list_workers ({"urls": [...]})."""
+    base = router_url.rstrip("/")
+    status, out = _call("GET", base + "/workers", api_key)
+    if status == 200 and isinstance(out, dict):
+        return {w["url"]: (w.get("id"), bool(w.get("is_healthy", True))) for w in out.get("workers", [])}
+    if status == 404:   # a router older than 0.3
+        status, out = _call("GET", base + "/list_workers", api_key)
+        if status == 200 and isinstance(out, dict):
+            return {u: (None, True) for u in out.get("urls", [])}
+    raise RuntimeError(f"sglang router {router_url}: cannot list its workers: HTTP {status}: {out!r:.300}"
+                       + (" (401: was it started with the run's --engine-api-key as its --api-key?)" if status == 401 else ""))
+
+
+def _wait_listed(router_url: str, worker_url: str, api_key, present: bool, timeout: float, what: str) -> None:
+    """sglang-router 0.3 answers 202 and adds / removes the worker in the background: wait until it has."""
+    import time
+
+    deadline = time.time() + timeout
+    while True:
+        workers = list_workers(router_url, api_key)
+        done = workers.get(worker_url, (None, False))[1] if present else worker_url not in workers
+        if done:
+            return
+        if time.time() > deadline:
+            raise RuntimeError(f"sglang router {router_url} has not {what} worker {worker_url} after {timeout:.0f}s "
+                               f"(its workers: {workers}); see the router's log")
+        time.sleep(0.2)
+
+
+def add_worker(router_url: str, worker_url: str, api_key: str | None = None, timeout: float = 60.0) -> None:
+    """Register an engine with the router and return once the router lists it healthy (it routes to it from
+    then on): POST /workers {"url": ...} (sglang-router 0.3: 202, queued), else POST /add_worker?url=..."""
+    status, out = _call("POST", router_url.rstrip("/") + "/workers", api_key, {"url": worker_url})
+    if status == 404:   # a router older than 0.3
+        status, out = _call("POST", add_worker_url(router_url, worker_url), api_key)
+    if status >= 400:
+        raise RuntimeError(f"sglang router {router_url} refused to add worker {worker_url}: HTTP {status}: {out!r:.300}")
+    _wait_listed(router_url, worker_url, api_key, True, timeout, "added")
+
+
+def remove_worker(router_url: str, worker_url: str, api_key: str | None = None, timeout: float = 30.0) -> bool:
+    """Take an engine out of the router (DELETE /workers/{id}, sglang-router 0.3; else POST /remove_worker?url=)
+    and return once it is no longer listed; False when the router did not list it."""
+    workers = list_workers(router_url, api_key)
+    if worker_url not in workers:
+        return False
+    worker_id = workers[worker_url][0]
+    base = router_url.rstrip("/")
+    if worker_id is not None:
+        status, out = _call("DELETE", f"{base}/workers/{urllib.parse.quote(worker_id)}", api_key)
+    else:
+        status, out = _call("POST", f"{base}/remove_worker?{urllib.parse.urlencode({'url': worker_url})}", api_key)
+    if status >= 400 and status != 404:   # 404: gone meanwhile
+        raise RuntimeError(f"sglang router {router_url} refused to remove worker {worker_url}: HTTP {status}: "
+                           f"{out!r:.300}")
+    _wait_listed(router_url, worker_url, api_key, False, timeout, "removed")
+    return True
 
 
 def start_router(args, worker_urls: list[str], *, host: str = "127.0.0.1", port: int = 30000,
