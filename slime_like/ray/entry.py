@@ -47,7 +47,7 @@ def launch(loop, argv=None, *, allow_colocate: bool = True, allow_fully_async: b
     import ray
 
     from slime_like.ray.cluster import RayClusterError
-    from slime_like.ray.failures import report_actor_failure
+    from slime_like.ray.failures import EngineLostDuringPush, report_actor_failure
     from slime_like.ray.signals import Terminated, exit_cleanly_on_sigterm
 
     exit_cleanly_on_sigterm()
@@ -56,7 +56,7 @@ def launch(loop, argv=None, *, allow_colocate: bool = True, allow_fully_async: b
     except Terminated as e:  # SIGTERM: everything was stopped by the finally blocks on the way out
         print(f"[slime_like] stopped by {e}; engines and actors shut down", file=sys.stderr)
         return e.exit_code
-    except RayClusterError as e:  # no cluster to join, or one without the GPUs the plan needs: one line
+    except (RayClusterError, EngineLostDuringPush) as e:  # no cluster / GPUs for the plan, a dead engine: one line
         print(f"{prog or 'train.py'}: error: {e}", file=sys.stderr)
         return 1
     except ray.exceptions.RayError as e:  # raised inside an actor: the root cause, once, and where the rest is

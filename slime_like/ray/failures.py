@@ -13,6 +13,11 @@ import traceback
 MAX_MESSAGE_LINES = 6
 
 
+class EngineLostDuringPush(RuntimeError):
+    """A rollout engine stopped answering during a weight push (without --use-fault-tolerance, or past the push
+    retries); the message names the engine and the flag, told in one line like a cluster error."""
+
+
 def _root_cause(exc: BaseException) -> BaseException:
     """The innermost user-level exception under Ray's wrappers."""
     seen = set()

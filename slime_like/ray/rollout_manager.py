@@ -46,6 +46,11 @@ class EngineActor:
             self.proc = None
         return self.start(*self.started_with)
 
+    def kill(self):
+        """SIGKILL of a hung engine (found during a weight push): the push's requests to it fail at once."""
+        if self.proc is not None:
+            self.proc.kill()
+
     def stop(self):
         if self.proc is not None:
             self.proc.stop()
@@ -167,6 +172,14 @@ class EngineGroup:
             self.urls[index] = ray.get(start)
         self.restarts += 1
         return self.urls[index]
+
+    def kill(self, url: str) -> None:
+        """SIGKILL of the engine serving `url` (one of ours; its actor died with it already if that fails)."""
+        if url in self.urls and self.actors:
+            try:
+                ray.get(self.actors[self.urls.index(url)].kill.remote())
+            except ray.exceptions.RayActorError:
+                pass
 
     @classmethod
     def start(cls, args, placement: Placement, engine_slots: list, gpu_share: float, kind: str) -> "EngineGroup":

@@ -15,6 +15,7 @@ import ray
 from slime_like.args import role_args
 from slime_like.config.slime_paths import is_fully_async
 from slime_like.ray.cluster import init_ray, say
+from slime_like.ray.failures import EngineLostDuringPush
 from slime_like.ray.placement import create_placement
 from slime_like.ray.rollout_manager import EngineGroup, RolloutManager
 from slime_like.ray.run_checkpoint import CheckpointMismatch, resume_iteration, write_marker
@@ -25,6 +26,8 @@ from slime_like.utils.shm import sweep_orphaned_segments
 
 # Fractions of one GPU slot when trainer and engine share it (colocated): together < 1.
 TRAINER_SHARE_COLOCATED, ENGINE_SHARE_COLOCATED = 0.4, 0.2
+# --use-fault-tolerance: pushes of one update after engines died during it (each retry restarts the dead ones)
+MAX_PUSH_RETRIES = 2
 
 
 class Run:
@@ -166,23 +169,68 @@ class Run:
             metrics["time/pause_generation"] = ray.get(self.rollout.pause_generation.remote())
         t = time.perf_counter()
         try:
-            replaced = self._refresh_engines()
-            sent = self.actor.update_weights(version)
+            replaced, retries, sent = self._push(version)
             if replaced:
                 # only now, on the trainer's current weights, may the restarted engines serve requests
                 ray.get(self.rollout.replace_engines.remote(replaced))
                 metrics["rollout/engine_restarts"] = len(replaced)
+            if retries:
+                metrics["weights/push_retries"] = retries
         finally:
             if self.fully_async:
                 ray.get(self.rollout.continue_generation.remote(version))
         return {**metrics, "time/update_weights": time.perf_counter() - t, "weights/bytes_sent": sent,
                 "weights/version": version}
 
+    def _push(self, version: int) -> tuple[dict, int, int]:
+        """Refresh the engines and push; an engine that dies during the push (found by a health check of every
+        engine once the push failed) is, with --use-fault-tolerance, restarted and the whole push done again over
+        the live engines (the others may hold part of the new weights). -> ({dead URL: new URL}, retries, bytes)."""
+        replaced, retries = self._refresh_engines(), 0
+        while True:
+            try:
+                return replaced, retries, sum(ray.get(self._watch_push(self.actor.start_update_weights(version))))
+            except ray.exceptions.RayTaskError as e:
+                lost = self._lost_during_push(e)
+                if not self.args.use_fault_tolerance or retries == MAX_PUSH_RETRIES:
+                    why = (f"gave up after {retries} retries" if self.args.use_fault_tolerance else
+                           "pass --use-fault-tolerance to restart it and push again")
+                    raise EngineLostDuringPush(f"rollout engine(s) {', '.join(lost)} stopped answering during the "
+                                               f"weight push of version {version}; {why}") from None
+                retries += 1
+                say(f"rollout engine(s) {', '.join(lost)} stopped answering during the weight push of version "
+                    f"{version}; restarting them and pushing again (retry {retries})")
+                for old, new in self._refresh_engines().items():   # a restarted engine may die again
+                    first = next((k for k, v in replaced.items() if v == old), old)
+                    replaced[first] = new
+
+    def _watch_push(self, refs: list) -> list:
+        """While the push runs, health-check the engines every --rollout-health-check-interval: a hung one would
+        hold the push up to the weight-sync timeout (600 s), so it is killed and the push fails at once instead."""
+        interval, killed = self.args.rollout_health_check_interval, set()
+        while interval and ray.wait(refs, num_returns=len(refs), timeout=interval)[1]:
+            dead = ray.get(self.rollout.dead_engines.remote(probe=True))
+            for url in [u for u in self._weight_urls if u in dead and u not in killed]:
+                say(f"rollout engine {url} stopped answering during the weight push ({dead[url]}); killing it")
+                self.engines.kill(url)
+                killed.add(url)
+        return refs
+
+    def _lost_during_push(self, error) -> list:
+        """The engines of the weight path that fail a health check now; none: the push failed for another reason,
+        re-raised as it is."""
+        dead = ray.get(self.rollout.dead_engines.remote(probe=True))
+        lost = [u for u in self._weight_urls if u in dead]
+        if not lost:
+            raise error
+        return lost
+
     def _refresh_engines(self) -> dict:
         """Before a push: restart the engines the rollout found dead or hung, or that fail a health check now
         (--use-fault-tolerance; slime restarts at the weight update too), and rebuild the weight path over the engines that are live now, so the push
         brings restarted engines to the current weights and never waits on a dead one. -> {dead URL: new URL}."""
         dead = ray.get(self.rollout.dead_engines.remote(probe=bool(self.args.use_fault_tolerance)))
+        dead = {u: why for u, why in dead.items() if u in self.engines.urls}  # not those restarted by this update
         replaced = self._restart(dead) if dead and self.args.use_fault_tolerance else {}
         live = [u for u in self.engines.urls if u not in dead]
         if live != self._weight_urls:

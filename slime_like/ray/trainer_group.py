@@ -154,8 +154,15 @@ class TrainerActor:
                 pass
             sent = 0
         else:
-            sent = self.weight_sender.send(named, bucket_bytes=self.args.update_weight_buffer_size,
-                                           weight_version=None if weight_version is None else str(weight_version))
+            try:
+                sent = self.weight_sender.send(named, bucket_bytes=self.args.update_weight_buffer_size,
+                                               weight_version=None if weight_version is None else str(weight_version))
+            except Exception:
+                # an engine died mid-push: finish the walk, so the other ranks' TP / PP gathers never wait on this
+                # rank; the driver then health-checks the engines and restarts or names the dead one
+                for _ in named:
+                    pass
+                raise
         if self.args.keep_old_actor and self.role == "actor" and weight_version is not None:
             self.trainer.remember_pushed_weights(weight_version)  # the weights the engines generate with now
         return sent
@@ -249,7 +256,12 @@ class TrainerGroup:
                  for a, i in zip(self.actors, self.info) if i["dp_rank"] == 0 and i["tp_rank"] == 0])
 
     def update_weights(self, weight_version: int | None = None) -> int:
-        return sum(ray.get([a.update_weights.remote(weight_version) for a in self.actors]))
+        return sum(ray.get(self.start_update_weights(weight_version)))
+
+    def start_update_weights(self, weight_version: int | None = None) -> list:
+        """The push, started on every rank: one ref per rank to the bytes it sent (the driver watches the engines
+        while it runs)."""
+        return [a.update_weights.remote(weight_version) for a in self.actors]
 
     def kill(self):
         """Release the weight-send buffers, kill the ranks, then unlink what a killed rank left in /dev/shm.

@@ -8,6 +8,8 @@ RUN_DIR/engine_faults.txt), then generates as usual.
 """
 import os
 import signal
+import sys
+import time
 
 import psutil
 
@@ -79,3 +81,46 @@ def record_router_workers(rollout_id, args, samples, metrics, rollout_time):
     with open(os.path.join(args.run_dir, "router_workers.jsonl"), "a") as f:
         f.write(json.dumps({"rollout_id": rollout_id, "workers": {u: ok for u, (_, ok) in workers.items()}}) + "\n")
     return False   # the run logs its metrics as usual
+
+
+def kill_an_engine_during_the_push(args, rollout_id, step_id, model, optimizer, opt_param_scheduler):
+    """(--custom-megatron-before-train-step-hook-path, in trainer rank 0, the weight sender) as rollout 1's training
+    starts, an audit hook that kills -9 the first engine server the moment this process connects to it for the
+    third time: the third weight-update request of the push after this training step (the sender opens a connection
+    per request), so the engine has loaded part of the new weights and the push to the other goes on."""
+    _fault_during_push(rollout_id, step_id, stop=False)
+
+
+def stop_an_engine_during_the_push(args, rollout_id, step_id, model, optimizer, opt_param_scheduler):
+    """As kill_an_engine_during_the_push, but SIGSTOP: the engine accepts the connection and never answers."""
+    _fault_during_push(rollout_id, step_id, stop=True)
+
+
+def _fault_during_push(rollout_id, step_id, stop: bool):
+    if rollout_id != 1 or step_id != 0:
+        return
+    raylet = psutil.Process(os.getppid())
+    engines = [p for p in raylet.children(recursive=True) if "slime_like.backends.cpu_engine" in " ".join(p.cmdline())]
+    victim = min(engines, key=lambda p: p.pid)
+    argv = victim.cmdline()
+    port, connects = int(argv[argv.index("--port") + 1]), [0]
+
+    def on_connect(event, event_args):
+        if event != "socket.connect" or connects[0] >= 3:
+            return
+        address = event_args[1]
+        if isinstance(address, tuple) and len(address) >= 2 and address[1] == port:
+            connects[0] += 1
+            if connects[0] == 3:
+                print(f"engine_faults: {'SIGSTOP' if stop else 'kill -9'} of engine server pid {victim.pid} (port "
+                      f"{port}) during the weight push", flush=True)
+                if stop:
+                    victim.suspend()
+                    return
+                victim.kill()
+                for _ in range(500):   # gone (a zombie holds no socket): this connection is refused
+                    if not victim.is_running() or victim.status() == psutil.STATUS_ZOMBIE:
+                        break
+                    time.sleep(0.01)
+
+    sys.addaudithook(on_connect)

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 import torch
 
 from slime_like.backends.engine_api import tensor_serializer
-from slime_like.backends.engine_api.client import post
+from slime_like.backends.engine_api.client import EngineError, EngineUnreachable, post
 from slime_like.utils.net import free_port
 
 
@@ -95,6 +95,18 @@ def _dtype_name(dt: torch.dtype) -> str:
     return str(dt).replace("torch.", "")
 
 
+class WeightPushError(RuntimeError):
+    """A weight push that stopped part-way because engines stopped answering; `unreachable`: their URLs (those
+    seen by this sender; the driver health-checks every engine to decide which are dead)."""
+
+    def __init__(self, unreachable: list, message: str):
+        super().__init__(message)
+        self.unreachable = list(unreachable)
+
+    def __reduce__(self):   # crosses Ray (trainer -> driver) with its fields
+        return type(self), (self.unreachable, str(self))
+
+
 # ------------------------------------------------------------------------------------------- senders
 class DistributedWeightSender:
     """Broadcast weights from trainer rank 0 to engines over a dedicated process group.
@@ -121,6 +133,7 @@ class DistributedWeightSender:
         self.load_format = load_format
         self.api_key = api_key
         self.group = None
+        self._joined = False   # the engines hold a group of this name (to leave even after this side dropped it)
         self._flat: torch.Tensor | None = None  # flattened_bucket: send buffer, reused, grown to the largest bucket
 
     @property
@@ -162,39 +175,69 @@ class DistributedWeightSender:
         if "pg" not in result:
             raise TimeoutError(f"weight-sync group rendezvous on {self.master_address}:{self.master_port} did not "
                                f"complete within {self.timeout_s}s")
-        self.group = result["pg"]
+        self.group, self._joined = result["pg"], True
 
     def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int = 512 << 20,
              weight_version: str | None = None) -> int:
-        """Send every tensor, bucket by bucket; returns the number of bytes broadcast."""
+        """Send every tensor, bucket by bucket; returns the number of bytes broadcast. An engine that dies during
+        the push breaks the group: this side leaves it at once (so the other engines' receives fail instead of
+        waiting out the group timeout) and raises an error naming the engines that no longer answer."""
         if self.group is None:
             raise RuntimeError("DistributedWeightSender.send() before connect()")
-        sent = 0
+        sent, futs = 0, []
         device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else torch.device("cpu")
-        with ThreadPoolExecutor(max_workers=len(self.engine_urls)) as pool:
+        pool = ThreadPoolExecutor(max_workers=len(self.engine_urls))
+        try:
             for bucket in buckets(named_tensors, bucket_bytes):
-                payload = dict(names=[n for n, _ in bucket], dtypes=[_dtype_name(t.dtype) for _, t in bucket],
-                               shapes=[list(t.shape) for _, t in bucket], group_name=self.group_name,
-                               flush_cache=True)
-                if weight_version is not None:
-                    payload["weight_version"] = weight_version
-                if self.load_format is not None:
-                    payload["load_format"] = self.load_format
-                futs = [pool.submit(post, u, "/update_weights_from_distributed", payload, self.timeout_s,
-                                     self.api_key)
-                        for u in self.engine_urls]
-                if self.load_format == "flattened_bucket":
-                    flat = self._flatten(bucket, device)
-                    torch.distributed.broadcast(flat, src=0, group=self.group)
-                    sent += flat.numel()
-                else:
-                    for _, t in bucket:
-                        t = t.detach().to(device).contiguous()  # no copy for a contiguous tensor already there
-                        torch.distributed.broadcast(t, src=0, group=self.group)
-                        sent += t.numel() * t.element_size()
+                futs = [pool.submit(post, u, "/update_weights_from_distributed", self._bucket_payload(bucket,
+                                    weight_version), self.timeout_s, self.api_key) for u in self.engine_urls]
+                sent += self._broadcast(bucket, device)
                 for f in futs:
                     f.result()
+        except BaseException as e:
+            if isinstance(e, EngineError) and not isinstance(e, EngineUnreachable):
+                pool.shutdown(wait=True)   # an engine refused the bucket after its broadcasts: the group is in step
+                raise
+            self._leave_broken_group()
+            pool.shutdown(wait=True)   # the engines' requests end now that the group is gone on this side
+            gone = [u for u, f in zip(self.engine_urls, futs) if isinstance(f.exception(), EngineUnreachable)]
+            if not gone or not isinstance(e, Exception):
+                raise
+            raise WeightPushError(gone, f"weight push broken (no answer from {', '.join(gone)}): "
+                                        f"{type(e).__name__}: {e}") from e
+        pool.shutdown(wait=True)
         return sent
+
+    def _bucket_payload(self, bucket: list, weight_version: str | None) -> dict:
+        payload = dict(names=[n for n, _ in bucket], dtypes=[_dtype_name(t.dtype) for _, t in bucket],
+                       shapes=[list(t.shape) for _, t in bucket], group_name=self.group_name, flush_cache=True)
+        if weight_version is not None:
+            payload["weight_version"] = weight_version
+        if self.load_format is not None:
+            payload["load_format"] = self.load_format
+        return payload
+
+    def _broadcast(self, bucket: list, device: torch.device) -> int:
+        if self.load_format == "flattened_bucket":
+            flat = self._flatten(bucket, device)
+            torch.distributed.broadcast(flat, src=0, group=self.group)
+            return flat.numel()
+        sent = 0
+        for _, t in bucket:
+            t = t.detach().to(device).contiguous()  # no copy for a contiguous tensor already there
+            torch.distributed.broadcast(t, src=0, group=self.group)
+            sent += t.numel() * t.element_size()
+        return sent
+
+    def _leave_broken_group(self) -> None:
+        from slime_like.backends.engine_api.process_group import destroy_process_group
+
+        if self.group is not None:
+            try:
+                destroy_process_group(self.group)
+            except Exception as e:  # noqa: BLE001 - the group is unusable either way
+                print(f"weight sync: leaving the broken group: {e}")
+            self.group = None
 
     def _flatten(self, bucket: list, device: torch.device) -> torch.Tensor:
         """The bucket's bytes back to back, in order (SGLang's FlattenedTensorBucket layout: no padding)."""
@@ -214,18 +257,17 @@ class DistributedWeightSender:
         return self._flat[:total]
 
     def close(self, leaving: list[str] | None = None) -> None:
-        """Leave the group: the engines in `leaving` (default: all) are told to, then this side destroys it."""
-        from slime_like.backends.engine_api.process_group import destroy_process_group
-
+        """Leave the group: the engines in `leaving` (default: all) are told to, then this side destroys it (a
+        push that failed left it already; the engines still hold theirs)."""
         self._flat = None
-        if self.group is None:
+        if not self._joined:
             return
+        self._joined = False
         try:
             post_all(self.engine_urls if leaving is None else list(leaving), "/destroy_weights_update_group",
                      {"group_name": self.group_name}, 60, self.api_key)
         finally:
-            destroy_process_group(self.group)
-            self.group = None
+            self._leave_broken_group()
 
 
 class TensorWeightSender:
@@ -302,9 +344,12 @@ class TensorWeightSender:
             for bucket in buckets(named_tensors, bucket_bytes):
                 # The buffer is only overwritten by the next bucket, after every engine has answered (copied it).
                 flat = self.flatten(bucket)
-                post_each(self.engine_urls, "/update_weights_from_tensor",
-                          [self._payload_of(flat, weight_version) for _ in self.engine_urls], self.timeout_s,
-                          self.api_key)
+                try:
+                    post_each(self.engine_urls, "/update_weights_from_tensor",
+                              [self._payload_of(flat, weight_version) for _ in self.engine_urls], self.timeout_s,
+                              self.api_key)
+                except EngineUnreachable as e:   # the others loaded this bucket; the push stops here
+                    raise WeightPushError([e.url], f"weight push: {e}") from e
                 sent += sum(t.numel() * t.element_size() for _, t in bucket)
         finally:
             if not self.keep_buffer:
