@@ -112,6 +112,7 @@ class FullyAsyncWorker:
         self.pool.start_watchdog()
         self._wake = asyncio.Event()
         self._last_tokens = (time.perf_counter(), 0)
+        self._last_answered: dict = {}   # the pool's answers per engine at the previous batch
 
     def _may_start(self) -> bool:
         limit = (self.version - self.start_version + self.max_staleness + 1) * self.batch
@@ -236,7 +237,12 @@ class FullyAsyncWorker:
         now, tokens = time.perf_counter(), self.pool.tokens_generated
         rate = (tokens - self._last_tokens[1]) / max(now - self._last_tokens[0], 1e-9)
         self._last_tokens = (now, tokens)
-        metrics = {"rollout/tokens_per_s": rate,"rollout/staleness/mean": sum(staleness) / len(staleness), "rollout/staleness/max": max(staleness),
+        # the engines that answered since the previous batch and those live now (--use-fault-tolerance: a restarted
+        # engine is back in this pool after the push that restarted it)
+        answered, self._last_answered = self._last_answered, dict(self.pool.answered)
+        metrics = {"rollout/tokens_per_s": rate, "rollout/staleness/mean": sum(staleness) / len(staleness),
+                   "rollout/staleness/max": max(staleness), "rollout/engines_live": len(self.pool.alive),
+                   "rollout/engines_answering": sum(n > answered.get(u, 0) for u, n in self.pool.answered.items()),
                    "rollout/wait_s": time.perf_counter() - t, "rollout/buffer_groups": len(self.ready),
                    "rollout/running_groups": len(self.running), "rollout/weight_version": self.version,
                    **{f"rollout/{k}": v for k, v in self.counts.items()}}
