@@ -4,8 +4,11 @@ vLLM takes 20-90 s to start, so each test module shares ONE server (module scope
 environment these tests skip with one line saying how to build it -- except under CI=true, where a missing
 environment is a failure (CI builds it in .ci/run).
 """
+import http.client
+import io
 import os
 import socket
+import urllib.error
 
 import pytest
 
@@ -56,3 +59,30 @@ def start_vllm(ckpt, log_dir, **kw):
 
     return start_engine(engine_args(ckpt, **kw), kind="vllm", port=free_port(), log_dir=str(log_dir),
                         health_timeout=600, env={"OMP_NUM_THREADS": "1"})
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, socket_path: str, timeout: float):
+        super().__init__("vllm", timeout=timeout)    # the host name only fills the Host header
+        self.socket_path = socket_path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.socket_path)
+
+
+def unix_request(socket_path: str, method: str, path: str, body: bytes | None = None, headers: dict | None = None,
+                 timeout: float = 60) -> bytes:
+    """One HTTP request to vLLM's own server on its Unix socket (the adapter's upstream); failures as urllib's
+    (HTTPError with .code / .read(); TimeoutError), so a test reads the same whether it asks vLLM or the adapter."""
+    conn = _UnixHTTPConnection(socket_path, timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        r = conn.getresponse()
+        data = r.read()
+        if r.status >= 400:
+            raise urllib.error.HTTPError(f"unix:{socket_path}{path}", r.status, r.reason, r.headers, io.BytesIO(data))
+        return data
+    finally:
+        conn.close()

