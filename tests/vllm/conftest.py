@@ -54,11 +54,11 @@ def engine_args(ckpt, **kw):
                               vllm_server_args={"max_model_len": 512, **kw}, vllm_cli_options={})
 
 
-def start_vllm(ckpt, log_dir, **kw):
+def start_vllm(ckpt, log_dir, env: dict | None = None, **kw):
     from slime_like.backends.engine_api.launcher import start_engine
 
     return start_engine(engine_args(ckpt, **kw), kind="vllm", port=free_port(), log_dir=str(log_dir),
-                        health_timeout=600, env={"OMP_NUM_THREADS": "1"})
+                        health_timeout=600, env={"OMP_NUM_THREADS": "1", **(env or {})})
 
 
 class _UnixHTTPConnection(http.client.HTTPConnection):

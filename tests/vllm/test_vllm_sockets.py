@@ -4,10 +4,13 @@ vLLM's dev-mode routes (/collective_rpc runs named methods on the workers, /slee
 its middleware guards only /v1, /v2, /inference, /cohere. Before, vLLM served them on 127.0.0.1:Q, where any local
 process could call them; now it serves on a Unix socket in the adapter's private (0700) directory, and its
 engine-core ZMQ sockets (ipc://) sit there too. What still listens on TCP: the worker's torch.distributed gloo
-transport (gloo has no Unix-socket transport and vLLM no option to avoid it), on loopback.
+groups (gloo has no Unix-socket transport and vLLM no option to avoid it), pinned to loopback. The engine starts
+with GLOO_SOCKET_IFNAME on the host's routable interface, standing in for the usual host whose name resolves to
+its routable address (gloo's default; this machine's hostname resolves to 127.0.0.1, which would hide it).
 """
 import json
 import os
+import socket
 import urllib.error
 import urllib.request
 
@@ -20,9 +23,18 @@ from slime_like.utils.auth import auth_headers
 pytestmark = pytest.mark.slow
 
 
+def routable_interface() -> str | None:
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and not a.address.startswith("127.") for a in addrs):
+            return name
+    return None
+
+
 @pytest.fixture(scope="module")
 def served(vllm_env, vllm_ckpts, tmp_path_factory):
-    proc = start_vllm(vllm_ckpts[0], tmp_path_factory.mktemp("vllm_sockets_logs"))
+    iface = routable_interface()
+    proc = start_vllm(vllm_ckpts[0], tmp_path_factory.mktemp("vllm_sockets_logs"),
+                      env={"GLOO_SOCKET_IFNAME": iface} if iface else None)
     yield proc
     proc.stop()
 
@@ -70,7 +82,7 @@ def test_only_the_adapter_listens_on_tcp_besides_the_workers_gloo_on_loopback(se
     assert len(api) == 1 and api[0]["tcp"] == [] and socket_path in api[0]["unix"], found
     for role, s in found.items():
         if role.startswith("VLLM::Worker"):   # torch.distributed's gloo groups: loopback only
-            assert all(ip in ("127.0.0.1", "::1") for ip, _ in s["tcp"]), found
+            assert s["tcp"] and all(ip in ("127.0.0.1", "::1") for ip, _ in s["tcp"]), found
         elif not role.startswith("adapter"):
             assert s["tcp"] == [], (role, found)
         # vLLM's ZMQ ipc:// sockets and its HTTP socket: all in the adapter's private directory

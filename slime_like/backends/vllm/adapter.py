@@ -307,7 +307,7 @@ def main(argv=None):
     a = ap.parse_args(argv[:cut])
     server_cmd = argv[cut + 1:]
     api_key = auth.resolve_api_key()   # the run's secret ($SLIME_LIKE_ENGINE_API_KEY), for us and for vLLM
-    child = VLLMChild(server_cmd, a.device, api_key)
+    child = VLLMChild(server_cmd, a.device, api_key, a.host)
     adapter = Adapter(child.socket_path, a.model_path, a.device, a.tp_size, api_key)
 
     async def on_startup(app):

@@ -6,6 +6,10 @@ processes can reach it. It serves on a Unix socket (vLLM's ``--uds``) in a fresh
 this user can enter, created here and removed when the adapter exits; vLLM's engine-core and worker ZMQ sockets
 (``ipc://``, under ``VLLM_RPC_BASE_PATH``) go there too. No port is picked, so no other process can take it
 between the pick and vLLM's bind (the race of the former ``--port Q``).
+
+What still listens on TCP is the worker's torch.distributed gloo groups (gloo has no Unix-socket transport; vLLM
+rendezvouses them through a file store). Gloo listens where the hostname resolves unless GLOO_SOCKET_IFNAME says
+otherwise, so an engine of a one-node run (adapter on loopback) pins them to loopback, as the trainer does.
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import shutil
 import subprocess
 import tempfile
 
-from slime_like.utils import auth
+from slime_like.utils import auth, rendezvous
 
 SOCKET_NAME = "vllm.sock"
 # A Unix socket path holds at most 107 bytes; vLLM names its ZMQ sockets <dir>/<uuid4> (dir + 37 bytes)
@@ -39,9 +43,10 @@ def refuse_address_flags(server_cmd: list[str]) -> None:
                          f"serves vLLM on a Unix socket of its own (--uds in a private directory)")
 
 
-def child_env(device: str, api_key: str | None, socket_dir: str) -> dict:
+def child_env(device: str, api_key: str | None, socket_dir: str, host: str) -> dict:
     """vLLM's environment: dev-mode routes on, our worker extension importable, its ZMQ sockets in the private
-    directory, CPU defaults for a shared host, the run's secret as VLLM_API_KEY (vLLM's --api-key, kept out of argv)."""
+    directory, its gloo groups on loopback when we serve on loopback, CPU defaults for a shared host, the run's
+    secret as VLLM_API_KEY (vLLM's --api-key, kept out of argv)."""
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", VLLM_RPC_BASE_PATH=socket_dir)
     env.pop(auth.API_KEY_ENV, None)
@@ -49,6 +54,8 @@ def child_env(device: str, api_key: str | None, socket_dir: str) -> dict:
     if api_key:
         env["VLLM_API_KEY"] = api_key
     env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p)
+    if rendezvous.is_loopback(host):
+        env[rendezvous.GLOO_IFNAME_VAR] = rendezvous.LOOPBACK_IFNAME
     if device == "cpu":
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")          # GiB of KV cache (vLLM's default 4 is for servers)
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # do not pin threads to cores other processes use
@@ -58,13 +65,13 @@ def child_env(device: str, api_key: str | None, socket_dir: str) -> dict:
 class VLLMChild:
     """The vLLM server process, on ``<private dir>/vllm.sock``."""
 
-    def __init__(self, server_cmd: list[str], device: str, api_key: str | None):
+    def __init__(self, server_cmd: list[str], device: str, api_key: str | None, host: str):
         refuse_address_flags(server_cmd)
         self.socket_dir = private_socket_dir()
         self.socket_path = os.path.join(self.socket_dir, SOCKET_NAME)
         try:
             self.popen = subprocess.Popen([*server_cmd, "--uds", self.socket_path],
-                                          env=child_env(device, api_key, self.socket_dir))
+                                          env=child_env(device, api_key, self.socket_dir, host))
         except BaseException:
             self.remove_dir()
             raise
