@@ -15,6 +15,16 @@ from slime_like.backends.cpu_engine.engine import CPUEngine, Request
 from slime_like.backends.cpu_engine.sampling import SamplingParams
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22], [3], [40, 41, 42]]
+# The first request decodes long enough that every other one arrives while it runs (on a quiet machine a tiny
+# model finishes 6 tokens faster than a fixed sleep); the lengths differ so rows finish at different steps.
+LENGTHS = [200, 6, 9, 12, 15]
+
+
+def _wait_for(condition, seconds=30.0):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the engine made no progress"
+        time.sleep(0.001)
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "qwen3", "llama"])
@@ -33,10 +43,11 @@ def test_staggered_arrivals_match_transformers(arch, tmp_path):
             if len(done) == len(PROMPTS):
                 all_done.set()
     try:
-        for i, p in enumerate(PROMPTS):  # lengths differ so rows finish (and are dropped) at different steps
-            eng.submit(Request(p, SamplingParams(temperature=0, max_new_tokens=6 + 3 * i, ignore_eos=True),
+        for i, p in enumerate(PROMPTS):
+            steps = eng.stats["decode_steps"]
+            eng.submit(Request(p, SamplingParams(temperature=0, max_new_tokens=LENGTHS[i], ignore_eos=True),
                                rid=str(i), on_done=on_done))
-            time.sleep(0.01)
+            _wait_for(lambda: eng.stats["decode_steps"] > steps)  # the next one arrives mid-decode
         assert all_done.wait(60)
     finally:
         eng.shutdown()
@@ -45,4 +56,4 @@ def test_staggered_arrivals_match_transformers(arch, tmp_path):
     for r in sorted(done, key=lambda r: int(r.rid)):
         p = PROMPTS[int(r.rid)]
         assert r.output_ids == hf_greedy(model, p, len(r.output_ids)), (arch, r.rid)
-        assert r.finish_reason == {"type": "length", "length": 6 + 3 * int(r.rid)}
+        assert r.finish_reason == {"type": "length", "length": LENGTHS[int(r.rid)]}
