@@ -24,11 +24,29 @@ async def generate_three_tokens(args, sample, sampling_params):
     return await generate_sample(args, sample, dict(sampling_params, max_new_tokens=3))
 
 
-async def reward_length_slow(args, sample):
-    """Slow grader: while group 0 is being scored (0.5 s), the next queued sample is already generating."""
-    import asyncio
+ENGINE_URL = []  # set by a test: the engine reward_length_once_next_runs watches
 
-    await asyncio.sleep(0.5)
+
+async def reward_length_once_next_runs(args, sample):
+    """Grader that returns only once the engine is generating the next response (its generated-token count has
+    grown by a few since this call began): the partial-rollout abort that follows a group's scoring then meets a
+    response mid-generation however fast the machine (a fixed sleep let a quiet one finish every response)."""
+    import asyncio
+    import time
+
+    import aiohttp
+
+    from slime_like.utils.auth import auth_headers
+
+    async def generated(session):
+        async with session.get(ENGINE_URL[0] + "/get_server_info", headers=auth_headers()) as r:
+            return (await r.json())["internal_states"][0]["generated_tokens"]
+
+    async with aiohttp.ClientSession() as session:
+        start, deadline = await generated(session), time.monotonic() + 60
+        while await generated(session) < start + 3:
+            assert time.monotonic() < deadline, "the next response never started"
+            await asyncio.sleep(0.002)
     return float(sample.response_length)
 
 

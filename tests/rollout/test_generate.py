@@ -74,9 +74,12 @@ def test_over_sampling_filter_bookkeeping(engine_url, prompt_file, make_args):
 def test_partial_rollout_resumes_aborted_groups(engine_url, prompt_file, make_args):
     # concurrency 1: samples run one at a time, so when the first group is done the others are
     # queued or mid-generation, and get aborted.
+    from rollout import hooks_for_tests
+
+    hooks_for_tests.ENGINE_URL[:] = [engine_url]
     args = make_args(prompt_file(ROWS), "--rollout-batch-size", 1, "--n-samples-per-prompt", 2,
                      "--over-sampling-batch-size", 3, "--rollout-max-response-len", 200, "--partial-rollout",
-                     "--sglang-server-concurrency", 1, "--custom-rm-path", f"{H}.reward_length_slow",
+                     "--sglang-server-concurrency", 1, "--custom-rm-path", f"{H}.reward_length_once_next_runs",
                      # eos ignored: a response cannot end early, so one is surely running when the abort comes
                      "--custom-generate-function-path", f"{H}.generate_ignore_eos")
     ctl = RolloutController(args, [engine_url])
@@ -91,7 +94,7 @@ def test_partial_rollout_resumes_aborted_groups(engine_url, prompt_file, make_ar
             assert s.status in (Status.ABORTED, Status.COMPLETED, Status.TRUNCATED)
             assert s.response_length == len(s.loss_mask) == len(s.rollout_log_probs)
             partial[s.index] = (list(s.tokens), list(s.rollout_log_probs))
-    # group 1's first sample was generating while group 0 was scored (0.5 s): aborted mid-response
+    # group 1's first sample was generating when group 0's scoring ended: aborted mid-response
     cut = [s for g in buffer for s in g if s.status == Status.ABORTED and 0 < s.response_length < 200]
     assert cut, [(s.index, s.status, s.response_length) for g in buffer for s in g]
     state = ctl.state_dict()

@@ -99,8 +99,10 @@ def test_a_server_failing_30_percent_completes_every_rollout_with_few_warning_li
     with caplog.at_level("WARNING", logger="slime_like.rollout.rewards.remote"):
         rollouts = [asyncio.run(one_rollout()) for _ in range(10)]
     assert all(s.reward == 1.0 for samples in rollouts for s in samples)
-    # one line per rollout (and per 10 s of a slow one), not one per retry (~270 here)
-    assert len(caplog.records) <= 20, len(caplog.records)
+    # one line per rollout (and per 10 s of a slow one), not one per retry (~270 here); only this logger's lines
+    # count (the garbage collector may report another test's unclosed session on asyncio's logger meanwhile)
+    lines = [r for r in caplog.records if r.name == "slime_like.rollout.rewards.remote"]
+    assert 0 < len(lines) <= 20, len(lines)
 
 
 def test_a_dead_server_opens_the_circuit_quickly():
