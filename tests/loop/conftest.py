@@ -27,3 +27,22 @@ def loop_argv(ckpt, prompts, run_dir, *extra):
             "--rollout-max-response-len", str(toy_task.MAX_RESPONSE_LEN), "--rollout-temperature", "1",
             "--lr", "1e-2", "--lr-decay-style", "constant", "--micro-batch-size", "64", "--num-gpus-per-node", "4",
             "--run-dir", str(run_dir), *extra]
+
+
+def assert_fully_async_accounting(dumps: str, ckpt_dir, n: int, staleness: int = 1) -> None:
+    """A fully async run's n rollouts (--save-debug-rollout-data dumps): every trained sample at most `staleness`
+    policy versions behind its step (from the versions the engine reported), no prompt trained twice or lost (the
+    final checkpoint puts the prompts still generating back in its buffer)."""
+    import json
+
+    trained = []
+    for step in range(n):
+        samples = json.load(open(dumps.format(rollout_id=step)))["samples"]
+        for s in samples:
+            versions = [int(v) for v in s["weight_versions"]]
+            assert versions and 0 <= step - min(versions) <= staleness, (step, s["weight_versions"])
+        trained += sorted({s["group_index"] for s in samples})
+    state = json.load(open(os.path.join(ckpt_dir, "rollout_state", f"rollout_{n - 1:07d}.json")))["data_source"]
+    pending = [g[0]["group_index"] for g in state["buffer"]]
+    assert len(trained) == len(set(trained)) == n * 8
+    assert sorted(trained + pending) == list(range(state["next_group_index"]))

@@ -2,12 +2,10 @@
 engines, engine 0 killed (kill -9) by the 80th sample the background worker generates. The worker's requests go to
 the other engine, the dead one is restarted at the next weight push (during its pause) and both pools take the new
 URL; the staleness bound holds and every prompt is trained once or saved back for the next run."""
-import json
-
 import pytest
 
 import train_async
-from conftest import loop_argv
+from conftest import assert_fully_async_accounting, loop_argv
 from slime_like.utils.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
@@ -32,15 +30,4 @@ def test_fully_async_engine_killed_mid_run_is_restarted(tiny_ckpt, toy_prompts, 
     assert all(r["rollout/engines_live"] == 2 for r in rows[restarted[0] + 1:]), rows
     assert rows[-1]["rollout/engines_answering"] == 2, rows[-1]
     assert all(r["rollout/staleness/max"] <= 1 for r in rows), rows
-    trained = []
-    for step in range(n):
-        samples = json.load(open(dumps.format(rollout_id=step)))["samples"]
-        for s in samples:
-            versions = [int(v) for v in s["weight_versions"]]
-            assert versions and 0 <= step - min(versions) <= 1, (step, s["weight_versions"])
-        trained += sorted({s["group_index"] for s in samples})
-    # never trained twice; never lost: the final checkpoint puts the prompts still generating back in its buffer
-    state = json.load(open(tmp_path / "ckpt" / "rollout_state" / f"rollout_{n - 1:07d}.json"))["data_source"]
-    pending = [g[0]["group_index"] for g in state["buffer"]]
-    assert len(trained) == len(set(trained)) == n * 8
-    assert sorted(trained + pending) == list(range(state["next_group_index"]))
+    assert_fully_async_accounting(dumps, tmp_path / "ckpt", n)
