@@ -79,16 +79,29 @@ def _loopback_node():
     """
     from ray._private import ray_constants
 
-    saved_env, saved_const = os.environ.get(_SINGLE_MACHINE_VAR), ray_constants.ENABLE_RAY_CLUSTER
-    os.environ[_SINGLE_MACHINE_VAR], ray_constants.ENABLE_RAY_CLUSTER = "0", False
+    with _swapped({_SINGLE_MACHINE_VAR: "0"}, [(ray_constants, "ENABLE_RAY_CLUSTER", False)]):
+        yield
+
+
+@contextlib.contextmanager
+def _swapped(env: dict, attrs: list):
+    """Environment variables `env` and module attributes `attrs` ([(module, name, value), ...]) set while the
+    block runs, then put back as they were (a variable that was unset is unset again)."""
+    saved_env = {name: os.environ.get(name) for name in env}
+    saved_attrs = [(obj, name, getattr(obj, name)) for obj, name, _ in attrs]
+    os.environ.update(env)
+    for obj, name, value in attrs:
+        setattr(obj, name, value)
     try:
         yield
     finally:
-        ray_constants.ENABLE_RAY_CLUSTER = saved_const
-        if saved_env is None:
-            os.environ.pop(_SINGLE_MACHINE_VAR, None)
-        else:
-            os.environ[_SINGLE_MACHINE_VAR] = saved_env
+        for obj, name, value in saved_attrs:
+            setattr(obj, name, value)
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 # Fixed-port metrics servers of the autoscaler monitor and the dashboard process (ray.init starts both, on
@@ -116,15 +129,9 @@ def _ports_of_its_own():
             kwargs.setdefault("dashboard_agent_listen_port", 0)
             super().__init__(*args, **kwargs)
 
-    unset = [v for v in _METRIC_PORT_VARS if v not in os.environ]
-    parameter.RayParams = _Params
-    os.environ.update({v: "0" for v in unset})
-    try:
+    unset = {v: "0" for v in _METRIC_PORT_VARS if v not in os.environ}
+    with _swapped(unset, [(parameter, "RayParams", _Params)]):
         yield
-    finally:
-        parameter.RayParams = original
-        for v in unset:
-            os.environ.pop(v, None)
 
 
 def enable_token_auth() -> None:

@@ -255,9 +255,6 @@ class TrainerGroup:
         ray.get([a.connect_engines.remote(engine_urls, colocate, f"slime_like_weights_pp{i['pp_rank']}", leaving)
                  for a, i in zip(self.actors, self.info) if i["dp_rank"] == 0 and i["tp_rank"] == 0])
 
-    def update_weights(self, weight_version: int | None = None) -> int:
-        return sum(ray.get(self.start_update_weights(weight_version)))
-
     def start_update_weights(self, weight_version: int | None = None) -> list:
         """The push, started on every rank: one ref per rank to the bytes it sent (the driver watches the engines
         while it runs)."""
