@@ -237,15 +237,16 @@ class FullyAsyncWorker:
         now, tokens = time.perf_counter(), self.pool.tokens_generated
         rate = (tokens - self._last_tokens[1]) / max(now - self._last_tokens[0], 1e-9)
         self._last_tokens = (now, tokens)
-        # the engines that answered since the previous batch and those live now (--use-fault-tolerance: a restarted
-        # engine is back in this pool after the push that restarted it)
-        answered, self._last_answered = self._last_answered, dict(self.pool.answered)
         metrics = {"rollout/tokens_per_s": rate, "rollout/staleness/mean": sum(staleness) / len(staleness),
                    "rollout/staleness/max": max(staleness), "rollout/engines_live": len(self.pool.alive),
-                   "rollout/engines_answering": sum(n > answered.get(u, 0) for u, n in self.pool.answered.items()),
                    "rollout/wait_s": time.perf_counter() - t, "rollout/buffer_groups": len(self.ready),
                    "rollout/running_groups": len(self.running), "rollout/weight_version": self.version,
                    **{f"rollout/{k}": v for k, v in self.counts.items()}}
+        # the engines that answered since the previous batch (--use-fault-tolerance: a restarted engine is back in
+        # this pool after the push that restarted it); behind a router only the router knows, as in controller.py
+        answered, self._last_answered = self._last_answered, dict(self.pool.answered)
+        if not self.pool.router:
+            metrics["rollout/engines_answering"] = sum(n > answered.get(u, 0) for u, n in self.pool.answered.items())
         return sorted(groups, key=lambda g: g[0].group_index), metrics
 
     async def pending_state(self) -> list:
