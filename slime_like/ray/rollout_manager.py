@@ -234,7 +234,6 @@ class EngineGroup:
         for a in self.actors:
             ray.kill(a)
 
-
     def _leave_router(self):
         from slime_like.backends.sglang import router
 

@@ -261,4 +261,3 @@ def current_state():
 
 def set_current_state(state):
     return _CURRENT.set(state)
-

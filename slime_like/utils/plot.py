@@ -139,7 +139,8 @@ def main(argv=None):
     p.add_argument("--out", default=None, help=f"output PNG (default RUN_DIR/{PLOT_FILE}; required with --compare)")
     p.add_argument("--compare", nargs="+", default=None, metavar="LABEL=RUN_DIR", help="plot one metric of these runs")
     p.add_argument("--key", default="eval/arith/accuracy", help="the metric --compare plots")
-    p.add_argument("--line", nargs="*", default=[], metavar="LABEL=VALUE", help="--compare: horizontal reference lines")
+    p.add_argument("--line", nargs="*", default=[], metavar="LABEL=VALUE",
+                   help="--compare: horizontal reference lines")
     a = p.parse_args(argv)
     if a.compare:
         if a.run_dir or not a.out:

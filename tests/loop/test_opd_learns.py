@@ -28,13 +28,15 @@ def _demo_argv(task, run_dir, *extra):
             "--label-key", "label", "--rollout-shuffle", "--custom-rm-path", "slime_like.demo.arith.reward",
             "--num-rollout", str(ROLLOUTS), "--rollout-max-response-len", "5", "--rollout-temperature", "1",
             "--advantage-estimator", "grpo", "--clip-grad", "1.0", "--micro-batch-size", "128",
-            "--eval-prompt-data", "arith", task["heldout"], "--eval-interval", "10", "--n-samples-per-eval-prompt", "1",
-            "--eval-temperature", "0", "--eval-max-response-len", "5", "--colocate", "--actor-num-nodes", "1",
-            "--actor-num-gpus-per-node", "1", "--num-gpus-per-node", "1", "--run-dir", str(run_dir), *extra]
+            "--eval-prompt-data", "arith", task["heldout"], "--eval-interval", "10",
+            "--n-samples-per-eval-prompt", "1", "--eval-temperature", "0", "--eval-max-response-len", "5",
+            "--colocate", "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "1", "--num-gpus-per-node", "1",
+            "--run-dir", str(run_dir), *extra]
 
 
 def _accuracy(run_dir) -> list[float]:
-    return [r["eval/arith/accuracy"] for r in read_metrics(str(run_dir / "metrics.jsonl")) if "eval/arith/accuracy" in r]
+    records = read_metrics(str(run_dir / "metrics.jsonl"))
+    return [r["eval/arith/accuracy"] for r in records if "eval/arith/accuracy" in r]
 
 
 def test_distillation_learns_far_faster_than_grpo(task, tmp_path):

@@ -86,7 +86,8 @@ def test_every_route_refuses_callers_without_the_key(keyed_engine):
                 assert status == 401, (method, route.path, key, status)
             seen.add(route.path)
     assert {"/update_weights_from_disk", "/update_weights_from_tensor", "/init_weights_update_group",
-            "/release_memory_occupation", "/pause_generation", "/abort_request", "/generate", "/health_generate"} <= seen
+            "/release_memory_occupation", "/pause_generation", "/abort_request", "/generate",
+            "/health_generate"} <= seen
     assert _call(keyed_engine, "GET", "/health", key=KEY)[0] == 200
 
 

@@ -42,7 +42,8 @@ async def require_api_key(request, handler):
     /health without a key before it registers it, and the answer is an empty 200 (not /health_generate, which
     runs the model)."""
     key = request.app["api_key"]
-    if key and not (request.path == "/health" and request.method in ("GET", "HEAD")) and not auth.authorized(request.headers.get("Authorization"), key):
+    open_health = request.path == "/health" and request.method in ("GET", "HEAD")
+    if key and not open_health and not auth.authorized(request.headers.get("Authorization"), key):
         return _err(f"{request.path}: missing or wrong 'Authorization: Bearer <key>' (this engine was started with "
                     f"an API key)", status=401)
     return await handler(request)

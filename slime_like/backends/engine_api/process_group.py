@@ -2,7 +2,8 @@
 
 Built the way SGLang builds its ``/init_weights_update_group`` group, so the trainer side interoperates with
 a real SGLang server: a ``tcp://`` rendezvous on (master_address, master_port) -- rank 0, the trainer, hosts
-the TCPStore, listening on master_address only (utils/rendezvous.py) -- a ``PrefixStore(group_name, ...)`` so several groups can share a port range, and
+the TCPStore, listening on master_address only (utils/rendezvous.py) -- a ``PrefixStore(group_name, ...)`` so
+several groups can share a port range, and
 ``_new_process_group_helper`` so the group works with ``torch.distributed.broadcast(..., group=pg)`` without
 a default process group in the engine. Both sides call this same function.
 """

@@ -99,8 +99,8 @@ def list_workers(router_url: str, api_key: str | None = None) -> dict:
         status, out = _call("GET", base + "/list_workers", api_key)
         if status == 200 and isinstance(out, dict):
             return {u: (None, True) for u in out.get("urls", [])}
-    raise RuntimeError(f"sglang router {router_url}: cannot list its workers: HTTP {status}: {out!r:.300}"
-                       + (" (401: was it started with the run's --engine-api-key as its --api-key?)" if status == 401 else ""))
+    hint = " (401: was it started with the run's --engine-api-key as its --api-key?)" if status == 401 else ""
+    raise RuntimeError(f"sglang router {router_url}: cannot list its workers: HTTP {status}: {out!r:.300}{hint}")
 
 
 def _wait_listed(router_url: str, worker_url: str, api_key, present: bool, timeout: float, what: str) -> None:
@@ -126,7 +126,8 @@ def add_worker(router_url: str, worker_url: str, api_key: str | None = None, tim
     if status == 404:   # a router older than 0.3
         status, out = _call("POST", add_worker_url(router_url, worker_url), api_key)
     if status >= 400:
-        raise RuntimeError(f"sglang router {router_url} refused to add worker {worker_url}: HTTP {status}: {out!r:.300}")
+        raise RuntimeError(f"sglang router {router_url} refused to add worker {worker_url}: HTTP {status}: "
+                           f"{out!r:.300}")
     _wait_listed(router_url, worker_url, api_key, True, timeout, "added")
 
 
