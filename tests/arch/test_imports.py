@@ -1,7 +1,7 @@
 """The import rule of DESIGN.md, checked on the source (ast, nothing executed): no cycle between our modules,
 and every import points down the data flow
 
-    entry scripts, demo/ -> tools/ -> ray/ -> rollout/ -> backends/ -> args.py -> plan.py -> config/, algorithms/,
+    entry scripts, loops/, demo/ -> tools/ -> ray/ -> rollout/ -> backends/ -> args.py -> plan.py -> config/, algorithms/,
     sample.py, utils/
 
 with config/ and algorithms/ importing nothing else of ours. Imports inside functions count too: a lazy import
@@ -14,7 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 PKG = ROOT / "slime_like"
 
 # higher may import lower (or its own layer's package); see the module docstring
-LAYER = {"demo": 6, "tools": 5.5, "__main__": 6, "ray": 5, "rollout": 4, "backends": 3, "args": 2.5, "plan": 2,
+LAYER = {"loops": 6, "demo": 6, "tools": 5.5, "__main__": 6, "ray": 5, "rollout": 4, "backends": 3, "args": 2.5, "plan": 2,
          "config": 1, "algorithms": 1, "sample": 0, "utils": 0}
 SELF_CONTAINED = ("config", "algorithms")  # import nothing of ours outside themselves
 
