@@ -196,7 +196,7 @@ def test_tensor_payload_carries_shared_memory_handles_not_bytes():
     assert not any(t.is_shared() for _, t in big)  # copied into the send buffer, not moved into /dev/shm
 
     def received(payload):  # as every engine TP rank does: each entry is rebuilt once (one reference each)
-        d, *others = [tensor_serializer.deserialize(blob) for blob in payload["serialized_named_tensors"]]
+        d, *others = [tensor_serializer.deserialize(blob, 1 << 30) for blob in payload["serialized_named_tensors"]]
         flat = d["flattened_tensor"]
         assert all(torch.equal(o["flattened_tensor"], flat) for o in others)
         assert flat.dtype == torch.uint8 and flat.is_shared()

@@ -26,6 +26,7 @@ import torch
 from slime_like.backends.cpu_engine import kv_batch, weights
 from slime_like.backends.cpu_engine.sampling import SamplingParams, apply_repetition_penalty, sample_next
 from slime_like.backends.engine_api.protocol import BadRequest
+from slime_like.backends.engine_api.tensor_serializer import model_bytes
 
 logger = logging.getLogger("slime_like.cpu_engine")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -67,6 +68,8 @@ class CPUEngine:
         self.model_path, self.dtype = model_path, DTYPES[dtype]
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype, attn_implementation="sdpa")
         self.model.eval().requires_grad_(False)
+        # the largest weight payload this engine maps (fixed at start: release_memory_occupation empties the params)
+        self.max_payload_bytes = model_bytes(self.model.named_parameters())
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         cfg = self.model.config
         self.vocab_size = cfg.vocab_size

@@ -251,7 +251,7 @@ async def update_weights_from_tensor(request):
 
     def load():
         try:
-            payload = tensor_serializer.deserialize(blobs[0])
+            payload = tensor_serializer.deserialize(blobs[0], eng.max_payload_bytes)
         except (pickle.UnpicklingError, binascii.Error, EOFError) as e:
             raise BadRequest(f"/update_weights_from_tensor: {e}") from None
         named = _unflatten(payload) if fmt == "flattened_bucket" else payload

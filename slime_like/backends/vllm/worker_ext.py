@@ -65,7 +65,11 @@ class SlimeWorkerExtension:
         """SGLang's ``serialized_named_tensors``: one shared-memory (CPU) or CUDA IPC (GPU) payload per TP rank."""
         from slime_like.backends.engine_api import tensor_serializer
 
-        payload = tensor_serializer.deserialize(serialized[_tp_rank(self)])
+        limit = self.__dict__.get("_slime_payload_bytes")
+        if limit is None:  # fixed at the first push (a sleeping engine's params may be empty later)
+            limit = self.__dict__["_slime_payload_bytes"] = tensor_serializer.model_bytes(
+                self.model_runner.get_model().named_parameters())
+        payload = tensor_serializer.deserialize(serialized[_tp_rank(self)], limit)
         if load_format == "flattened_bucket":
             named = _unflatten(payload)
         elif load_format in (None, "", "direct"):
