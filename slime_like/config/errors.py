@@ -26,3 +26,9 @@ def warn(args_or_none, message: str) -> None:
     print(f"WARNING: {message}", file=sys.stderr)
     if args_or_none is not None:
         args_or_none.config_warnings.append(message)
+
+
+def path_problem(args, message: str) -> None:
+    """Collect a missing input path: independent of every other rule, reported together at the end of
+    validation (or by the preflight, which checks the same paths more deeply)."""
+    args.config_path_problems.append(message)

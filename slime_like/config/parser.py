@@ -12,13 +12,17 @@ from __future__ import annotations
 import argparse
 import functools
 
-from slime_like.config import (flags_algo, flags_cluster, flags_fsdp, flags_misc, flags_model, flags_rollout,
-                               flags_slime, flags_train, sglang_passthrough, vllm_passthrough)
+from slime_like.config import (algorithm, checkpoint, cluster, data, distillation, engines, logging_debug, model,
+                               optimizer, rewards, rollout, sglang_passthrough, trainer_fsdp, trainer_megatron, unimplemented,
+                               vllm_passthrough)
 from slime_like.config.errors import ConfigError, did_you_mean
 
+# slime's flags outside its core loop keep their own --help section (as slime's recipes and docs know them);
+# each concern module adds its own flags to it, in this order.
+SLIME_EXTRAS = "slime extras"
 GROUP_ORDER = ["cluster", "model", "model (MoE)", "checkpoint", "rollout", "data", "eval", "perf/parallelism",
                "algorithm (GRPO/PPO)", "optimizer & LR schedule", "fsdp / LoRA", "SGLang", "vLLM", "reward",
-               "logging (wandb / tensorboard)", "debug", flags_slime.GROUP]
+               "logging (wandb / tensorboard)", "debug", SLIME_EXTRAS]
 
 
 class SlimeArgumentParser(argparse.ArgumentParser):
@@ -35,25 +39,25 @@ def build_parser(prog: str = "train.py", generated_sglang: bool = False, vllm_sp
         prog=prog, allow_abbrev=False, usage="%(prog)s [FLAGS ...]   (python %(prog)s --help lists them by group)",
         description="RL post-training with Megatron-core trainers and SGLang / CPU rollout engines. "
                     "Flags follow Megatron-LM and slime; see docs/configuration.md.")
-    flags_cluster.add_cluster_group(p)
-    flags_model.add_model_group(p)
-    flags_train.add_checkpoint_group(p)
-    flags_rollout.add_rollout_group(p)
-    flags_rollout.add_data_group(p)
-    flags_rollout.add_eval_group(p)
-    flags_train.add_perf_group(p)
-    flags_algo.add_algorithm_group(p)
-    flags_train.add_optimizer_group(p)
-    flags_fsdp.add_fsdp_group(p)
-    flags_misc.add_sglang_group(p)
+    cluster.add_cluster_group(p)
+    model.add_model_group(p)
+    checkpoint.add_checkpoint_group(p)
+    engines.add_engine_flags(rollout.add_rollout_group(p))
+    data.add_data_group(p)
+    data.add_eval_group(p)
+    trainer_megatron.add_perf_group(p)
+    algorithm.add_algorithm_group(p)
+    optimizer.add_optimizer_group(p)
+    trainer_fsdp.add_fsdp_group(p)
+    engines.add_sglang_group(p)
     sglang_group = p._action_groups[-1]
-    flags_misc.add_vllm_group(p)
+    engines.add_vllm_group(p)
     vllm_group = p._action_groups[-1]
-    flags_algo.add_reward_group(p)
-    flags_misc.add_logging_group(p)
-    flags_misc.add_debug_group(p)
-    flags_slime.add_slime_group(p)
-    flags_misc.add_unsupported_group(p)
+    rewards.add_reward_group(p)
+    logging_debug.add_logging_group(p)
+    logging_debug.add_debug_group(p)
+    _add_slime_extras(p)
+    unimplemented.add_unsupported_group(p)
     fields = set()
     p.vllm_options = {}
     if vllm_spec:
@@ -61,6 +65,23 @@ def build_parser(prog: str = "train.py", generated_sglang: bool = False, vllm_sp
     if generated_sglang:
         fields = sglang_passthrough.add_generated_flags(p, sglang_group)
     return p, fields
+
+
+def _add_slime_extras(p):
+    g = p.add_argument_group(SLIME_EXTRAS, "slime flags for hooks, weight-sync variants, agent rollouts, CI checks "
+                                           "(docs/configuration.md says which are honoured here)")
+    trainer_megatron.add_hook_flags(g)
+    rollout.add_sample_hook_flag(g)
+    data.add_loss_mask_flag(g)
+    optimizer.add_stateless_adam_flag(g)
+    trainer_megatron.add_batching_flags(g)
+    engines.add_weight_sync_flags(g)
+    rollout.add_rollout_source_flags(g)
+    distillation.add_opd_flags(g)
+    algorithm.add_opsm_flag(g)
+    logging_debug.add_ci_flags(g)
+    trainer_megatron.add_kernel_flags(g)
+    logging_debug.add_profiling_flags(g)
 
 
 @functools.lru_cache(maxsize=1)

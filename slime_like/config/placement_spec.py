@@ -15,15 +15,16 @@ Rules (checked before Ray starts):
   set (the colocated offload choreography: trainer and engines take turns), the critic sits either on the
   actor's exact set or apart from everything, the reference either on the actor's set (computed inside the
   actor ranks) or apart (its own worker);
-* the counts divisible by each component's parallel sizes (validate_cluster checks TP x PP x CP per trainer
+* the counts divisible by each component's parallel sizes (cluster.py checks TP x PP x CP per trainer
   and --rollout-num-gpus-per-engine per engine, and an engine never spans nodes).
-This module only parses and checks; validate_cluster derives --actor-num-*, --rollout-num-gpus, --colocate
+This module only parses and checks; cluster.py derives --actor-num-*, --rollout-num-gpus, --colocate
 from it and plan.py places the ranks on exactly these ids.
 """
 from __future__ import annotations
 
+import re
+
 from slime_like.config.errors import ConfigError, did_you_mean
-from slime_like.config.frontends.common import devices_text, parse_devices
 
 COMPONENTS = ("actor", "critic", "reference", "rollout")
 
@@ -101,3 +102,68 @@ def placement_text(placement: dict) -> list:
         if name in placement:
             by_set.setdefault(tuple(placement[name]), []).append(name)
     return [f"{','.join(names)}:{devices_text(list(ids))}" for ids, names in by_set.items()]
+
+
+# ---- device lists: `list(range(0,16))`, `[0, 1, 2]`, `0-3`, `0,2,4-7`, `all` -----------------------------
+
+_RANGE_CALL = re.compile(r"^list\(\s*range\(\s*(-?\d+)\s*(?:,\s*(-?\d+)\s*)?(?:,\s*(-?\d+)\s*)?\)\s*\)$")
+
+
+def parse_devices(value, where: str, total: int | None = None) -> list:
+    """A device list without eval: a YAML list of ints, `list(range(a[,b[,step]]))`, or `0-3,6`; `all` needs total."""
+    if isinstance(value, list):
+        out = []
+        for v in value:
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ConfigError(f"{where}: device ids must be integers, got {v!r}")
+            out.append(v)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        out = [value]
+    elif isinstance(value, str):
+        out = _parse_device_text(value.strip(), where, total)
+    else:
+        raise ConfigError(f"{where}: expected a device list such as list(range(0,8)), [0, 1] or 0-3, got {value!r}")
+    if not out:
+        raise ConfigError(f"{where}: {value!r} names no device")
+    if len(set(out)) != len(out):
+        raise ConfigError(f"{where}: {value!r} names a device twice")
+    if min(out) < 0:
+        raise ConfigError(f"{where}: {value!r}: device ids must be >= 0")
+    return out
+
+
+def _parse_device_text(text: str, where: str, total):
+    m = _RANGE_CALL.match(text)
+    if m:
+        a, b, step = (int(x) if x is not None else None for x in m.groups())
+        if step == 0:
+            raise ConfigError(f"{where}: {text!r}: range step must not be 0")
+        return list(range(a, b, step or 1)) if b is not None else list(range(a))
+    if text == "all":
+        if total is None:
+            raise ConfigError(f"{where}: 'all' needs the cluster size (cluster.num_nodes x num_gpus_per_node)")
+        return list(range(total))
+    out = []
+    for part in text.strip("[]").split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", part) or re.fullmatch(r"(\d+)", part)
+        if not m:
+            raise ConfigError(f"{where}: cannot read {text!r} as devices; write list(range(0,8)), [0, 1, 2] or 0-3")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.lastindex == 2 else lo
+        if hi < lo:
+            raise ConfigError(f"{where}: {part!r}: the range is empty (end before start)")
+        out += list(range(lo, hi + 1))
+    return out
+
+
+def devices_text(devices: list) -> str:
+    """Compact text for a device list: 0-3,6."""
+    parts, start = [], None
+    for i, d in enumerate(devices):
+        if start is None:
+            start = d
+        if i + 1 == len(devices) or devices[i + 1] != d + 1:
+            parts.append(f"{start}-{d}" if d != start else f"{d}")
+            start = None
+    return ",".join(parts)

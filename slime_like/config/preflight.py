@@ -19,7 +19,7 @@ import os
 import sys
 
 from slime_like.config.errors import ConfigError
-from slime_like.config.flags_algo import reference_needed
+from slime_like.config.algorithm import reference_needed
 from slime_like.config.preflight_files import (check_data_file, check_hf_checkpoint, check_megatron_load,
                                                check_ref_load)
 from slime_like.config.role_overrides import ROLES, apply_role

@@ -20,7 +20,7 @@ import copy
 import os
 
 from slime_like.config.errors import ConfigError, did_you_mean, warn
-from slime_like.config.flags_algo import ESTIMATOR_TRAITS
+from slime_like.config.algorithm import ESTIMATOR_TRAITS
 
 ROLES = ("actor", "critic")
 ENTRY_FIELDS = ("name", "role", "overrides", "args")

@@ -8,14 +8,18 @@ reads with `ast`) or listed in exactly one table here:
 - `UNSUPPORTED`: a non-default value is refused AT LAUNCH (train.py / train_async.py without --dry-run, before
   Ray or torch start) naming the flag, the value and what to do instead. A configuration valid on GPUs is never
   rejected while parsing: `--dry-run` prints its plan with a "refused at launch" section. The slime-only flags
-  of flags_misc.UNSUPPORTED (features with no behaviour here) are refused the same way, under their dests.
+  of unimplemented.SLIME_ONLY_FLAGS (features with no behaviour here) are refused the same way, under their dests.
 - `NO_EFFECT_HERE`: harmless performance / kernel / memory hints; a non-default value prints one
   `WARNING:` line saying why it changes nothing here.
 - `INFORMATIONAL`: consumed by the configuration layer itself (derived defaults, role views, files it reads).
 - `ALWAYS_ON`: store_true switches whose behaviour slime_like always has (nothing to say when set).
 
-`--sglang-*` passthrough values are not parser dests on a CPU machine; `check_engine_passthrough` warns
+`--sglang-*` passthrough values are not parser dests on a CPU machine; engines.check_engine_passthrough warns
 about those no engine will see (the CPU engine understands three of them; external engines none).
+
+Why one module and not a table per concern: a dest sits in exactly one table, and the flag audit and the launch
+check look a dest up across all of them; split by concern, that invariant would span ten files. Inside each
+table the entries are grouped by concern (model architecture, MoE, parallelism, checkpoints, rollout, ...).
 
 `APPLIES_WHEN` narrows a rule to the cases where the value really is ignored (e.g. --no-position-embedding
 is exactly what a RoPE model does anyway). "Non-default" compares against the parser's own default, on the
@@ -27,8 +31,8 @@ from __future__ import annotations
 import functools
 
 from slime_like.config.errors import ConfigError, warn
-from slime_like.config.flags_misc import UNSUPPORTED as SLIME_ONLY_FLAGS
 from slime_like.config.slime_paths import BUILT_SPECS, foreign
+from slime_like.config.unimplemented import SLIME_ONLY_FLAGS
 
 _MEGATRON = "the Megatron trainer does not implement it"
 _ARCH = "the Megatron trainer builds the model without it, so the weights would be used wrongly"
@@ -188,9 +192,9 @@ INFORMATIONAL = {
     "critic_lr_warmup_iters": "role_overrides.apply_role: the critic's lr_warmup_iters",
     "critic_load": "role_overrides.apply_role: the critic's load",
     "critic_save": "role_overrides.apply_role: the critic's save",
-    "offload": "validate_cluster.py: sets offload_train and offload_rollout",
+    "offload": "cluster.py: sets offload_train and offload_rollout",
     "num_epoch": "validate.py: derives num_rollout from the prompt count",
-    "debug_train_only": "validate_cluster.py / plan.py: no local engines",
+    "debug_train_only": "cluster.py / plan.py: no local engines",
     "dump_details": "validate.py: sets --save-debug-rollout-data and --save-debug-train-data to files under it",
     "eval_config": "eval_config.py reads the file into args.eval_datasets (and --eval-prompt-data), read by "
                    "rollout/eval.py",
@@ -199,8 +203,8 @@ INFORMATIONAL = {
     "lr_decay_iters": "schedule.py: the decay horizon", "train_iters": "schedule.py: the decay horizon's fallback",
     "config": "frontends/ translates the RLinf / ROLL file into flags spliced into the command line",
     "config_format": "frontends/ picks the translator (or detects it from the file's top-level keys)",
-    "placement": "validate_cluster.py parses it (placement_spec.py) into args.placement_map, read by plan.py",
-    "prompt_template": "validate_extras.py turns it into apply_chat_template (+ a ChatML chat_template)",
+    "placement": "cluster.py parses it (placement_spec.py) into args.placement_map, read by plan.py",
+    "prompt_template": "data.py turns it into apply_chat_template (+ a ChatML chat_template)",
     "use_rotary_position_embeddings": "hf_config.fill_args_from_hf (called by the trainer): position_embedding_type "
                                       "rope",
 }
@@ -241,65 +245,13 @@ APPLIES_WHEN = {
 _ABSENT = object()
 
 
-# SGLang ServerArgs fields the embedded CPU engine understands (backends/engine_api/launcher.py
-# build_cpu_engine_command; tests/config/test_flag_audit.py checks the two agree). Other --sglang-* values
-# are GPU server settings with no meaning there.
-CPU_ENGINE_SGLANG_KEYS = ("dtype", "max_running_requests", "context_length")
-# --sglang-* names the rollout client reads itself (launcher.CLIENT_SIDE): never sent to a server.
-SGLANG_CLIENT_SIDE = ("server_concurrency", "router_ip", "router_port", "router_request_timeout_secs", "config",
-                      "cli_options",
-                      "server_args", "passthrough_mode", "router_policy")
-
-
-def check_router_flags(args) -> None:
-    """--sglang-router-ip/port name a running router (both or neither); --router-* values reach a router only
-    when the driver starts one: two or more SGLang engines of this run and no --sglang-router-ip."""
-    if bool(args.sglang_router_ip) != bool(args.sglang_router_port):
-        raise ConfigError(f"--sglang-router-ip {args.sglang_router_ip} / --sglang-router-port "
-                          f"{args.sglang_router_port}: give both (an existing sglang-router) or neither")
-    if not args.router_args:
-        return
-    shown = ", ".join(f"--router-{k.replace('_', '-')} {v}" for k, v in sorted(args.router_args.items()))
-    engines = (args.rollout_num_gpus or 0) // max(1, args.rollout_num_gpus_per_engine)
-    if args.sglang_router_ip:
-        warn(args, f"{shown}: no effect, --sglang-router-ip names a router started elsewhere with its own settings")
-    elif args.rollout_external_engine_addrs or args.debug_train_only or args.rollout_engine != "sglang" \
-            or engines < 2:
-        warn(args, f"{shown}: no effect, no sglang-router is started (the driver starts one in front of two or "
-                   f"more SGLang engines of the run; this run has {engines} engine(s) of kind "
-                   f"{args.rollout_engine}{', external' if args.rollout_external_engine_addrs else ''})")
-
-
-def check_engine_passthrough(args) -> None:
-    """Warn about --sglang-* / --vllm-* values no engine will see (after validation resolved --rollout-engine)."""
-    vllm_values = args.vllm_server_args
-    if vllm_values and (args.rollout_engine != "vllm" or args.rollout_external_engine_addrs) \
-            and not args.debug_train_only:
-        shown_v = ", ".join(f"--vllm-{k.replace('_', '-')}" for k in vllm_values)
-        warn(args, f"{shown_v}: no effect, the rollout engine is {args.rollout_engine}"
-                   f"{' (external)' if args.rollout_external_engine_addrs else ''}, not a vllm engine started here")
-    values = {k: v for k, v in args.sglang_server_args.items()
-              if k not in SGLANG_CLIENT_SIDE and v is not None}
-    if not values or args.debug_train_only:
-        return
-    shown = lambda k: f"--sglang-{k.replace('_', '-')} {values[k]}"  # noqa: E731
-    if args.rollout_external_engine_addrs:
-        warn(args, f"{', '.join(map(shown, values))}: no effect, the engines of --rollout-external-engine-addrs were "
-                   "started elsewhere with their own settings")
-    elif args.rollout_engine == "cpu":
-        ignored = [k for k in values if k not in CPU_ENGINE_SGLANG_KEYS]
-        if ignored:
-            understood = ", ".join(f"--sglang-{k.replace('_', '-')}" for k in CPU_ENGINE_SGLANG_KEYS)
-            warn(args, f"{', '.join(map(shown, ignored))}: no effect on the cpu rollout engine (SGLang server "
-                       f"settings; it understands only {understood})")
-
 
 @functools.lru_cache(maxsize=1)
 def _flag_info() -> dict:
     """dest -> (option string users type, parser default, is a boolean switch, argparse group title)."""
     import argparse
 
-    from slime_like.config.parser import defaults_of, group_of, shared_parser  # late: parser imports flags_*
+    from slime_like.config.parser import defaults_of, group_of, shared_parser  # late: built on first use
 
     parser = shared_parser()
     defaults, groups = defaults_of(parser), group_of(parser)  # defaults converted: '{}' -> {}

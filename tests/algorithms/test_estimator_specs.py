@@ -7,7 +7,7 @@ import torch
 
 from slime_like import algorithms as alg
 from slime_like.algorithms import registry
-from slime_like.config.flags_algo import ADVANTAGE_ESTIMATORS, ESTIMATOR_TRAITS
+from slime_like.config.algorithm import ADVANTAGE_ESTIMATORS, ESTIMATOR_TRAITS
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

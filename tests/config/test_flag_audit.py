@@ -6,7 +6,7 @@ train.py, train_async.py; not tools/, whose converters skip validation), uses th
 `fuse("<dest>")`, `_custom_log("<dest>")` or a `("<key>", "<dest>")` pair of a key table. A dest nobody reads
 must sit in support.UNSUPPORTED (start-up error), support.NO_EFFECT_HERE (start-up warning),
 support.INFORMATIONAL (consumed by the config layer), support.ALWAYS_ON (a switch whose behaviour is
-always on) or be a slime-only flag of flags_misc.UNSUPPORTED.
+always on) or be a slime-only flag of support.SLIME_ONLY_FLAGS.
 """
 import argparse
 import ast
@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from cfg_helpers import parse
-from slime_like.config import support
+from slime_like.config import engines, support
 from slime_like.config.errors import ConfigError
 from slime_like.config.parser import build_parser
 from slime_like.config.types import json_value
@@ -252,10 +252,10 @@ def test_cpu_engine_keys_agree_with_the_launcher(base):
     from slime_like.backends.cpu_engine.launch import build_cpu_engine_command
     from slime_like.backends.engine_api.launcher import CLIENT_SIDE
 
-    assert set(support.SGLANG_CLIENT_SIDE) == set(CLIENT_SIDE)
+    assert set(engines.SGLANG_CLIENT_SIDE) == set(CLIENT_SIDE)
     args = parse(base + ["--rollout-engine", "cpu", "--sglang-dtype", "bfloat16", "--sglang-max-running-requests", "3",
                          "--sglang-context-length", "512", "--sglang-mem-fraction-static", "0.7"])
     cmd = " ".join(build_cpu_engine_command(args, port=1))
-    for key in support.CPU_ENGINE_SGLANG_KEYS:
+    for key in engines.CPU_ENGINE_SGLANG_KEYS:
         assert "--" + key.replace("_", "-") in cmd, key
     assert "mem-fraction" not in cmd

@@ -4,7 +4,7 @@ when the trainer starts (a wrong path or signature fails before any step, naming
 Every trainer backend loads them (`TrainerHooks`). The advantage function and the rollout-data post-process see
 only args and the batch, so RLTrainerBase calls them for every backend; the --custom-megatron-* hooks receive
 megatron-core model chunks and the loss hooks speak mcore's loss units, so only the Megatron trainer calls those
-(--train-backend fsdp refuses them at launch, config/validate_fsdp.py).
+(--train-backend fsdp refuses them at launch, config/trainer_fsdp.py).
 
     --custom-megatron-init-path                  init(args)                       after distributed init
     --custom-megatron-before-log-prob-hook-path  hook(args, model, store_prefix)  before each scoring pass

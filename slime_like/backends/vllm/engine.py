@@ -17,7 +17,7 @@ import os
 import sys
 
 from slime_like.backends.engine_api.engine import Engine
-from slime_like.config.validate_cluster import cuda_visible
+from slime_like.config.cluster import cuda_visible
 from slime_like.config.vllm_passthrough import server_argv, vllm_importable, vllm_venv
 
 WORKER_EXTENSION = "slime_like.backends.vllm.worker_ext.SlimeWorkerExtension"

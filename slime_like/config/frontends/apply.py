@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from slime_like.config.errors import ConfigError, warn
-from slime_like.config.flags_algo import ESTIMATOR_TRAITS
+from slime_like.config.algorithm import ESTIMATOR_TRAITS
 from slime_like.config.role_overrides import _convert
 
 

@@ -1,7 +1,12 @@
-"""slime's algorithm (GRPO / PPO family) and reward flags."""
+"""The algorithm: advantage estimator, policy / value losses, KL, importance sampling (GRPO / PPO family); the
+estimators' traits validation asks about, the checks and derived defaults. On-policy distillation:
+distillation.py; rewards: rewards.py."""
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
+
+from slime_like.config.errors import ConfigError, path_problem, warn
 
 
 class EstimatorTraits(NamedTuple):
@@ -87,35 +92,70 @@ def add_algorithm_group(parser):
     return parser
 
 
-def add_reward_group(parser):
-    g = parser.add_argument_group("reward", "Reward functions")
+def add_opsm_flag(g):
+    """(slime extras group) OPSM companion of the slime-only --use-opsm."""
     a = g.add_argument
-    a("--rm-type", default=None,
-      help="Built-in reward: math, deepscaler, dapo, f1, gpqa, boxed_<type>, remote_rm.")
-    a("--custom-rm-path", default=None, help="'module.function' reward (args, sample) -> float; overrides --rm-type.")
-    a("--rm-url", default=None, help="Reward service URL for --rm-type remote_rm.")
-    a("--reward-scale", type=float, default=None,
-      help="(slime_like) RLinf reward_scale S: a reward r in [0, 1] becomes S * (2r - 1), so correct = +S and "
-           "wrong = -S for a 0/1 reward.")
-    a("--reward-key", default=None, help="Key selecting the reward from dict-valued rewards.")
-    a("--eval-reward-key", default=None, help="--reward-key for eval; default = --reward-key.")
-    a("--group-rm", action="store_true", help="The reward function scores a whole group at once.")
-    a("--on-nonfinite-reward", default="error", choices=["error", "skip", "zero"],
-      help="(slime_like) A NaN/inf reward: 'error' stops the run naming the reward function, prompt index and "
-           "value; 'skip' drops that prompt's group (another prompt takes its place, counted as "
-           "rollout/nonfinite_reward_groups); 'zero' trains on it with reward 0 (counted likewise).")
-    a("--custom-reward-post-process-path", default=None, help="'module.function' post-processing rewards.")
-    a("--custom-convert-samples-to-train-data-path", default=None,
-      help="'module.function' turning samples into the training batch.")
-    a("--rm-timeout", type=float, default=60.0,
-      help="(slime_like) Seconds per HTTP attempt of --rm-type remote_rm before it counts as failed.")
-    a("--rm-max-retries", type=int, default=10,
-      help="(slime_like) HTTP attempts per sample for --rm-type remote_rm, the first included (1 = no retry).")
-    a("--rm-retry-budget", type=int, default=None,
-      help="(slime_like) Retries of remote_rm per rollout, all samples together; default 2 x the rollout's samples.")
-    a("--rm-circuit-breaker", type=int, default=20,
-      help="(slime_like) remote_rm failures in a row (no success between them) that stop the rollout: the server "
-           "is down.")
-    a("--rm-retry-backoff", type=float, default=0.5,
-      help="(slime_like) First retry delay of remote_rm in seconds; doubles per attempt, capped at 30 s.")
-    return parser
+    a("--opsm-delta", type=float, default=1e-4, help="Threshold of off-policy sequence masking.")
+
+
+def check_algorithm(args):
+    est = args.advantage_estimator
+    if not args.compute_advantages_and_returns and args.loss_type == "policy_loss":
+        raise ConfigError(f"--disable-compute-advantages-and-returns with --loss-type {args.loss_type}: the policy "
+                          "loss needs advantages; it is for --loss-type sft_loss or custom_loss")
+    traits = ESTIMATOR_TRAITS[est]
+    critic_users = [name for name, t in ESTIMATOR_TRAITS.items() if t.needs_critic]
+    if args.use_critic and not traits.needs_critic:
+        raise ConfigError(f"--use-critic with --advantage-estimator {est}: only {', '.join(critic_users)} use(s) "
+                          f"critic values (GAE); use --advantage-estimator {critic_users[0]} or drop --use-critic")
+    if traits.needs_critic and not args.use_critic:
+        args.use_critic = True  # slime: the ppo estimator always trains a critic
+    if args.eps_clip_high is None:
+        args.eps_clip_high = args.eps_clip
+    if args.eps_clip <= 0 or args.eps_clip_high <= 0:
+        raise ConfigError(f"--eps-clip ({args.eps_clip}) and --eps-clip-high ({args.eps_clip_high}) must be > 0")
+    if args.eps_clip_c is not None and args.eps_clip_c <= 1.0:
+        raise ConfigError(f"--eps-clip-c {args.eps_clip_c}: dual-clip PPO needs c > 1 (e.g. 3.0)")
+    if args.kl_coef != 0 and args.kl_loss_coef != 0:
+        raise ConfigError(f"--kl-coef {args.kl_coef} (KL in the reward) and --kl-loss-coef {args.kl_loss_coef} "
+                          "(KL in the loss) are both set; use one of them")
+    if args.kl_coef != 0 and not traits.uses_reward_kl:
+        warn(args, f"--kl-coef {args.kl_coef} has no effect with --advantage-estimator {est}: it ignores the "
+                   "reward-side KL, so no reference model and no reference forward pass are run for it "
+                   "(regularise with --use-kl-loss --kl-loss-coef instead)")
+    # with LoRA (--train-backend fsdp) the reference is the base (--ref-load or --hf-checkpoint), adapters disabled
+    lora_reference = args.train_backend == "fsdp" and args.lora_rank
+    if reference_needed(args) and not lora_reference:
+        if not args.ref_load:
+            which = "--use-kl-loss" if args.use_kl_loss else f"--kl-coef {args.kl_coef}"
+            raise ConfigError(f"{which} needs a reference model: set --ref-load to its checkpoint")
+        if not os.path.exists(args.ref_load):
+            path_problem(args, f"--ref-load {args.ref_load}: no such file or directory (the KL reference model)")
+    if traits.needs_normalize_advantages and not args.normalize_advantages:
+        raise ConfigError(f"--advantage-estimator {est} needs --normalize-advantages (REINFORCE++ whitens "
+                          "advantages over the batch); add the flag")
+    if args.loss_type == "custom_loss" and not args.custom_loss_function_path:
+        raise ConfigError("--loss-type custom_loss needs --custom-loss-function-path module.function")
+    if args.use_rollout_logprobs and args.use_tis:
+        raise ConfigError("--use-rollout-logprobs and --use-tis exclude each other: TIS corrects between rollout "
+                          "and trainer log-probs, which --use-rollout-logprobs makes identical")
+    if args.n_samples_per_prompt == 1 and args.grpo_std_normalization and traits.normalizes_group_std:
+        args.grpo_std_normalization = False  # slime: the std of a one-sample group is undefined
+        warn(args, "--n-samples-per-prompt 1: GRPO std normalisation turned off (a group of one has no std)")
+    if args.num_critic_only_steps and not args.use_critic:
+        raise ConfigError(f"--num-critic-only-steps {args.num_critic_only_steps} needs a critic "
+                          "(--advantage-estimator ppo)")
+
+
+def check_loss_shaping(args):
+    ratio = args.early_stop_imp_ratio
+    if ratio is not None and not ratio > 0:
+        raise ConfigError(f"--early-stop-imp-ratio {ratio}: must be > 0 (the mean importance ratio starts at 1)")
+    if args.loss_agg_mode == "seq-mean-token-sum-norm" and not args.rollout_max_response_len:
+        raise ConfigError("--loss-agg-mode seq-mean-token-sum-norm divides by --rollout-max-response-len; set it")
+
+
+def check_per_token_loss(args):
+    if args.calculate_per_token_loss and (args.loss_agg_mode != "token-mean" or args.loss_micro_batch_mean):
+        raise ConfigError("--calculate-per-token-loss is megatron-core's token-mean path; it cannot be combined "
+                          f"with --loss-agg-mode {args.loss_agg_mode} or --loss-micro-batch-mean")

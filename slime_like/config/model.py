@@ -1,9 +1,11 @@
-"""Model architecture flags (Megatron-LM names, dests, types and defaults) -- what scripts/models/*.sh set.
+"""The model: Megatron-LM's architecture flags (what scripts/models/*.sh set) and Megatron's own derived model
+defaults, so the dry run shows what the trainer will build. config.json <-> these flags: hf_config.py.
 
 Megatron reference: megatron/training/arguments.py, `_add_network_size_args` and `_add_moe_args`.
 """
 from __future__ import annotations
 
+from slime_like.config.errors import ConfigError, warn
 from slime_like.config.types import moe_layer_freq
 
 
@@ -117,3 +119,31 @@ def add_model_group(parser):
     a("--mtp-loss-scaling-factor", type=float, default=0.2, help="Scale of the MTP loss.")
     a("--enable-mtp-training", action="store_true", help="Train the MTP layers too (slime).")
     return parser
+
+
+def derive_model_defaults(args):
+    """Megatron's own derived model defaults, so the dry run shows what the trainer will build."""
+    if args.num_attention_heads and args.hidden_size:
+        if args.kv_channels is None:
+            if args.hidden_size % args.num_attention_heads:
+                raise ConfigError(f"--hidden-size {args.hidden_size} is not divisible by --num-attention-heads "
+                                  f"{args.num_attention_heads}; set --kv-channels explicitly")
+            args.kv_channels = args.hidden_size // args.num_attention_heads
+        if not args.group_query_attention:
+            args.num_query_groups = args.num_attention_heads
+        elif args.num_attention_heads % args.num_query_groups:
+            raise ConfigError(f"--num-attention-heads {args.num_attention_heads} is not a multiple of "
+                              f"--num-query-groups {args.num_query_groups}")
+        if args.ffn_hidden_size is None:
+            h = args.hidden_size
+            args.ffn_hidden_size = int(4 * h * 2 / 3 / 64) * 64 if args.swiglu else 4 * h
+    if args.use_rotary_position_embeddings:
+        args.position_embedding_type = "rope"
+    if (args.attention_dropout or args.hidden_dropout) and args.loss_type != "sft_loss":
+        warn(args, f"--attention-dropout {args.attention_dropout} / --hidden-dropout {args.hidden_dropout} (Megatron's "
+                   "defaults are 0.1): the trainer's log-probs will not match the rollout engine's; RL recipes pass "
+                   "--attention-dropout 0.0 --hidden-dropout 0.0")
+    if args.num_experts and args.moe_ffn_hidden_size is None:
+        args.moe_ffn_hidden_size = args.ffn_hidden_size
+    if args.max_position_embeddings is None and args.seq_length is not None:
+        args.max_position_embeddings = args.seq_length

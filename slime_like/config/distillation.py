@@ -1,5 +1,4 @@
-"""slime feature flags checked by validate.validate_args: on-policy distillation (slime's rules,
-slime/utils/arguments.py), --check-weight-update-equal and --load-forge-rollout-data.
+"""On-policy distillation (slime's add_on_policy_distillation_arguments): flags and slime's rules.
 
 --use-opd needs --opd-type; megatron needs --opd-teacher-load (a directory); sglang must not have one; a
 teacher path without --use-opd is an error (it would be ignored). What each type does: docs/guide.md.
@@ -8,45 +7,32 @@ from __future__ import annotations
 
 import os
 
-from slime_like.config.errors import ConfigError, warn
+from slime_like.config.errors import ConfigError, path_problem, warn
 
 
-def validate_slime_features(args, path_problem) -> None:
-    validate_opd(args, path_problem)
-    _forge(args, path_problem)
-    if args.keep_old_actor and args.train_backend != "megatron":
-        args.launch_refusals.append(f"--keep-old-actor with --train-backend {args.train_backend}: only the Megatron "
-                                    "trainer keeps the pushed weights; use --train-backend megatron")
-    if args.keep_old_actor and args.use_rollout_logprobs:
-        raise ConfigError("--keep-old-actor scores the old policy with the pushed weights, --use-rollout-logprobs "
-                          "takes the engine's log-probs as the old policy instead: use one of them")
-    if args.check_weight_update_equal and args.rollout_engine == "vllm":
-        args.launch_refusals.append("--check-weight-update-equal with --rollout-engine vllm: the vLLM adapter has no "
-                                    "/weights_checker route (SGLang and the CPU engine have it)")
-    if args.check_weight_update_equal and args.rollout_external_engine_addrs:
-        args.launch_refusals.append("--check-weight-update-equal with --rollout-external-engine-addrs: the check "
-                                    "overwrites the engines' weights with noise before the first push; run it on "
-                                    "engines the run starts itself")
+def add_opd_flags(g):
+    """(slime extras group)"""
+    a = g.add_argument
+    a("--use-opd", action="store_true", default=False,
+      help="On-policy distillation: a teacher scores the student's samples; advantages -= coef x (student - "
+           "teacher log-prob). Needs --opd-type.")
+    a("--opd-type", default=None, choices=["sglang", "megatron"],
+      help="sglang: teacher log-probs from a teacher engine during the rollout (--rm-url, the reward function "
+           "slime.rollout.on_policy_distillation.reward_func); megatron: a frozen teacher model in the trainer "
+           "(--opd-teacher-load).")
+    a("--opd-kl-coef", type=float, default=1.0,
+      help="Weight of the OPD reverse-KL term (in the advantages, or in the loss with --opd-kl-mode full).")
+    a("--opd-kl-mode", default="sampled", choices=["sampled", "full"],
+      help="sampled (slime's): the sampled token's student - teacher log-prob, subtracted from its advantage; "
+           "full (ours): the exact reverse KL over the whole vocabulary at every response position, a loss term "
+           "computed against the teacher model on each micro-batch (--opd-type megatron, one pipeline stage).")
+    a("--opd-teacher-load", default=None,
+      help="Teacher checkpoint for --opd-type megatron (torch_dist; an HF directory also works here).")
+    a("--opd-teacher-ckpt-step", type=int, default=None, help="Iteration of --opd-teacher-load to load (default: latest).")
 
 
-def _forge(args, path_problem) -> None:
-    """--load-forge-rollout-data is read only by slime's forge_load rollout function: one without the other is an
-    error (the flag would be ignored, or the rollout would fail at its first call)."""
-    forge = (args.rollout_function_path or "").endswith("rollout.forge_load.generate_rollout")
-    if args.load_forge_rollout_data and not forge:
-        raise ConfigError(f"--load-forge-rollout-data {args.load_forge_rollout_data} is read by slime's forge_load "
-                          "rollout only: add --rollout-function-path slime.rollout.forge_load.generate_rollout "
-                          "(or use --load-debug-rollout-data to train on dumps without engines)")
-    if forge and not args.load_forge_rollout_data:
-        raise ConfigError(f"--rollout-function-path {args.rollout_function_path} needs --load-forge-rollout-data PATH "
-                          "(a --save-debug-rollout-data dump, or a {rollout_id} template of them)")
-    path = args.load_forge_rollout_data
-    if path and "{rollout_id}" not in path and not os.path.exists(path):
-        path_problem(args, f"--load-forge-rollout-data {path}: no such file")
-
-
-def validate_opd(args, path_problem) -> None:
-    """`path_problem(args, message)` collects a missing path (validate.py reports them together)."""
+def validate_opd(args) -> None:
+    """slime's rules; a missing teacher path is collected as a path problem (reported with the others)."""
     if not args.use_opd:
         if args.opd_teacher_load is not None:
             raise ConfigError(f"--opd-teacher-load {args.opd_teacher_load} is set but --use-opd is not: add --use-opd "

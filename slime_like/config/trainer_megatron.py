@@ -1,10 +1,11 @@
-"""Trainer flags: parallelism / performance, precision, optimizer & LR schedule, checkpoints.
-
-Names, dests and defaults follow Megatron-LM (megatron/training/arguments.py) with slime's overrides
-(slime/utils/arguments.py `reset_arg`: lr 1e-6, clip_grad 1.0, seed 1234, micro_batch_size 1, ...).
+"""The Megatron trainer backend: parallelism / performance / precision flags (Megatron-LM's names and defaults,
+with slime's overrides), slime's Megatron hooks and kernel choices; the parallel sizes' checks and derived
+defaults. The FSDP trainer reads the backend-neutral ones (precision, dynamic batching, recompute granularity)
+and says which Megatron-only ones change nothing for it (trainer_fsdp.py).
 """
 from __future__ import annotations
 
+from slime_like.config.errors import ConfigError, warn
 from slime_like.config.types import json_value
 
 
@@ -75,69 +76,78 @@ def add_perf_group(parser):
     return parser
 
 
-def add_optimizer_group(parser):
-    g = parser.add_argument_group("optimizer & LR schedule", "Optimizer and learning-rate schedule (Megatron flags)")
+def add_hook_flags(g):
+    """(slime extras group) custom code called by the Megatron trainer or the rollout."""
     a = g.add_argument
-    a("--optimizer", default="adam", choices=["adam", "sgd"], help="Optimizer.")
-    a("--lr", type=float, default=1e-6, help="Peak learning rate (slime default 1e-6).")
-    a("--min-lr", type=float, default=0.0, help="Floor of the decayed learning rate.")
-    a("--lr-decay-style", default="linear", choices=["constant", "linear", "cosine", "inverse-square-root", "WSD"],
-      help="Learning-rate decay schedule (Megatron default linear).")
-    a("--lr-decay-iters", type=int, default=None, help="Optimizer steps to decay over; default = all steps.")
-    a("--lr-warmup-iters", type=int, default=0, help="Linear warmup steps.")
-    a("--lr-warmup-fraction", type=float, default=None, help="Warmup as a fraction of --lr-decay-iters.")
-    a("--lr-warmup-init", type=float, default=0.0, help="Learning rate at the start of warmup.")
-    a("--lr-wsd-decay-style", default="exponential", choices=["exponential", "linear", "cosine"],
-      help="Decay style of the WSD schedule's final phase.")
-    a("--lr-wsd-decay-iters", type=int, default=None, help="Steps of the WSD decay phase.")
-    a("--weight-decay", type=float, default=0.01, help="Weight decay (Megatron default 0.01).")
-    a("--start-weight-decay", type=float, default=None, help="Initial weight decay for an increasing schedule.")
-    a("--end-weight-decay", type=float, default=None, help="Final weight decay for an increasing schedule.")
-    a("--weight-decay-incr-style", default="constant", choices=["constant", "linear", "cosine"],
-      help="Weight-decay schedule.")
-    a("--clip-grad", type=float, default=1.0, help="Global gradient-norm clip (slime default 1.0).")
-    a("--adam-beta1", type=float, default=0.9, help="Adam beta1.")
-    a("--adam-beta2", type=float, default=0.999, help="Adam beta2.")
-    a("--adam-eps", type=float, default=1e-8, help="Adam epsilon.")
-    a("--sgd-momentum", type=float, default=0.9, help="SGD momentum.")
-    a("--loss-scale", type=float, default=None, help="Static loss scale for fp16; None = dynamic.")
-    a("--initial-loss-scale", type=float, default=2 ** 32, help="Initial dynamic loss scale (fp16).")
-    a("--min-loss-scale", type=float, default=1.0, help="Minimum dynamic loss scale (fp16).")
-    a("--loss-scale-window", type=float, default=1000, help="Steps between dynamic loss-scale increases.")
-    a("--hysteresis", type=int, default=2, help="Dynamic loss-scale hysteresis.")
-    a("--override-opt_param-scheduler", action="store_true", dest="override_opt_param_scheduler",
-      help="Ignore the scheduler state stored in the checkpoint.")
-    a("--use-checkpoint-opt_param-scheduler", action="store_true", dest="use_checkpoint_opt_param_scheduler",
-      help="Take the scheduler settings from the checkpoint.")
-    a("--train-iters", type=int, default=None, help="Total optimizer steps for the LR schedule; default derived "
-      "from --num-rollout * --num-steps-per-rollout.")
-    a("--reset-optimizer-states", action="store_true", help="Clear optimizer state after each rollout (slime).")
-    a("--critic-lr", type=float, default=None, help="Critic learning rate; default = --lr (slime).")
-    a("--critic-lr-warmup-iters", type=int, default=0, help="Critic linear warmup steps (slime).")
-    return parser
+    a("--custom-megatron-init-path", default=None, help="'module.function' called after Megatron initialises.")
+    a("--custom-megatron-before-log-prob-hook-path", default=None,
+      help="'module.function' called before each log-prob pass.")
+    a("--custom-megatron-before-train-step-hook-path", default=None,
+      help="'module.function' called before each train step.")
+    a("--custom-pg-loss-reducer-function-path", default=None, help="'module.function' reducing the policy loss only.")
 
 
-def add_checkpoint_group(parser):
-    g = parser.add_argument_group("checkpoint", "Checkpoint loading and saving")
+def add_batching_flags(g):
+    """(slime extras group) optimizer / batching."""
     a = g.add_argument
-    a("--hf-checkpoint", default=None,
-      help="HF checkpoint dir: tokenizer, config.json (checked against the model flags) and engine weights.")
-    a("--ref-load", default=None, help="Reference model checkpoint; also the initial weights when --load is empty.")
-    a("--ref-ckpt-step", type=int, default=None, help="Checkpoint step of --ref-load.")
-    a("--load", default=None, help="Actor checkpoint to resume from; falls back to --ref-load.")
-    a("--save", default=None, help="Directory for actor checkpoints.")
-    a("--save-interval", type=int, default=None, help="Save every N rollouts (needs --save).")
-    a("--no-save-optim", action="store_true", default=False, help="Do not save optimizer state.")
-    a("--no-save-rng", action="store_true", default=None, help="Do not save RNG state.")
-    a("--no-load-optim", action="store_true", default=None, help="Do not load optimizer state.")
-    a("--no-load-rng", action="store_true", default=None, help="Do not load RNG state.")
-    a("--finetune", action="store_true", help="Load weights only; reset iteration, optimizer and RNG.")
-    a("--ckpt-format", default="torch_dist", choices=["torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor"],
-      help="Megatron checkpoint format.")
-    a("--ckpt-step", type=int, default=None, help="Load this checkpoint step instead of the latest.")
-    a("--async-save", action="store_true", help="Save checkpoints asynchronously.")
-    a("--auto-detect-ckpt-format", action="store_true", help="Detect the checkpoint format when loading.")
-    a("--save-hf", default=None, help="Also save HF-format weights to this path ('{rollout_id}' is substituted).")
-    a("--critic-load", default=None, help="Critic checkpoint to load (slime); default = --load / --ref-load.")
-    a("--critic-save", default=None, help="Directory for critic checkpoints (slime); default = <--save>_critic.")
-    return parser
+    a("--balance-by-flops", action="store_true", help="Partition micro-batches by estimated FLOPs, not tokens.")
+    a("--data-pad-size-multiplier", type=int, default=128, help="Pad packed sequences to a multiple of this.")
+
+
+def add_kernel_flags(g):
+    """(slime extras group) kernels."""
+    a = g.add_argument
+    a("--megatron-deepgemm-forward-layers", nargs="+", type=int, default=None,
+      help="Layers whose linears use SGLang's block-FP8 DeepGEMM forward.")
+    a("--megatron-deepgemm-forward-modules", nargs="+", default=None, help="Module suffixes for the DeepGEMM forward.")
+    a("--megatron-deepgemm-moe-forward-layers", nargs="+", type=int, default=None,
+      help="MoE layers whose grouped MLP uses DeepGEMM.")
+    a("--megatron-deepgemm-moe-forward-modules", nargs="+", default=None, help="Grouped-MLP module suffixes.")
+    a("--qwen-gdn-backend", default="fla", choices=["fla", "flashqla"], help="Gated-delta-net kernel backend.")
+
+
+def check_keep_old_actor(args):
+    if args.keep_old_actor and args.train_backend != "megatron":
+        args.launch_refusals.append(f"--keep-old-actor with --train-backend {args.train_backend}: only the Megatron "
+                                    "trainer keeps the pushed weights; use --train-backend megatron")
+    if args.keep_old_actor and args.use_rollout_logprobs:
+        raise ConfigError("--keep-old-actor scores the old policy with the pushed weights, --use-rollout-logprobs "
+                          "takes the engine's log-probs as the old policy instead: use one of them")
+
+
+def check_precision(args):
+    if args.bf16 and args.fp16:
+        raise ConfigError("--bf16 and --fp16 exclude each other; choose one")
+
+
+def check_parallel_sizes(args):
+    """-> (tp, pp, cp, ep, etp), the expert TP defaulted to TP and sequence parallelism off without TP."""
+    tp, pp, cp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size, args.context_parallel_size
+    ep = args.expert_model_parallel_size
+    if min(tp, pp, cp, ep) < 1:
+        raise ConfigError(f"parallel sizes must be >= 1: --tensor-model-parallel-size {tp}, --pipeline-model-parallel-size "
+                          f"{pp}, --context-parallel-size {cp}, --expert-model-parallel-size {ep}")
+    if args.expert_tensor_parallel_size is None:
+        args.expert_tensor_parallel_size = tp  # Megatron's default
+    etp = args.expert_tensor_parallel_size
+    if args.sequence_parallel and tp == 1:  # Megatron-LM turns it off the same way (it splits over the TP group)
+        args.sequence_parallel = False
+        warn(args, "--sequence-parallel with --tensor-model-parallel-size 1: turned off, as Megatron-LM does "
+                   "(sequence parallelism splits activations over the tensor-parallel group)")
+    return tp, pp, cp, ep, etp
+
+
+def check_model_divisibility(args, tp, pp, ep):
+    """Heads over TP, layers over PP, experts over EP."""
+    if args.num_attention_heads:
+        if args.num_attention_heads % tp:
+            raise ConfigError(f"--num-attention-heads {args.num_attention_heads} not divisible by "
+                              f"--tensor-model-parallel-size {tp}")
+        if args.group_query_attention and args.num_query_groups % tp:
+            raise ConfigError(f"--num-query-groups {args.num_query_groups} not divisible by --tensor-model-parallel-size {tp}")
+    if args.num_layers and pp > 1 and args.decoder_first_pipeline_num_layers is None \
+            and args.decoder_last_pipeline_num_layers is None and args.num_layers % pp:
+        raise ConfigError(f"--num-layers {args.num_layers} not divisible by --pipeline-model-parallel-size {pp}; set "
+                          "--decoder-first/last-pipeline-num-layers for an uneven split")
+    if args.num_experts and args.num_experts % ep:
+        raise ConfigError(f"--num-experts {args.num_experts} not divisible by EP {ep}")

@@ -1,63 +1,11 @@
-"""Logging (console / metrics.jsonl / wandb / tensorboard), debug flags, the SGLang flags slime owns, and the
-slime flags we recognise but do not implement (refused at launch, not "unknown flag").
-
-The other `--sglang-*` flags are passed through to the engine: see sglang_passthrough.py.
-"""
+"""Logging (console / metrics.jsonl / wandb / tensorboard), the run directory, debug and dry-run flags, slime's CI
+checks and profiling flags; the debug checks and the run directory's derived defaults."""
 from __future__ import annotations
 
-import argparse
+import os
+import time
 
-# slime features slime_like does not implement: recognised, so --dry-run plans the run and the launch refuses it
-# naming the feature (never silently ignored).
-UNSUPPORTED = {
-    "--use-routing-replay": "MoE routing replay", "--use-rollout-routing-replay": "MoE rollout routing replay",
-    "--megatron-to-hf-mode": "Megatron-Bridge weight conversion", "--use-slime-router": "slime's own router",
-    "--prefill-num-servers": "prefill/decode disaggregation", "--rollout-data-transport": "straw / NIXL transport",
-    "--release-train": "releasing trainer actors between steps", "--update-weight-mode": "delta weight sync",
-    "--custom-config-path": "free-form YAML attributes",
-    "--only-train-params-name-list": "partial-parameter training", "--freeze-params-name-list": "parameter freezing",
-    "--pg-loss-type": "REINFORCE score centering", "--use-score-centering": "REINFORCE score centering",
-    "--use-opsm": "off-policy sequence masking", "--allgather-cp": "all-gather context parallelism",
-    "--flush-cache-interval": "PipelineRL-style in-flight weight updates",
-}
-
-
-class _Unsupported(argparse.Action):
-    """Keeps the value: a recipe that passes one of these still parses (and --dry-run prints its plan); the run is
-    refused at launch with the feature's name (config/support.py, launch_refusals)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, values if values else True)
-
-
-def add_unsupported_group(parser):
-    g = parser.add_argument_group("unsupported slime flags")
-    for flag in UNSUPPORTED:
-        g.add_argument(flag, action=_Unsupported, nargs="*", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    return parser
-
-
-def add_sglang_group(parser):
-    g = parser.add_argument_group(
-        "SGLang", "Rollout engine settings. Any other --sglang-NAME [VALUE] is passed to the engine as --NAME VALUE.")
-    a = g.add_argument
-    a("--sglang-server-concurrency", type=int, default=512, help="Concurrent requests the rollout client sends per engine.")
-    a("--sglang-router-ip", default=None, help="Use an existing sglang-router at this IP instead of starting one.")
-    a("--sglang-router-port", type=int, default=None, help="Port of the existing sglang-router.")
-    a("--sglang-router-request-timeout-secs", type=int, default=14400, help="Router request timeout (seconds).")
-    a("--sglang-config", default=None,
-      help="(slime_like) YAML/JSON mapping of SGLang ServerArgs fields to values; --sglang-* flags on the CLI win.")
-    return parser
-
-
-def add_vllm_group(parser):
-    g = parser.add_argument_group(
-        "vLLM", "--rollout-engine vllm settings. Any vLLM server argument --NAME [VALUE] is passed as "
-                "--vllm-NAME [VALUE] (checked against vLLM's own parser when its environment is built).")
-    g.add_argument("--vllm-config", default=None,
-                   help="(slime_like) YAML/JSON mapping of vLLM server arguments to values; --vllm-* flags on the "
-                        "CLI win.")
-    return parser
+from slime_like.config.errors import ConfigError
 
 
 def add_logging_group(parser):
@@ -113,3 +61,43 @@ def add_debug_group(parser):
     a("--record-memory-history", action="store_true", help="Record CUDA memory history.")
     a("--memory-snapshot-dir", default=".", help="Where memory snapshots go.")
     return parser
+
+
+def add_ci_flags(g):
+    """(slime extras group) CI checks."""
+    a = g.add_argument
+    a("--ci-test", action="store_true", help="Assert slime's CI invariants during the run.")
+    a("--ci-disable-kl-checker", action="store_true", help="Skip the CI KL check.")
+    a("--ci-save-grad-norm", default=None, help="Save grad norms for a later CI comparison.")
+    a("--ci-load-grad-norm", default=None, help="Compare grad norms with a saved CI run.")
+    a("--ci-train-rollout-logprob-abs-diff-threshold", type=float, default=0.1,
+      help="Bound on |train - rollout log-prob| under --ci-test.")
+
+
+def add_profiling_flags(g):
+    """(slime extras group) memory recording and profiling."""
+    a = g.add_argument
+    a("--memory-recorder", default="torch", choices=["torch", "memray"], help="Memory recorder.")
+    a("--memory-snapshot-num-steps", type=int, default=None, help="Steps recorded per memory snapshot.")
+    a("--profile-target", nargs="+", default=["train_overall"],
+      choices=["train_overall", "train_actor", "train_log_probs"], help="What the profiler records.")
+
+
+def check_debug(args):
+    if args.load_debug_rollout_data is not None:
+        args.debug_train_only = True
+    if args.debug_rollout_only and args.debug_train_only:
+        raise ConfigError("--debug-rollout-only and --debug-train-only (or --load-debug-rollout-data) exclude each other")
+    if args.dump_details is not None:
+        # slime's layout; JSON files (debug dumps are never pickles here), hence the .json names
+        args.save_debug_rollout_data = f"{args.dump_details}/rollout_data/{{rollout_id}}.json"
+        args.save_debug_train_data = f"{args.dump_details}/train_data/{{rollout_id}}.json"
+
+
+def derive_run_dirs(args):
+    if args.run_dir is None:
+        args.run_dir = os.path.join("runs", time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
+    if args.use_wandb and args.wandb_dir is None:
+        args.wandb_dir = os.path.join(args.run_dir, "wandb")
+    if args.use_tensorboard and args.tensorboard_dir is None:
+        args.tensorboard_dir = os.path.join(args.run_dir, "tensorboard")

@@ -1,0 +1,50 @@
+"""Checkpoints: what the run loads (--hf-checkpoint, --ref-load, --load) and where it saves; their checks.
+
+The deeper file checks (a Megatron tracker file, the HF directory's tokenizer and weights) run in the preflight
+(preflight_files.py); the backend-specific ones (torch_dist vs the FSDP trainer's DCP) in trainer_fsdp.py.
+"""
+from __future__ import annotations
+
+import os
+
+from slime_like.config.errors import ConfigError, path_problem
+
+
+def add_checkpoint_group(parser):
+    g = parser.add_argument_group("checkpoint", "Checkpoint loading and saving")
+    a = g.add_argument
+    a("--hf-checkpoint", default=None,
+      help="HF checkpoint dir: tokenizer, config.json (checked against the model flags) and engine weights.")
+    a("--ref-load", default=None, help="Reference model checkpoint; also the initial weights when --load is empty.")
+    a("--ref-ckpt-step", type=int, default=None, help="Checkpoint step of --ref-load.")
+    a("--load", default=None, help="Actor checkpoint to resume from; falls back to --ref-load.")
+    a("--save", default=None, help="Directory for actor checkpoints.")
+    a("--save-interval", type=int, default=None, help="Save every N rollouts (needs --save).")
+    a("--no-save-optim", action="store_true", default=False, help="Do not save optimizer state.")
+    a("--no-save-rng", action="store_true", default=None, help="Do not save RNG state.")
+    a("--no-load-optim", action="store_true", default=None, help="Do not load optimizer state.")
+    a("--no-load-rng", action="store_true", default=None, help="Do not load RNG state.")
+    a("--finetune", action="store_true", help="Load weights only; reset iteration, optimizer and RNG.")
+    a("--ckpt-format", default="torch_dist", choices=["torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor"],
+      help="Megatron checkpoint format.")
+    a("--ckpt-step", type=int, default=None, help="Load this checkpoint step instead of the latest.")
+    a("--async-save", action="store_true", help="Save checkpoints asynchronously.")
+    a("--auto-detect-ckpt-format", action="store_true", help="Detect the checkpoint format when loading.")
+    a("--save-hf", default=None, help="Also save HF-format weights to this path ('{rollout_id}' is substituted).")
+    a("--critic-load", default=None, help="Critic checkpoint to load (slime); default = --load / --ref-load.")
+    a("--critic-save", default=None, help="Directory for critic checkpoints (slime); default = <--save>_critic.")
+    return parser
+
+
+def check_checkpoints(args):
+    if args.save_interval is not None:
+        if not args.save:
+            raise ConfigError(f"--save-interval {args.save_interval} needs --save DIR (where checkpoints go)")
+        if args.save_interval < 1:
+            raise ConfigError(f"--save-interval {args.save_interval}: must be >= 1")
+    if args.hf_checkpoint and not args.debug_train_only and not os.path.isdir(args.hf_checkpoint):
+        what = "is a file, not a directory" if os.path.isfile(args.hf_checkpoint) else "no such directory"
+        path_problem(args, f"--hf-checkpoint {args.hf_checkpoint}: {what} (it provides the tokenizer, "
+                            "config.json and the engines' initial weights)")
+    if not args.hf_checkpoint:
+        raise ConfigError("--hf-checkpoint DIR is required (tokenizer, config.json, engine weights)")

@@ -1,0 +1,153 @@
+"""Rollout engines: their connection and weight-push flags, the SGLang / vLLM groups, weight sync through the file
+system, and the checks of settings no engine will see. Which engine runs (--rollout-engine, auto) is a cluster
+flag (cluster.py); every other SGLang / vLLM server setting passes through (sglang_passthrough.py,
+vllm_passthrough.py).
+"""
+from __future__ import annotations
+
+from slime_like.config.errors import ConfigError, warn
+
+# SGLang ServerArgs fields the embedded CPU engine understands (backends/engine_api/launcher.py
+# build_cpu_engine_command; tests/config/test_flag_audit.py checks the two agree). Other --sglang-* values
+# are GPU server settings with no meaning there.
+CPU_ENGINE_SGLANG_KEYS = ("dtype", "max_running_requests", "context_length")
+# --sglang-* names the rollout client reads itself (launcher.CLIENT_SIDE): never sent to a server.
+SGLANG_CLIENT_SIDE = ("server_concurrency", "router_ip", "router_port", "router_request_timeout_secs", "config",
+                      "cli_options",
+                      "server_args", "passthrough_mode", "router_policy")
+
+
+def add_engine_flags(g):
+    """The rollout group's weight-push and engine-connection flags."""
+    a = g.add_argument
+    a("--update-weights-interval", type=int, default=1, help="Push trainer weights to the engines every N rollouts.")
+    a("--update-weight-buffer-size", type=int, default=512 * 1024 ** 2,
+      help="Bucket size in bytes for chunked weight updates (slime default 512 MiB).")
+    a("--keep-old-actor", action="store_true", help="Keep a copy of the rollout-time weights on the trainer.")
+    a("--rollout-external-engine-addrs", nargs="+", default=None, help="host:port of engines started elsewhere.")
+    a("--engine-api-key", default=None,
+      help="The secret every engine route requires (Authorization: Bearer; SGLang's and vLLM's --api-key). Default: "
+           "a fresh one per run for the engines the run starts; give the one your --rollout-external-engine-addrs "
+           "engines were started with (or set SLIME_LIKE_ENGINE_API_KEY, which keeps it off the command line).")
+    a("--use-fault-tolerance", action="store_true",
+      help="Restart a rollout engine found dead or hung (its requests already moved to the live engines) at the next "
+           "weight update, and push the current weights to it before it serves again (docs/rollout.md).")
+    a("--rollout-health-check-interval", type=float, default=30.0,
+      help="Seconds between engine health checks during a rollout (0: none); a failed engine's requests move on.")
+    a("--rollout-health-check-timeout", type=float, default=30.0, help="Seconds before a silent engine is failed.")
+    a("--rollout-request-timeout", type=float, default=None,
+      help="(slime_like) Seconds one /generate request may take before its engine counts as hung; default "
+           "120 + 0.25 x --rollout-max-response-len (the expected decode time, generously).")
+    return g
+
+
+def add_sglang_group(parser):
+    g = parser.add_argument_group(
+        "SGLang", "Rollout engine settings. Any other --sglang-NAME [VALUE] is passed to the engine as --NAME VALUE.")
+    a = g.add_argument
+    a("--sglang-server-concurrency", type=int, default=512, help="Concurrent requests the rollout client sends per engine.")
+    a("--sglang-router-ip", default=None, help="Use an existing sglang-router at this IP instead of starting one.")
+    a("--sglang-router-port", type=int, default=None, help="Port of the existing sglang-router.")
+    a("--sglang-router-request-timeout-secs", type=int, default=14400, help="Router request timeout (seconds).")
+    a("--sglang-config", default=None,
+      help="(slime_like) YAML/JSON mapping of SGLang ServerArgs fields to values; --sglang-* flags on the CLI win.")
+    return parser
+
+
+def add_vllm_group(parser):
+    g = parser.add_argument_group(
+        "vLLM", "--rollout-engine vllm settings. Any vLLM server argument --NAME [VALUE] is passed as "
+                "--vllm-NAME [VALUE] (checked against vLLM's own parser when its environment is built).")
+    g.add_argument("--vllm-config", default=None,
+                   help="(slime_like) YAML/JSON mapping of vLLM server arguments to values; --vllm-* flags on the "
+                        "CLI win.")
+    return parser
+
+
+def add_weight_sync_flags(g):
+    """(slime extras group) weight sync through the file system and its delta variant."""
+    a = g.add_argument
+    a("--update-weight-transport", default="nccl", choices=["nccl", "disk"],
+      help="How weights reach the engines: nccl = tensors (shared memory when colocated, else a process group; gloo "
+           "on CPU), disk = a full HF checkpoint per sync under --update-weight-disk-dir, loaded by each engine.")
+    a("--update-weight-disk-dir", default=None, help="Directory of disk-based weight syncs (--update-weight-transport "
+                                                     "disk); the engines must see it at the same path.")
+    a("--update-weight-disk-keep-files", action="store_true", help="Keep the full checkpoints a disk sync wrote.")
+    a("--update-weight-local-checkpoint-dir", default=None, help="Engine-host copy kept in sync by /pull_weights.")
+    a("--update-weight-delta-encoding", default="xor", choices=["xor", "overwrite"], help="Delta encoding on disk.")
+    a("--update-weight-delta-checksum", default="xxh3-128", choices=["xxh3-128", "blake3", "adler32"],
+      help="Per-tensor checksum of disk deltas.")
+    a("--custom-update-weight-post-write-path", default=None,
+      help="'module.function' called after a disk sync wrote its files.")
+
+
+def check_weight_transport(args):
+    if args.update_weight_transport == "disk":
+        if not args.update_weight_disk_dir:
+            raise ConfigError("--update-weight-transport disk needs --update-weight-disk-dir: a directory the trainer "
+                              "writes each sync's HF checkpoint to and every engine reads from (same path)")
+        if args.pipeline_model_parallel_size > 1:
+            raise ConfigError(f"--update-weight-transport disk with --pipeline-model-parallel-size "
+                              f"{args.pipeline_model_parallel_size}: each pipeline stage sends its own layers, so an "
+                              "engine would reload a partial checkpoint; use PP 1 or --update-weight-transport nccl")
+    elif args.update_weight_disk_dir or args.update_weight_disk_keep_files:
+        warn(args, "--update-weight-disk-dir / --update-weight-disk-keep-files without --update-weight-transport disk: "
+                   "nothing is written there (weights go to the engines as tensors)")
+
+
+def check_weight_update_check(args):
+    """--check-weight-update-equal needs engines this run starts, with a /weights_checker route."""
+    if args.check_weight_update_equal and args.rollout_engine == "vllm":
+        args.launch_refusals.append("--check-weight-update-equal with --rollout-engine vllm: the vLLM adapter has no "
+                                    "/weights_checker route (SGLang and the CPU engine have it)")
+    if args.check_weight_update_equal and args.rollout_external_engine_addrs:
+        args.launch_refusals.append("--check-weight-update-equal with --rollout-external-engine-addrs: the check "
+                                    "overwrites the engines' weights with noise before the first push; run it on "
+                                    "engines the run starts itself")
+
+
+def check_router_flags(args) -> None:
+    """--sglang-router-ip/port name a running router (both or neither); --router-* values reach a router only
+    when the driver starts one: two or more SGLang engines of this run and no --sglang-router-ip."""
+    if bool(args.sglang_router_ip) != bool(args.sglang_router_port):
+        raise ConfigError(f"--sglang-router-ip {args.sglang_router_ip} / --sglang-router-port "
+                          f"{args.sglang_router_port}: give both (an existing sglang-router) or neither")
+    if not args.router_args:
+        return
+    shown = ", ".join(f"--router-{k.replace('_', '-')} {v}" for k, v in sorted(args.router_args.items()))
+    engines = (args.rollout_num_gpus or 0) // max(1, args.rollout_num_gpus_per_engine)
+    if args.sglang_router_ip:
+        warn(args, f"{shown}: no effect, --sglang-router-ip names a router started elsewhere with its own settings")
+    elif args.rollout_external_engine_addrs or args.debug_train_only or args.rollout_engine != "sglang" \
+            or engines < 2:
+        warn(args, f"{shown}: no effect, no sglang-router is started (the driver starts one in front of two or "
+                   f"more SGLang engines of the run; this run has {engines} engine(s) of kind "
+                   f"{args.rollout_engine}{', external' if args.rollout_external_engine_addrs else ''})")
+
+
+def check_engine_passthrough(args) -> None:
+    """Warn about --sglang-* / --vllm-* values no engine will see (after validation resolved --rollout-engine)."""
+    vllm_values = args.vllm_server_args
+    if vllm_values and (args.rollout_engine != "vllm" or args.rollout_external_engine_addrs) \
+            and not args.debug_train_only:
+        shown_v = ", ".join(f"--vllm-{k.replace('_', '-')}" for k in vllm_values)
+        warn(args, f"{shown_v}: no effect, the rollout engine is {args.rollout_engine}"
+                   f"{' (external)' if args.rollout_external_engine_addrs else ''}, not a vllm engine started here")
+    values = {k: v for k, v in args.sglang_server_args.items()
+              if k not in SGLANG_CLIENT_SIDE and v is not None}
+    if not values or args.debug_train_only:
+        return
+    shown = lambda k: f"--sglang-{k.replace('_', '-')} {values[k]}"  # noqa: E731
+    if args.rollout_external_engine_addrs:
+        warn(args, f"{', '.join(map(shown, values))}: no effect, the engines of --rollout-external-engine-addrs were "
+                   "started elsewhere with their own settings")
+    elif args.rollout_engine == "cpu":
+        ignored = [k for k in values if k not in CPU_ENGINE_SGLANG_KEYS]
+        if ignored:
+            understood = ", ".join(f"--sglang-{k.replace('_', '-')}" for k in CPU_ENGINE_SGLANG_KEYS)
+            warn(args, f"{', '.join(map(shown, ignored))}: no effect on the cpu rollout engine (SGLang server "
+                       f"settings; it understands only {understood})")
+
+
+def derive_external(args):
+    args.rollout_external = args.rollout_external_engine_addrs is not None

@@ -1,0 +1,64 @@
+"""Rewards: the reward function (built-in --rm-type, a custom one, a remote service), its retries and post-processing;
+their checks."""
+from __future__ import annotations
+
+from slime_like.config.errors import ConfigError
+
+
+def add_reward_group(parser):
+    g = parser.add_argument_group("reward", "Reward functions")
+    a = g.add_argument
+    a("--rm-type", default=None,
+      help="Built-in reward: math, deepscaler, dapo, f1, gpqa, boxed_<type>, remote_rm.")
+    a("--custom-rm-path", default=None, help="'module.function' reward (args, sample) -> float; overrides --rm-type.")
+    a("--rm-url", default=None, help="Reward service URL for --rm-type remote_rm.")
+    a("--reward-scale", type=float, default=None,
+      help="(slime_like) RLinf reward_scale S: a reward r in [0, 1] becomes S * (2r - 1), so correct = +S and "
+           "wrong = -S for a 0/1 reward.")
+    a("--reward-key", default=None, help="Key selecting the reward from dict-valued rewards.")
+    a("--eval-reward-key", default=None, help="--reward-key for eval; default = --reward-key.")
+    a("--group-rm", action="store_true", help="The reward function scores a whole group at once.")
+    a("--on-nonfinite-reward", default="error", choices=["error", "skip", "zero"],
+      help="(slime_like) A NaN/inf reward: 'error' stops the run naming the reward function, prompt index and "
+           "value; 'skip' drops that prompt's group (another prompt takes its place, counted as "
+           "rollout/nonfinite_reward_groups); 'zero' trains on it with reward 0 (counted likewise).")
+    a("--custom-reward-post-process-path", default=None, help="'module.function' post-processing rewards.")
+    a("--custom-convert-samples-to-train-data-path", default=None,
+      help="'module.function' turning samples into the training batch.")
+    a("--rm-timeout", type=float, default=60.0,
+      help="(slime_like) Seconds per HTTP attempt of --rm-type remote_rm before it counts as failed.")
+    a("--rm-max-retries", type=int, default=10,
+      help="(slime_like) HTTP attempts per sample for --rm-type remote_rm, the first included (1 = no retry).")
+    a("--rm-retry-budget", type=int, default=None,
+      help="(slime_like) Retries of remote_rm per rollout, all samples together; default 2 x the rollout's samples.")
+    a("--rm-circuit-breaker", type=int, default=20,
+      help="(slime_like) remote_rm failures in a row (no success between them) that stop the rollout: the server "
+           "is down.")
+    a("--rm-retry-backoff", type=float, default=0.5,
+      help="(slime_like) First retry delay of remote_rm in seconds; doubles per attempt, capped at 30 s.")
+    return parser
+
+
+def check_rewards_and_tools(args):
+    """Reward-model timeouts and retries, the tool-call settings, reward types that cannot run here."""
+    for flag, low in (("rm_timeout", 0), ("rm_retry_backoff", 0)):
+        if getattr(args, flag) <= low:
+            raise ConfigError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be > 0 (seconds)")
+    if args.rm_max_retries < 1:
+        raise ConfigError(f"--rm-max-retries {args.rm_max_retries}: must be >= 1 (attempts per sample, the first "
+                          "included)")
+    if args.max_tool_turns < 0:
+        raise ConfigError(f"--max-tool-turns {args.max_tool_turns}: must be >= 0")
+    if not args.tool_call_end:
+        raise ConfigError("--tool-call-end must be a non-empty stop string, e.g. '</tool>'")
+    if (args.rm_type or "").removeprefix("boxed_") == "ifbench":  # before any engine starts
+        raise ConfigError("--rm-type ifbench is not available in slime_like: slime clones github.com/allenai/IFBench "
+                          "at run time for its instruction checkers (not on PyPI, not shipped here). Clone it "
+                          "yourself and pass --custom-rm-path to a function calling its instructions_registry")
+    if args.rm_type == "remote_rm" and not args.rm_url:
+        raise ConfigError("--rm-type remote_rm needs --rm-url http://HOST:PORT/...")
+
+
+def check_reward_scale(args):
+    if args.reward_scale is not None and not args.reward_scale > 0:
+        raise ConfigError(f"--reward-scale {args.reward_scale}: must be > 0")
