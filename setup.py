@@ -54,6 +54,8 @@ setup(
     description=__doc__,
     python_requires=">=3.11",
     packages=find_packages(include=["slime_like", "slime_like.*"]),
+    # slime's import names (utils/slime_names.py): a plain directory put on sys.path, not a slime_like subpackage
+    package_data={"slime_like": ["slime_compat/slime/*.py", "slime_compat/slime/**/*.py"]},
     # The light core: what `train.py --dry-run` needs (pyyaml; omegaconf for --config RLinf / ROLL files).
     install_requires=pinned("pyyaml", "omegaconf"),
     extras_require=EXTRAS,

@@ -20,6 +20,7 @@ from slime_like.config.preflight import run_preflight
 from slime_like.config.provenance import cli_dests
 from slime_like.config.role_overrides import ROLES, apply_role, load_role_overrides
 from slime_like.config.validate import validate_args
+from slime_like.utils.slime_names import install as install_slime_names
 from slime_like.plan import build_plan
 
 __all__ = ["ConfigError", "ROLES", "make_args", "parse_args", "parse_run", "role_args"]
@@ -48,6 +49,7 @@ def parse_run(argv=None, *, exit_on_error: bool = True, prog: str | None = None,
         apply_translation(args, parser, translation)
         validate_args(args, raise_path_problems=not preflight)
         if preflight:
+            install_slime_names()   # the preflight imports the run's functions; slime's names as the actors see them
             args.preflight_notes = run_preflight(args)
         plan = build_plan(args)  # the layout must be placeable; raises ConfigError otherwise
     except ConfigError as e:

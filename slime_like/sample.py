@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 
 class Status(str, enum.Enum):
@@ -40,7 +40,65 @@ class Sample:
     # version k and trained at step t is t - k policy versions behind (the fully async staleness bound).
     weight_versions: list[str] = field(default_factory=list)
     teacher_log_probs: list[float] | None = None  # --use-opd --opd-type sglang: the teacher's, len == response_length
+    # slime's fields that its custom generate functions set and read (slime/utils/types.py). Carried, not used
+    # by slime_like's own rollout: rollout_id groups the samples of one agent execution, session_id is the
+    # router's consistent-hashing key, apply_chat_template_kwargs the data source's template options.
+    rollout_id: int | None = None
+    session_id: str | None = None
+    apply_chat_template_kwargs: dict = field(default_factory=dict)
+    train_metadata: dict | None = None
+    non_generation_time: float = 0.0     # seconds a custom generate function spent outside the engine
+    multimodal_inputs: dict | None = None        # slime's VLM fields: kept so its code runs; images are not
+    multimodal_train_inputs: dict | None = None  # sent to the engines or trained on here (text models only)
+
+    # slime spells the status enum Sample.Status (a nested class there): the same enum here
+    Status: ClassVar[type[Status]] = Status
 
     @property
     def prompt_length(self) -> int:
         return len(self.tokens) - self.response_length
+
+    @property
+    def effective_response_length(self) -> int:
+        """Response tokens the loss sees (slime's name)."""
+        return sum(self.loss_mask) if self.loss_mask else self.response_length
+
+    def get_reward_value(self, args) -> float:
+        """The reward as slime reads it: the whole reward, or reward[--reward-key] for a dict."""
+        return self.reward[args.reward_key] if args.reward_key else self.reward
+
+    def append_response_tokens(self, args=None, *, tokens=None, log_probs=None, trainable: bool = True,
+                               meta_info: dict | None = None, text: str | None = None,
+                               update_terminal_info: bool = True) -> None:
+        """slime's helper for multi-turn generate functions: append response tokens with their loss mask (1 for
+        policy tokens, which need their rollout log-probs; 0 and log-prob 0.0 for tool / environment tokens),
+        and from an engine answer's meta_info its weight_version and finish_reason (the status)."""
+        tokens = [int(t) for t in (tokens if tokens is not None else [])]
+        log_probs = None if log_probs is None else [float(v) for v in log_probs]
+        if log_probs is not None and len(log_probs) != len(tokens):
+            raise ValueError(f"log_probs length {len(log_probs)} != tokens length {len(tokens)}")
+        if tokens and trainable and log_probs is None:
+            raise ValueError("trainable response tokens need the rollout's log-probs (log_probs=...)")
+        if tokens and not trainable:
+            if log_probs is not None:
+                raise ValueError("non-trainable (tool / environment) tokens take no rollout log-probs")
+            log_probs = [0.0] * len(tokens)
+        if text is not None:
+            self.response += text
+        before = self.response_length
+        mask, lps = list(self.loss_mask or []), list(self.rollout_log_probs or [])
+        self.loss_mask = mask + [1] * (before - len(mask))          # slime: a response without a mask is trained
+        if len(lps) < before and tokens and trainable:
+            raise ValueError("cannot append trainable log-probs to a response that has tokens but no "
+                             "rollout_log_probs")
+        self.rollout_log_probs = lps + [0.0] * (before - len(lps) if tokens else 0)
+        self.tokens += tokens
+        self.response_length += len(tokens)
+        self.loss_mask += [1 if trainable else 0] * len(tokens)
+        self.rollout_log_probs += log_probs or []
+        if meta_info and update_terminal_info and "finish_reason" in meta_info:
+            if "weight_version" in meta_info:
+                self.weight_versions.append(str(meta_info["weight_version"]))
+            kind = (meta_info["finish_reason"] or {}).get("type")
+            self.status = {"length": Status.TRUNCATED, "abort": Status.ABORTED,
+                           "stop": Status.COMPLETED}.get(kind, self.status)

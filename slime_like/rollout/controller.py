@@ -27,7 +27,7 @@ from .data_source import RolloutDataSource
 from .debug_data import load_rollout, save_rollout
 from .engines import EnginePool, request_timeout, set_current_state
 from .eval import eval_datasets, eval_metrics, ks_for, pass_at_k
-from .generate import RolloutOutput
+from .generate import RolloutOutput, as_rollout_output
 from .generate_group import GenerateState
 from .hooks import load_function
 from .log_extras import correct_sample_metrics, multi_turn_metrics
@@ -208,6 +208,7 @@ class RolloutController:
         total = int(self.args.rollout_batch_size) * int(self.args.n_samples_per_prompt)
         t0 = time.perf_counter()
         out, tokens = self._call(self.rollout_fn, rollout_id, False, total, f"rollout {rollout_id}")
+        out = as_rollout_output(out)
         elapsed = time.perf_counter() - t0
         groups = out.groups if isinstance(out, RolloutOutput) else out
         # Completion order depends on timing; prompt order makes runs reproducible.
@@ -239,7 +240,7 @@ class RolloutController:
         datasets = eval_datasets(self.args)
         if not datasets:
             return {}
-        out, _ = self._call(self.eval_fn, rollout_id, True, 0, f"eval {rollout_id}")
+        out = as_rollout_output(self._call(self.eval_fn, rollout_id, True, 0, f"eval {rollout_id}")[0])
         metrics = {}
         for name, groups in out.items():
             metrics.update(eval_metrics(self.args, name, groups))

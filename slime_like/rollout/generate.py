@@ -38,6 +38,32 @@ class RolloutOutput:
 
 
 @dataclass
+class RolloutFnTrainOutput:
+    """slime's return type of a rollout function (slime.rollout.base_types): the controller reads it as a
+    RolloutOutput (groups = samples)."""
+    samples: list
+    metrics: dict | None = None
+
+
+@dataclass
+class RolloutFnEvalOutput:
+    """slime's evaluation return type; slime_like's evaluation takes ``{dataset: groups}`` (refused here: slime's
+    ``data`` holds per-dataset reward lists, not samples)."""
+    data: dict
+    metrics: dict | None = None
+
+
+def as_rollout_output(out):
+    """A rollout function's answer as groups or a RolloutOutput (slime's RolloutFnTrainOutput converted)."""
+    if isinstance(out, RolloutFnTrainOutput):
+        return RolloutOutput(groups=list(out.samples), metrics=dict(out.metrics or {}))
+    if isinstance(out, RolloutFnEvalOutput):
+        raise TypeError("the rollout function returned slime's RolloutFnEvalOutput: slime_like's evaluation "
+                        "takes {dataset name: list of sample groups} (return that with evaluation=True)")
+    return out
+
+
+@dataclass
 class _Gathered:
     """What one rollout's generation loop gathered, beyond the RolloutOutput it fills."""
     result: RolloutOutput

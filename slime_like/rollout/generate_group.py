@@ -77,8 +77,21 @@ class Slots:
         await self.release(1)
 
 
-class GenerateState:
+class _RolloutSingleton(type):
+    """slime's GenerateState is a per-process singleton its custom generate functions reach with
+    ``GenerateState(args)``. Here the rollout builds its state first; called with args alone, the class answers
+    that state (``current_state()``), so slime's code and ours share one object."""
+
+    def __call__(cls, args, *rest, **kwargs):
+        if not rest and not kwargs:
+            return current_state()
+        return super().__call__(args, *rest, **kwargs)
+
+
+class GenerateState(metaclass=_RolloutSingleton):
     """Shared by every request of one rollout: engines, concurrency bound, abort flag, progress."""
+
+    processor = None        # slime's multimodal processor: text models only here
 
     def __init__(self, args, pool, tokenizer=None, progress=None):
         self.args, self.pool, self.tokenizer, self.progress = args, pool, tokenizer, progress
@@ -87,6 +100,11 @@ class GenerateState:
         self._rid = itertools.count()
         path = args.custom_generate_function_path
         self.generate_fn = load_function(path, "--custom-generate-function-path") if path else generate_sample
+
+    @property
+    def sampling_params(self) -> dict:
+        """slime's attribute: the rollout's sampling params from the flags (a fresh dict to modify)."""
+        return sampling_params_from_args(self.args)
 
     async def engine_generate(self, input_ids: list[int], sampling_params: dict) -> dict:
         return await self.pool.generate(input_ids, sampling_params, rid=f"rollout-{next(self._rid)}")

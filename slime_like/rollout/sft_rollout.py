@@ -46,7 +46,8 @@ def conversation_tokens(tokenizer, messages, tools=None, where: str = "conversat
             raise ValueError(f"{where}: message {i} is not a {{'role', 'content'}} object: {m!r:.80}")
         if m["role"] == "assistant":
             tokens = _extend(tokens, mask, _render(tokenizer, messages[:i], tools, True), 0, f"{where} message {i}")
-            tokens = _extend(tokens, mask, _render(tokenizer, messages[:i + 1], tools, False), 1,
+            trained = 1 if m.get("step_loss_mask", 1) == 1 else 0     # slime: step_loss_mask 0 leaves a turn out
+            tokens = _extend(tokens, mask, _render(tokenizer, messages[:i + 1], tools, False), trained,
                              f"{where} message {i}")
         else:
             tokens = _extend(tokens, mask, _render(tokenizer, messages[:i + 1], tools, False), 0,

@@ -10,12 +10,15 @@ import difflib
 import importlib
 import inspect
 
+from .slime_names import install as install_slime_names
+
 
 def load_function(path: str, flag: str = "function path"):
     """Import ``module.sub.func`` and return the callable; clear errors for every way it can be wrong.
     (utils/ imports nothing above it: callers map slime's built-in paths with config.slime_paths.resolve.)"""
     if not isinstance(path, str) or "." not in path:
         raise ValueError(f"{flag} {path!r}: expected 'module.function' (e.g. my_pkg.rewards.score)")
+    install_slime_names()      # user code may import slime.* (ours unless a real slime is installed)
     module_name, attr = path.rsplit(".", 1)
     try:
         module = importlib.import_module(module_name)

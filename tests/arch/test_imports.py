@@ -25,7 +25,10 @@ def _module_name(path: pathlib.Path) -> str:
 
 
 def _modules() -> dict:
-    return {_module_name(p): p for p in PKG.rglob("*.py")}
+    """slime_like's modules: files reachable as packages (slime_compat/ holds the separate package `slime`, user
+    code's view of slime_like, outside the layering)."""
+    return {_module_name(p): p for p in PKG.rglob("*.py")
+            if all((d / "__init__.py").exists() for d in p.parents if d != PKG.parent and PKG in (d, *d.parents))}
 
 
 def _resolve(name: str, modules: dict) -> str | None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 
+from .boxed import last_boxed_content_dapo
+
 _ANSWER = re.compile(r"(?i)Answer\s*:\s*([^\n]+)")
 
 # Minerva (Lewkowycz et al. 2022, appendix) answer normalisation tables.
@@ -58,4 +60,21 @@ def dapo_score_prediction(prediction: str, label) -> dict:
         raise ValueError(f"dapo reward: the label must be an integer (DAPO-Math-17k style), got {label!r}; "
                          f"use --rm-type math for other answers") from exc
     correct = pred == truth
+    return {"score": 1.0 if correct else -1.0, "acc": correct, "pred": pred}
+
+
+def dapo_compute_score(solution_str: str, ground_truth, strict_box_verify: bool = False,
+                       pause_tokens_index: list[int] | None = None) -> dict:
+    """verl / slime's ``math_dapo.compute_score`` signature. ``strict_box_verify``: the last ``\\boxed{}`` of the
+    response's last 100 characters (after the last pause token when given) must equal the label as written."""
+    if not strict_box_verify:
+        return dapo_reward(solution_str, ground_truth)
+    if pause_tokens_index is not None:
+        if len(pause_tokens_index) != 4:
+            raise ValueError(f"pause_tokens_index: expected 4 positions, got {pause_tokens_index!r}")
+        tail = (solution_str or "")[pause_tokens_index[-1] - 100:]
+    else:
+        tail = (solution_str or "")[-100:]
+    pred = last_boxed_content_dapo(tail)
+    correct = pred == ground_truth
     return {"score": 1.0 if correct else -1.0, "acc": correct, "pred": pred}

@@ -254,3 +254,19 @@ def grade_sympy(given: str, truth: str) -> bool:
 
 def grade(given: str, truth: str) -> bool:
     return grade_mathd(given, truth) or grade_sympy(given, truth)
+
+
+def grade_answer_verl(solution_str: str, ground_truth) -> bool:
+    """verl / slime's ``grade_answer_verl``: the response's last ``\\boxed{}`` against the label (itself unboxed
+    when it holds a box), by the mathd then the sympy comparison."""
+    from .boxed import last_boxed_content
+
+    if not ground_truth:
+        return False
+    truth = str(ground_truth)
+    if "\\boxed" in truth:
+        truth = last_boxed_content(truth)
+    given = last_boxed_content(solution_str or "")
+    if given is None or truth is None:
+        return False
+    return grade(given, truth)
