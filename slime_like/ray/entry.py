@@ -34,10 +34,16 @@ def launch(loop, argv=None, *, allow_colocate: bool = True, allow_fully_async: b
     from slime_like.config.errors import ConfigError
     from slime_like.config.support import refuse_at_launch
 
+    from slime_like.backends.megatron.kernels import launch_errors
+
     try:
         refuse_at_launch(args)  # what slime_like cannot run: after --dry-run's plan, before Ray or torch start
     except ConfigError as e:
         print(f"{prog or 'train'}: error: {e}", file=sys.stderr)
+        return 2
+    kernel_errors = launch_errors(args)  # kernel options this GPU machine cannot honour (torch-free probes)
+    if kernel_errors:
+        print(f"{prog or 'train'}: error: this run cannot start: " + "; ".join(kernel_errors), file=sys.stderr)
         return 2
     from slime_like.config.provenance import start_lines, write_config
 

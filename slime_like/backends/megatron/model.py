@@ -3,8 +3,10 @@ GLM-4.5-style MoE, DeepSeek-V3-style multi-latent attention).
 
 Args use Megatron-LM dest names (num_layers, hidden_size, ...). Flags left unset are filled from an HF
 config.json by `slime_like.config.hf_config.fill_args_from_hf` (the trainer and the conversion tools call it).
-The layer spec is TransformerEngine's when TE is importable and CUDA is present, mcore's local (pure torch)
-spec otherwise. role="critic" replaces the LM head by a scalar value head.
+The layer spec and every kernel fusion follow what this machine can run (backends/megatron/kernels.py): the
+TransformerEngine spec when CUDA is present and TE importable (unless --transformer-impl local / --attention-backend
+local), mcore's local (pure torch) spec otherwise; a fusion is on only when its kernel is importable, and one the
+user asked for that cannot run is an error naming the flag. role="critic" replaces the LM head by a scalar value head.
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ def params_dtype(args) -> torch.dtype:
 
 
 def transformer_config_from_args(args):
-    """TransformerConfig from Megatron-style args; on CPU every CUDA-only fusion is switched off."""
+    """TransformerConfig from Megatron-style args; a CUDA kernel fusion is on only where its kernel is available
+    (kernels.resolve; raises ValueError listing the explicit requests this machine cannot honour)."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     missing = [n for n in ("num_layers", "hidden_size", "num_attention_heads") if getattr(args, n) is None]
@@ -35,9 +38,9 @@ def transformer_config_from_args(args):
         raise ValueError(f"model flags missing: {', '.join('--' + m.replace('_', '-') for m in missing)}; "
                          "source a scripts/models/*.sh MODEL_ARGS or pass --hf-checkpoint to read them from config.json")
     cuda = torch.cuda.is_available()
+    kernels = kernel_choice(args)
     dtype = params_dtype(args)
     swiglu = args.swiglu
-    fuse = lambda name: cuda and bool(getattr(args, name))  # noqa: E731  (the CUDA kernel fusions: off on CPU)
     kw = dict(
         num_layers=args.num_layers, hidden_size=args.hidden_size,
         ffn_hidden_size=args.ffn_hidden_size,
@@ -58,14 +61,11 @@ def transformer_config_from_args(args):
         context_parallel_size=args.context_parallel_size,
         expert_model_parallel_size=args.expert_model_parallel_size,
         expert_tensor_parallel_size=args.expert_tensor_parallel_size,
-        sequence_parallel=args.sequence_parallel,
         use_cpu_initialization=not cuda,
         perform_initialization=True,
         # rollout batches vary in length: under PP the p2p shapes must be exchanged every micro-batch
         variable_seq_lengths=args.pipeline_model_parallel_size > 1,
-        masked_softmax_fusion=fuse("masked_softmax_fusion"), bias_activation_fusion=fuse("bias_swiglu_fusion"),
-        bias_dropout_fusion=fuse("bias_dropout_fusion"), apply_rope_fusion=fuse("apply_rope_fusion"),
-        gradient_accumulation_fusion=fuse("gradient_accumulation_fusion"), persist_layer_norm=cuda,
+        **{k: v for k, v in kernels.fields.items() if not k.startswith("moe_")},
         recompute_granularity=args.recompute_granularity, recompute_method=args.recompute_method,
         recompute_num_layers=args.recompute_num_layers,
         calculate_per_token_loss=args.calculate_per_token_loss,
@@ -73,10 +73,8 @@ def transformer_config_from_args(args):
         rotary_interleaved=bool(args.rotary_interleaved),  # GLM-4: RoPE on interleaved pairs
     )
     kw["moe_token_dispatcher_type"] = _token_dispatcher(args, kw["variable_seq_lengths"])
-    if not cuda and kw["sequence_parallel"]:
-        raise ValueError("--sequence-parallel needs TransformerEngine on CUDA; drop it for CPU runs")
     if args.num_experts:
-        kw.update(_moe_kwargs(args, cuda, fuse))
+        kw.update(_moe_kwargs(args, kernels.fields))
     if args.multi_latent_attention:
         return _mla_config(args, kw)
     return TransformerConfig(**kw)
@@ -94,8 +92,15 @@ def _token_dispatcher(args, variable_seq_lengths: bool) -> str:
     return dispatcher
 
 
-def _moe_kwargs(args, cuda: bool, fuse) -> dict:
-    """TransformerConfig's MoE fields (grouped GEMM and permute fusion are CUDA kernels: off on CPU)."""
+def kernel_choice(args):
+    """kernels.check for this process's device (CUDA visible or not): the layer spec and the fusion fields."""
+    from slime_like.backends.megatron import kernels
+
+    return kernels.check(args, torch.cuda.is_available())
+
+
+def _moe_kwargs(args, kernel_fields: dict) -> dict:
+    """TransformerConfig's MoE fields (grouped GEMM and permute fusion as kernels.resolve chose)."""
     return dict(num_moe_experts=args.num_experts, moe_router_topk=args.moe_router_topk,
                 moe_ffn_hidden_size=args.moe_ffn_hidden_size,
                 moe_shared_expert_intermediate_size=args.moe_shared_expert_intermediate_size,
@@ -104,9 +109,9 @@ def _moe_kwargs(args, cuda: bool, fuse) -> dict:
                 moe_aux_loss_coeff=args.moe_aux_loss_coeff,
                 moe_router_score_function=args.moe_router_score_function,
                 moe_router_pre_softmax=args.moe_router_pre_softmax,
-                moe_grouped_gemm=cuda and args.moe_grouped_gemm,
+                moe_grouped_gemm=kernel_fields["moe_grouped_gemm"],
                 moe_router_dtype=args.moe_router_dtype,
-                moe_permute_fusion=fuse("moe_permute_fusion"), **_router_kwargs(args))
+                moe_permute_fusion=kernel_fields["moe_permute_fusion"], **_router_kwargs(args))
 
 
 def _mla_config(args, kw):
@@ -150,18 +155,14 @@ def _router_kwargs(args) -> dict:
     return kw
 
 
-def _use_te() -> bool:
-    if not torch.cuda.is_available():
-        return False
-    try:
-        import transformer_engine  # noqa: F401
-    except ImportError:
-        return False
-    return True
+def uses_te_spec(args) -> bool:
+    """Whether build_model builds TransformerEngine's layer spec for these args on this machine."""
+    return kernel_choice(args).te_spec
 
 
 def layer_spec(config, args):
-    """TE spec on CUDA with TransformerEngine, local (pure torch) spec otherwise; MoE-aware per layer."""
+    """TE spec where kernels.resolve chose it (CUDA + TransformerEngine), local (pure torch) spec otherwise;
+    MoE-aware per layer."""
     from megatron.core.models.gpt.gpt_layer_specs import (get_gpt_decoder_block_spec,
                                                           get_gpt_layer_local_spec,
                                                           get_gpt_layer_with_transformer_engine_spec)
@@ -172,7 +173,7 @@ def layer_spec(config, args):
     if spec_flag and spec_flag not in BUILT_SPECS:  # the launch check says so first (config/support.py)
         raise ValueError(f"--spec {' '.join(spec_flag)}: custom layer specs are not built; of slime's plugins only "
                          + " and ".join(f"`--spec {' '.join(s)}`" for s in BUILT_SPECS) + " are")
-    te, mla = _use_te(), config.multi_latent_attention
+    te, mla = uses_te_spec(args), config.multi_latent_attention
     if config.num_moe_experts:  # a block spec: dense and MoE layers may alternate (moe_layer_freq)
         spec = get_gpt_decoder_block_spec(config, use_transformer_engine=te, normalization=config.normalization)
     elif te:

@@ -71,7 +71,7 @@ class MegatronTrainer(TrainerDistMixin, OldActorMixin, WeightSourcesMixin, RLTra
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
         self.hooks = H.TrainerHooks(args)  # slime's --custom-megatron-*/advantage/TIS/... paths, checked now
         self.hooks.call("custom_megatron_init_path", args)
-        self.use_te = M._use_te()
+        self.use_te = M.uses_te_spec(args)
 
         if role == "reference":  # a frozen copy on GPUs of its own (--placement reference:...): forward only
             self._init_reference_worker(args, M)
