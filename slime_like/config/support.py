@@ -149,9 +149,6 @@ NO_EFFECT_HERE = {
     "mtp_num_layers": _MTP_DROPPED,
     "use_flash_attn": "the trainer chooses attention kernels itself (TransformerEngine on CUDA, unfused on CPU)",
     # pending: megatron
-    "attention_backend": "the trainer chooses attention kernels itself (TransformerEngine on CUDA, unfused on "
-                         "CPU)",
-    "transformer_impl": "the trainer uses TransformerEngine layers when CUDA and TE are present, else local ones",
     "moe_enable_deepep": "DeepEP dispatch is not wired (tokens use the alltoall dispatcher)",
     "moe_shared_expert_overlap": "shared-expert overlap is not wired (same results, no overlap)",  # pending: megatron
     "use_precision_aware_optimizer": "the optimizer keeps fp32 master weights and states (TE's precision-aware "

@@ -3,7 +3,7 @@
 "Read" means the code train.py / train_async.py run, outside slime_like/config/ (the slime_like package,
 train.py, train_async.py; not tools/, whose converters skip validation), uses the dest in its syntax tree
 (comments and docstrings do not count) as `<...args>.<dest>`, `getattr/hasattr/_get(x, "<dest>")`,
-`fuse("<dest>")`, `_custom_log("<dest>")` or a `("<key>", "<dest>")` pair of a key table. A dest nobody reads
+`fuse("<dest>")`, `_custom_log("<dest>")`, `Option("<field>", "<dest>", ...)` or a `("<key>", "<dest>")` pair of a key table. A dest nobody reads
 must sit in support.UNSUPPORTED (start-up error), support.NO_EFFECT_HERE (start-up warning),
 support.INFORMATIONAL (consumed by the config layer), support.ALWAYS_ON (a switch whose behaviour is
 always on) or be a slime-only flag of support.SLIME_ONLY_FLAGS.
@@ -53,6 +53,8 @@ def _reads(tree) -> set:
                 found.add(_str(pos[1]))
             elif fn in ("fuse", "_custom_log") and pos and _str(pos[0]):
                 found.add(_str(pos[0]))
+            elif fn == "Option" and len(pos) >= 2 and _str(pos[1]):  # backends/megatron/kernels.py's table
+                found.add(_str(pos[1]))
         elif isinstance(node, ast.Tuple) and len(node.elts) == 2 and all(_str(e) for e in node.elts):
             found.add(_str(node.elts[1]))  # (sampling key, dest) tables
     return found

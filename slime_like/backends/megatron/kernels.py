@@ -230,7 +230,7 @@ def launch_errors(args) -> list:
     """What the Megatron trainers of this run would refuse at build, checked on the driver before Ray starts (when
     this machine shows a CUDA GPU; a CPU-only head node leaves it to the trainers). One entry per problem."""
     from slime_like.config.role_overrides import apply_role
-    from slime_like.config.validate_cluster import cuda_visible
+    from slime_like.config.cluster import cuda_visible
 
     if args.train_backend != "megatron" or not cuda_visible():
         return []
