@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from slime_like.config.parser import defaults_of, group_of, shared_parser
 from slime_like.config.role_overrides import apply_role
+from slime_like.config.trainer_megatron import precision_line
 
 # Bookkeeping attributes that are not flags (still shown when relevant, in their own section).
 _INTERNAL = {"config_warnings", "config_path_problems", "megatron_role_entries", "preflight_notes", "cli_dests",
@@ -83,7 +84,7 @@ def report(args, plan) -> str:
     t = args.config_translation
     if t is not None:
         lines += translation_lines(t)
-    lines += ["\n-- batch arithmetic --"] + batch_lines(args)
+    lines += ["\n-- batch arithmetic --"] + batch_lines(args) + [precision_line(args)]
     lines += ["\n-- placement plan --"] + plan_lines(plan, args)
     return "\n".join(lines)
 

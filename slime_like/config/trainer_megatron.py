@@ -115,9 +115,41 @@ def check_keep_old_actor(args):
                           "takes the engine's log-probs as the old policy instead: use one of them")
 
 
-def check_precision(args):
+def check_precision(args, gpu_visible: bool):
+    """--bf16 / --fp16, and slime's defaults on a GPU machine: slime's _set_default_megatron_args sets
+    `bf16 = not fp16` and the distributed optimizer, so its recipes (which never pass --bf16) train in bf16 with
+    ZeRO-sharded optimizer state. Here the same on a machine that shows an NVIDIA GPU, for both trainers (the FSDP
+    trainer's default policy follows --bf16; it shards its optimizer state anyway); a CPU run keeps fp32 unless
+    asked. RLinf / ROLL precision keys become --bf16 / --fp16 in their front-ends, so this applies to them too.
+    gpu_visible: cluster.cuda_visible() (passed in: cluster.py imports this module)."""
     if args.bf16 and args.fp16:
         raise ConfigError("--bf16 and --fp16 exclude each other; choose one")
+    if not gpu_visible:
+        return
+    if not args.fp16:
+        args.bf16 = True
+    if args.train_backend == "megatron":
+        args.use_distributed_optimizer = True
+
+
+def precision_line(args) -> str:
+    """The dry run's one line: the compute precision each trainer will use, and why."""
+    dtype = "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"
+    named = {"bf16", "fp16"} & set(args.cli_dests)
+    if named:
+        why = f"--{sorted(named)[0]} on the command line"
+    elif dtype == "bf16":
+        why = "a GPU is visible: slime's default (bf16 unless --fp16)"
+    else:
+        why = "no GPU visible: fp32 unless --bf16 / --fp16"
+    if args.train_backend == "fsdp" and dtype != "fp32":
+        detail = f"{dtype} compute over fp32 sharded parameters (FSDP2 mixed precision)"
+    elif args.train_backend == "fsdp":
+        detail = "fp32"
+    else:
+        detail = dtype + (" parameters, fp32 main weights in the optimizer" if dtype != "fp32" else "") + \
+            (", distributed optimizer" if args.use_distributed_optimizer else "")
+    return f"  precision             = {detail} ({why})"
 
 
 def check_parallel_sizes(args):

@@ -37,7 +37,7 @@ def validate_args(args, raise_path_problems: bool = True) -> None:
     checkpoint.check_checkpoints(args)
     trainer_fsdp.validate_fsdp(args)
     logging_debug.check_debug(args)
-    trainer_megatron.check_precision(args)
+    trainer_megatron.check_precision(args, cluster.cuda_visible())
     fill_model_from_hf(args)
     model.derive_model_defaults(args)
     cluster.validate_cluster(args)

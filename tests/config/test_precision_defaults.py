@@ -1,0 +1,74 @@
+"""slime's precision and optimizer defaults on a GPU machine (issue #25 item 3): slime's _set_default_megatron_args
+sets bf16 = not fp16 and the distributed optimizer, so its recipes (no --bf16) train in bf16. Here the same when an
+NVIDIA GPU is visible (a stand-in nvidia-smi on PATH), for both trainers and the RLinf / ROLL front-ends; a CPU
+machine keeps fp32 unless asked; the dry run says which precision and why."""
+import os
+
+import pytest
+
+from cfg_helpers import parse, write_hf_dir
+from slime_like.config.dry_run import report
+from slime_like.plan import build_plan
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROLL3 = os.path.join(HERE, "frontend_files", "roll_seed003.yaml")
+
+
+@pytest.fixture
+def gpu(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+
+
+@pytest.fixture
+def cpu(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # hides any GPU: cluster.cuda_visible() is False
+
+
+def _base(tmp_path, *extra):
+    return ["--hf-checkpoint", write_hf_dir(tmp_path / "hf"), "--rollout-batch-size", "2", "--num-rollout", "1",
+            "--colocate", "--actor-num-gpus-per-node", "1", *extra]
+
+
+def _precision(args):
+    return next(ln for ln in report(args, build_plan(args)).splitlines() if ln.strip().startswith("precision"))
+
+
+def test_gpu_recipe_without_precision_flags_trains_megatron_in_bf16_with_the_distributed_optimizer(gpu, tmp_path):
+    args = parse(_base(tmp_path))
+    assert args.bf16 and not args.fp16 and args.use_distributed_optimizer
+    line = _precision(args)
+    assert "bf16 parameters" in line and "distributed optimizer" in line and "slime's default" in line
+
+
+def test_gpu_fp16_stays_fp16(gpu, tmp_path):
+    args = parse(_base(tmp_path, "--fp16"))
+    assert args.fp16 and not args.bf16 and "--fp16 on the command line" in _precision(args)
+
+
+def test_gpu_fsdp_trains_bf16_compute_over_fp32_shards(gpu, tmp_path):
+    args = parse(_base(tmp_path, "--train-backend", "fsdp"))
+    assert args.bf16 and not args.use_distributed_optimizer  # FSDP shards its optimizer state itself
+    assert "bf16 compute over fp32 sharded parameters" in _precision(args)
+
+
+def test_cpu_keeps_fp32_unless_asked(cpu, tmp_path):
+    args = parse(_base(tmp_path))
+    assert not args.bf16 and not args.fp16 and not args.use_distributed_optimizer
+    assert "= fp32 (no GPU visible" in _precision(args)
+    asked = parse(_base(tmp_path, "--bf16"))
+    assert asked.bf16 and "--bf16 on the command line" in _precision(asked)
+
+
+@pytest.mark.parametrize("dtype,bf16,fp16", [("bf16", True, False), ("fp16", False, True)])
+def test_roll_dtype_keys_go_through_the_same_default(gpu, tmp_path, dtype, bf16, fp16):
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"prompt": "1+1=", "answer": "2"}\n')
+    argv = ["--config", ROLL3, f"pretrain={write_hf_dir(tmp_path / 'hf')}", f"actor_train.data_args.file_name={data}",
+            "max_steps=10", f"actor_train.model_args.dtype={dtype}", "--rollout-engine", "cpu"]
+    args = parse(argv)
+    assert (args.bf16, args.fp16, args.use_distributed_optimizer) == (bf16, fp16, True)
