@@ -8,7 +8,8 @@ A directory counts as complete once DCP's .metadata and fsdp_meta.json (written 
 are on disk) exist; the marker moves only after that, so a killed save is never picked up.
 DCP reshards on load: a checkpoint written at world size 2 loads at 1 (RNG streams are then not restored,
 as in the Megatron backend). With LoRA the model state holds only the trainable (adapter / value head)
-tensors; the frozen base comes from --hf-checkpoint. Nothing here is unpickled except by DCP itself.
+tensors; the frozen base comes from --hf-checkpoint. Nothing is read as code: DCP's .metadata through a restricted
+unpickler, stored objects weights-only (training/safe_dcp.py), the rest JSON.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from slime_like.backends.training.publish import TRACKER, iteration_dir, latest_iteration, publish
+from slime_like.backends.training import safe_dcp
 
 META = "fsdp_meta.json"
 log = logging.getLogger(__name__)
@@ -110,7 +112,6 @@ def save(trainer, save_dir: str, iteration: int, with_optim: bool = True) -> str
 
 def load(trainer, load_dir: str, load_optim: bool = True) -> int | None:
     """Restore model (+ optimizer, LR schedule, RNG when load_optim) from the published iteration of LOAD."""
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_state_dict
 
     iteration = latest_iteration(load_dir, _is_complete)
@@ -125,7 +126,7 @@ def load(trainer, load_dir: str, load_optim: bool = True) -> int | None:
     if load_optim and not meta["has_optimizer"]:
         raise ValueError(f"{path} was saved without optimizer state (--no-save-optim); resume with --no-load-optim")
     state = _state(trainer, load_optim)
-    dcp.load(state, checkpoint_id=path)
+    safe_dcp.load(state, path)
     options = StateDictOptions(strict=not trainer.lora)  # LoRA checkpoints hold only the trainable tensors
     if load_optim:
         set_state_dict(trainer.model, trainer.optimizer, model_state_dict=state["model"],

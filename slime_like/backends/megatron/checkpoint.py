@@ -10,6 +10,7 @@ directory, load falls back to the newest complete, once-published one below it (
 PUBLISHED file when published; Megatron-LM ignores it).
 State: model chunks, optimizer (optional), LR scheduler (optional), RNG (python, numpy, torch, CUDA,
 mcore tracker; per rank, restored only when the topology is unchanged), iteration, extra_state.
+Loading reads no file of the directory as code (safe_load.py: restricted DCP metadata, weights-only objects).
 """
 from __future__ import annotations
 
@@ -167,8 +168,8 @@ def load_checkpoint(load_dir: str, model_chunks, optimizer=None, scheduler=None,
     returns None, as does a directory without a published checkpoint.
     """
     from megatron.core import dist_checkpointing
-    from megatron.core.dist_checkpointing.serialization import get_default_load_sharded_strategy
 
+    from slime_like.backends.megatron import safe_load
     from slime_like.backends.megatron.hf_weights import unwrap
 
     if is_hf_dir(load_dir):
@@ -185,7 +186,7 @@ def load_checkpoint(load_dir: str, model_chunks, optimizer=None, scheduler=None,
     elif not _is_complete(iteration_dir(load_dir, iteration)):
         raise FileNotFoundError(f"--ckpt-step {iteration}: {iteration_dir(load_dir, iteration)} is missing or incomplete")
     path = iteration_dir(load_dir, iteration)
-    common = dist_checkpointing.load_common_state_dict(path)
+    common = safe_load.SafeCommonLoadStrategy().load_common(path)
     if not load_optim:
         optimizer = scheduler = None
     if optimizer is not None and not common.get("has_optimizer", False):
@@ -193,7 +194,7 @@ def load_checkpoint(load_dir: str, model_chunks, optimizer=None, scheduler=None,
     same_topology = tuple(common.get("topology", ())) == _topology()
     state = _sharded_state(model_chunks, optimizer, scheduler, is_loading=True,
                            with_rng=load_optim and same_topology)
-    loaded = dist_checkpointing.load(state, path, sharded_strategy=get_default_load_sharded_strategy(path))
+    loaded = dist_checkpointing.load(state, path, **safe_load.strategies())
     chunks = [unwrap(c) for c in model_chunks]
     for i, chunk in enumerate(chunks):
         chunk.load_state_dict(loaded["model" if len(chunks) == 1 else f"model{i}"], strict=True)
