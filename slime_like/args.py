@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
+from slime_like.config.custom_config import apply_custom_config
 from slime_like.config.errors import ConfigError
 from slime_like.config.frontends import expand as expand_config
 from slime_like.config.frontends.apply import apply_translation
@@ -46,6 +47,7 @@ def parse_run(argv=None, *, exit_on_error: bool = True, prog: str | None = None,
         args, parser = parse_namespace(argv, prog=prog)
         args.cli_dests = cli_dests(parser, argv)  # provenance: what the user named (config.yaml, start lines)
         load_role_overrides(args, parser)
+        apply_custom_config(args, parser)   # slime's YAML of extra attributes, before validation sees the flags
         apply_translation(args, parser, translation)
         validate_args(args, raise_path_problems=not preflight)
         if preflight:

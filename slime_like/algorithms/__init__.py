@@ -17,8 +17,8 @@ from .estimators import (
     reinforce_plus_plus_estimator,
 )
 from .kl import KL_ESTIMATORS, get_kl_estimator, kl_k1, kl_k2, kl_k3, kl_low_var, kl_penalty
-from .losses import (AGGREGATION_MODES, aggregate_loss, importance_ratio_exceeds, policy_loss, sft_loss,
-                     step_token_weights, tis_weights, value_loss)
+from .losses import (AGGREGATION_MODES, aggregate_loss, cispo_loss, importance_ratio_exceeds, opsm_mask, policy_loss,
+                     sft_loss, step_token_weights, tis_weights, value_loss)
 from .masked import masked_mean, masked_moments, masked_sum, masked_whiten, whiten_from_moments
 from .registry import (
     EstimatorSpec,
@@ -40,7 +40,8 @@ __all__ = [
     # KL
     "kl_penalty", "kl_k1", "kl_k2", "kl_k3", "kl_low_var", "KL_ESTIMATORS", "get_kl_estimator",
     # losses
-    "policy_loss", "tis_weights", "value_loss", "sft_loss", "aggregate_loss", "AGGREGATION_MODES",
+    "policy_loss", "cispo_loss", "opsm_mask", "tis_weights", "value_loss", "sft_loss", "aggregate_loss",
+    "AGGREGATION_MODES",
     "step_token_weights", "importance_ratio_exceeds",
     # registries
     "EstimatorSpec", "register_estimator", "get_estimator", "estimator_names", "UnknownChoiceError",

@@ -96,11 +96,12 @@ def _token_rewards(valid, r, kl_term, zero):
 
 
 # ------------------------------------------------------------------ token steps (trainer side)
+@register_estimator("cispo", group_step=group_normalized_rewards, normalizes_group_std=True, policy_loss_kind="cispo")
 @register_estimator("gspo", group_step=group_normalized_rewards, normalizes_group_std=True, policy_loss_kind="gspo")
 @register_estimator("grpo", group_step=group_normalized_rewards, normalizes_group_std=True)
 def outcome_broadcast_estimator(*, rewards, mask, values=None, kl=None, kl_coef=0.0, gamma=1.0, lam=1.0,
                                 whiten=True):
-    """grpo / gspo: the sample's (group-normalised) reward on each of its valid tokens; returns = advantages.
+    """grpo / gspo / cispo: the sample's (group-normalised) reward on each of its valid tokens; returns = advantages.
 
     The reward-side KL is not used (GRPO regularises with --use-kl-loss instead), as in slime.
     """

@@ -10,8 +10,8 @@ import torch
 
 from .masked import masked_mean, masked_sum
 
-__all__ = ["policy_loss", "tis_weights", "value_loss", "aggregate_loss", "sft_loss", "AGGREGATION_MODES",
-           "step_token_weights", "importance_ratio_exceeds"]
+__all__ = ["policy_loss", "cispo_loss", "opsm_mask", "tis_weights", "value_loss", "aggregate_loss", "sft_loss",
+           "AGGREGATION_MODES", "step_token_weights", "importance_ratio_exceeds"]
 
 AGGREGATION_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "sum")
 
@@ -59,6 +59,8 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     active), `clipfrac_dual` (share where the dual clip bound is active), `approx_kl`
     (mean of old_logp - logp), `ratio_max`, `ratio_mean`.
     """
+    if kind == "cispo":
+        return cispo_loss(logp, old_logp, advantages, mask, eps_clip, eps_clip_high)
     valid = _check_same_shape("policy_loss", mask, logp=logp, old_logp=old_logp, advantages=advantages)
     if eps_clip_high is None:
         eps_clip_high = eps_clip
@@ -72,8 +74,8 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     elif kind == "gspo":
         log_ratio = _gspo_log_ratio(logp, old_logp, valid)
     else:
-        raise ValueError(f"policy_loss: unknown kind {kind!r}; valid choices: 'ppo', 'gspo' "
-                         f"(GSPO is selected by --advantage-estimator gspo)")
+        raise ValueError(f"policy_loss: unknown kind {kind!r}; valid choices: 'ppo', 'gspo', 'cispo' "
+                         f"(GSPO / CISPO are selected by --advantage-estimator gspo / cispo)")
 
     # Padded slots may hold anything: zero their log-ratio so exp() cannot overflow into NaN grads.
     log_ratio = _zero_masked(log_ratio, valid)
@@ -88,17 +90,61 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
         dual = (advantages < 0) & (loss > loss_dual)
         loss = torch.where(advantages < 0, torch.minimum(loss, loss_dual), loss)
     loss = _zero_masked(loss, valid)
+    return loss, _ratio_metrics(ratio, logp, old_logp, valid, clipped, dual)
 
+
+def _ratio_metrics(ratio: torch.Tensor, logp: torch.Tensor, old_logp: torch.Tensor, valid: torch.Tensor,
+                   clipped: torch.Tensor, dual: torch.Tensor) -> dict[str, torch.Tensor]:
     with torch.no_grad():
         any_valid = bool(valid.any())
-        metrics = {
+        return {
             "clipfrac": masked_mean(clipped.to(ratio.dtype), valid),
             "clipfrac_dual": masked_mean(dual.to(ratio.dtype), valid),
             "approx_kl": masked_mean((old_logp - logp).detach(), valid),
             "ratio_max": ratio.detach()[valid].max() if any_valid else ratio.new_zeros(()),
             "ratio_mean": masked_mean(ratio.detach(), valid),
         }
-    return loss, metrics
+
+
+def cispo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+               eps_clip: float, eps_clip_high: float | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """CISPO (MiniMax-M1, arXiv 2506.13585 eq. 4-5; slime's compute_cispo_loss, verl's compute_policy_loss_cispo):
+
+        ratio = exp(logp - old_logp)
+        L     = -sg(clamp(ratio, 1 - eps_clip, 1 + eps_clip_high)) * A * logp
+
+    The importance weight is clipped under a stop-gradient and the gradient flows through logp, so a clipped token
+    still contributes (PPO's clip zeroes it). Bounds as slime's (delta from 1, `eps_clip_high` defaults to
+    `eps_clip`); eps_clip >= 1 disables the lower bound (the canonical single-sided CISPO). `clipfrac` is the share
+    of valid tokens whose weight was clipped. The loss is 0 at masked positions.
+    """
+    valid = _check_same_shape("cispo_loss", mask, logp=logp, old_logp=old_logp, advantages=advantages)
+    if eps_clip_high is None:
+        eps_clip_high = eps_clip
+    if eps_clip < 0 or eps_clip_high < 0:
+        raise ValueError(f"cispo_loss: need eps_clip >= 0 and eps_clip_high >= 0 (--eps-clip, --eps-clip-high), "
+                         f"got {eps_clip}, {eps_clip_high}")
+    ratio = torch.exp(_zero_masked((logp - old_logp).detach(), valid))
+    weight = torch.clamp(ratio, min=1.0 - eps_clip, max=1.0 + eps_clip_high)
+    loss = _zero_masked(-weight * advantages * logp, valid)
+    return loss, _ratio_metrics(ratio, logp, old_logp, valid, weight != ratio, torch.zeros_like(valid))
+
+
+def opsm_mask(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+              delta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Off-policy sequence masking (--use-opsm, slime's compute_opsm_mask): drop the tokens of a sequence that
+    has drifted off-policy and is being pushed down.
+
+        kl_i   = mean over valid t of (old_logp_t - logp_t)          (the sequence's sample KL)
+        keep_t = 0  where A_t < 0 and kl_i > delta,  else 1
+
+    Returns (keep [B, T] float, detached, 0 at masked positions; the share of valid tokens dropped)."""
+    valid = _check_same_shape("opsm_mask", mask, logp=logp, old_logp=old_logp, advantages=advantages)
+    with torch.no_grad():
+        seq_kl = masked_mean(_zero_masked(old_logp - logp, valid), valid, dim=-1)      # [B]
+        drop = (advantages < 0) & (seq_kl.unsqueeze(-1) > delta) & valid
+        keep = _zero_masked((~drop).to(logp.dtype), valid)
+        return keep, masked_mean(drop.to(logp.dtype), valid)
 
 
 def tis_weights(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor, clip_high: float,

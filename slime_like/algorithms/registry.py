@@ -40,7 +40,8 @@ class EstimatorSpec:
     group_step(rewards [N], group_size, *, normalize_std) -> [N] tensor: the rollout side, per prompt group
         (normalize_std: GRPO's std division, off with --disable-grpo-std-normalization)
     token_step(*, rewards, mask, values, kl, kl_coef, gamma, lam, whiten) -> (advantages, returns): the trainer
-    policy_loss_kind: "ppo" (token-level ratio) or "gspo" (sequence-level ratio), see losses.policy_loss
+    policy_loss_kind: "ppo" (token-level ratio), "gspo" (sequence-level ratio) or "cispo" (clipped, detached
+        importance weight times log-prob), see losses.policy_loss
     needs_critic: the token step reads the critic's values (the run trains a critic)
     uses_reward_kl: the token step subtracts kl_coef * KL(policy || reference) (--kl-coef); when False no
         reference model is built for --kl-coef and no reference forward pass is run
@@ -60,7 +61,7 @@ class EstimatorSpec:
 
 
 _ESTIMATORS: dict[str, EstimatorSpec] = {}
-POLICY_LOSS_KINDS = ("ppo", "gspo")
+POLICY_LOSS_KINDS = ("ppo", "gspo", "cispo")
 
 
 def register_estimator(name: str, *, group_step: Callable, **traits) -> Callable:

@@ -15,6 +15,10 @@ class EstimatorTraits(NamedTuple):
     uses_reward_kl: bool = False
     needs_normalize_advantages: bool = False
     normalizes_group_std: bool = False
+    policy_loss_kind: str = "ppo"        # algorithms.losses.policy_loss's kind: ppo, gspo or cispo
+
+
+CLIPPED_WEIGHT_KIND = "cispo"   # the policy loss that clips a detached importance weight (its lower bound is optional)
 
 
 # The registered estimators (slime_like/algorithms/estimators.py), kept here as a light copy because config/
@@ -22,7 +26,8 @@ class EstimatorTraits(NamedTuple):
 # matches the registry name for name and trait for trait. A new estimator adds its line here too.
 ESTIMATOR_TRAITS = {
     "grpo": EstimatorTraits(normalizes_group_std=True),
-    "gspo": EstimatorTraits(normalizes_group_std=True),
+    "gspo": EstimatorTraits(normalizes_group_std=True, policy_loss_kind="gspo"),
+    "cispo": EstimatorTraits(normalizes_group_std=True, policy_loss_kind=CLIPPED_WEIGHT_KIND),
     "reinforce_plus_plus": EstimatorTraits(uses_reward_kl=True, needs_normalize_advantages=True),
     "reinforce_plus_plus_baseline": EstimatorTraits(uses_reward_kl=True, needs_normalize_advantages=True),
     "ppo": EstimatorTraits(needs_critic=True, uses_reward_kl=True),
@@ -93,8 +98,11 @@ def add_algorithm_group(parser):
 
 
 def add_opsm_flag(g):
-    """(slime extras group) OPSM companion of the slime-only --use-opsm."""
+    """(slime extras group) off-policy sequence masking (algorithms.losses.opsm_mask)."""
     a = g.add_argument
+    a("--use-opsm", action="store_true",
+      help="Off-policy sequence masking: drop the policy loss of a sequence with a negative advantage whose mean "
+           "log-ratio old - new exceeds --opsm-delta (slime's OPSM).")
     a("--opsm-delta", type=float, default=1e-4, help="Threshold of off-policy sequence masking.")
 
 
@@ -112,6 +120,13 @@ def check_algorithm(args):
         args.use_critic = True  # slime: the ppo estimator always trains a critic
     if args.eps_clip_high is None:
         args.eps_clip_high = args.eps_clip
+    if traits.policy_loss_kind == CLIPPED_WEIGHT_KIND and args.eps_clip < 1.0:
+        warn(args, f"--advantage-estimator cispo with --eps-clip {args.eps_clip}: the lower bound "
+                   f"{1.0 - args.eps_clip:g} of the importance weight stays active; canonical CISPO is single-sided "
+                   "(--eps-clip 1.0, and a wide --eps-clip-high such as 4.0), as slime warns")
+    if args.use_opsm and args.loss_type != "policy_loss":
+        raise ConfigError(f"--use-opsm with --loss-type {args.loss_type}: off-policy sequence masking applies to "
+                          "the policy loss (--loss-type policy_loss)")
     if args.eps_clip <= 0 or args.eps_clip_high <= 0:
         raise ConfigError(f"--eps-clip ({args.eps_clip}) and --eps-clip-high ({args.eps_clip_high}) must be > 0")
     if args.eps_clip_c is not None and args.eps_clip_c <= 1.0:

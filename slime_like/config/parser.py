@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import functools
 
-from slime_like.config import (algorithm, checkpoint, cluster, data, distillation, engines, logging_debug, model,
-                               optimizer, rewards, rollout, sglang_passthrough, trainer_fsdp, trainer_megatron, unimplemented,
-                               vllm_passthrough)
+from slime_like.config import (algorithm, checkpoint, cluster, custom_config, data, distillation, engines,
+                               logging_debug, model, optimizer, rewards, rollout, sglang_passthrough, trainer_fsdp,
+                               trainer_megatron, unimplemented, vllm_passthrough)
 from slime_like.config.errors import ConfigError, did_you_mean
 
 # slime's flags outside its core loop keep their own --help section (as slime's recipes and docs know them);
@@ -79,6 +79,7 @@ def _add_slime_extras(p):
     rollout.add_rollout_source_flags(g)
     distillation.add_opd_flags(g)
     algorithm.add_opsm_flag(g)
+    custom_config.add_custom_config_flag(g)
     logging_debug.add_ci_flags(g)
     trainer_megatron.add_kernel_flags(g)
     logging_debug.add_profiling_flags(g)
@@ -155,6 +156,7 @@ def _add_bookkeeping(args) -> None:
     args.hf_model_type = ""             # config.json's model_type: the HF weight layout (hf_config.fill_args_from_hf)
     args.hf_yarn = None                 # config.json's YaRN settings Megatron has no flags for (same)
     args.num_rollout_per_epoch = None   # set when --num-epoch derives --num-rollout (validate.py)
+    args.custom_config = {}             # the keys --custom-config-path set (custom_config.py)
 
 
 def _unknown_message(extras, parser) -> str:

@@ -123,8 +123,6 @@ UNSUPPORTED = {
     "multimodal_keys": "multimodal prompts: prompts are text (or chat messages) only",
     "train_env_vars": "environment variables for the trainer processes are not forwarded; export them "  # pending: ray
                       "before `ray start` instead",
-    # slime features another issue is adding (issue 18)
-    "opsm_delta": "off-policy sequence masking (--use-opsm) is not implemented",
     # weight sync through files, agent rollout buffers
     "update_weight_local_checkpoint_dir": _DELTA_SYNC,
     "update_weight_delta_encoding": _DELTA_SYNC,
@@ -182,6 +180,7 @@ NO_EFFECT_HERE = {
 
 INFORMATIONAL = {
     "megatron_config_path": "role_overrides.py reads the YAML into args.megatron_role_overrides",
+    "custom_config_path": "custom_config.py sets the YAML's keys on args (flags validated as flags)",
     "seq_length": "validate.py: --max-position-embeddings defaults to it (the length the model is built for)",
     "sglang_config": "sglang_passthrough.py merges the file into args.sglang_server_args",
     "vllm_config": "vllm_passthrough.py merges the file into args.vllm_server_args",

@@ -15,10 +15,9 @@ SLIME_ONLY_FLAGS = {
     "--megatron-to-hf-mode": "Megatron-Bridge weight conversion", "--use-slime-router": "slime's own router",
     "--prefill-num-servers": "prefill/decode disaggregation", "--rollout-data-transport": "straw / NIXL transport",
     "--release-train": "releasing trainer actors between steps", "--update-weight-mode": "delta weight sync",
-    "--custom-config-path": "free-form YAML attributes",
     "--only-train-params-name-list": "partial-parameter training", "--freeze-params-name-list": "parameter freezing",
     "--pg-loss-type": "REINFORCE score centering", "--use-score-centering": "REINFORCE score centering",
-    "--use-opsm": "off-policy sequence masking", "--allgather-cp": "all-gather context parallelism",
+    "--allgather-cp": "all-gather context parallelism",
     "--flush-cache-interval": "PipelineRL-style in-flight weight updates",
 }
 

@@ -141,7 +141,8 @@ def test_group_steps_of_the_specs():
 # ---------------------------------------------------------------- registries
 
 def test_registries_cover_the_flag_values():
-    assert set(estimator_names()) == {"grpo", "gspo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo"}
+    assert set(estimator_names()) == {"grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
+                                      "ppo"}
     assert set(algos.KL_ESTIMATORS) == {"k1", "k2", "k3", "low_var_kl"}
     assert get_estimator("gspo").policy_loss_kind == "gspo" and get_estimator("grpo").policy_loss_kind == "ppo"
     x, y = torch.tensor([0.3]), torch.tensor([-0.2])

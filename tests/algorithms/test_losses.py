@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from slime_like import algorithms as alg
 from slime_like.algorithms import aggregate_loss, policy_loss, sft_loss, tis_weights, value_loss
 
 F64 = torch.float64
@@ -257,3 +258,68 @@ def test_value_and_sft_loss_gradcheck(randn, make_mask):
     assert torch.autograd.gradcheck(lambda v: aggregate_loss(value_loss(v, old, returns, mask, 10.0), mask, "sum"), (values,))
     logp = randn(3, 4).requires_grad_(True)
     assert torch.autograd.gradcheck(lambda x: aggregate_loss(sft_loss(x, mask), mask, "seq-mean-token-sum"), (logp,))
+
+
+# ---------------------------------------------------------------- CISPO and OPSM (slime / verl parity)
+def _ragged(seed=0, lengths=(5, 3, 7)):
+    g = torch.Generator().manual_seed(seed)
+    n, T = len(lengths), max(lengths)
+    mask = torch.zeros(n, T)
+    for i, L in enumerate(lengths):
+        mask[i, :L] = 1
+    logp = -torch.rand(n, T, generator=g) * 2
+    old = logp + torch.randn(n, T, generator=g) * 0.6            # ratios well outside [0.8, 1.28]
+    adv = torch.randn(n, 1, generator=g).expand(n, T).clone()     # one advantage per sequence (GRPO)
+    return logp, old, adv, mask, lengths
+
+
+def test_cispo_matches_slimes_flat_formula_and_keeps_clipped_gradients():
+    logp, old, adv, mask, lengths = _ragged()
+    logp = logp.requires_grad_(True)
+    loss, metrics = alg.cispo_loss(logp, old, adv, mask, eps_clip=0.2, eps_clip_high=0.28)
+    # slime's layout: the valid tokens concatenated; ppo_kl = old - new; weight = clamp(exp(-ppo_kl)) detached
+    flat = lambda t: torch.cat([t[i, :L] for i, L in enumerate(lengths)])
+    ref_kl = flat(old) - flat(logp.detach())
+    ref_w = torch.clamp(torch.exp(-ref_kl), 1 - 0.2, 1 + 0.28)
+    ref = -ref_w * flat(adv) * flat(logp.detach())
+    assert torch.allclose(flat(loss.detach()), ref, atol=1e-6)
+    assert torch.all(loss.detach()[mask == 0] == 0)
+    clipped = (ref_w != torch.exp(-ref_kl)).float().mean()
+    assert 0 < float(clipped) < 1 and torch.isclose(metrics["clipfrac"], clipped)
+    loss.sum().backward()
+    # d/dlogp = -sg(w) * A on every valid token: clipped tokens keep their gradient (PPO's clip would zero it)
+    expected = torch.zeros_like(logp)
+    for i, L in enumerate(lengths):
+        expected[i, :L] = -torch.clamp(torch.exp(logp.detach()[i, :L] - old[i, :L]), 0.8, 1.28) * adv[i, :L]
+    assert torch.allclose(logp.grad, expected, atol=1e-6)
+    assert torch.all(logp.grad[mask.bool()] != 0)
+
+
+def test_cispo_single_sided_and_through_policy_loss_kind():
+    logp, old, adv, mask, _ = _ragged(1)
+    one_sided, _ = alg.cispo_loss(logp, old, adv, mask, eps_clip=1.0, eps_clip_high=4.0)
+    w = torch.clamp(torch.exp(logp - old), max=5.0) * mask        # no lower bound: 1 - 1.0 = 0
+    assert torch.allclose(one_sided, -w * adv * logp * mask, atol=1e-6)
+    via_kind, _ = alg.policy_loss(logp, old, adv, mask, 1.0, eps_clip_high=4.0, kind="cispo")
+    assert torch.equal(via_kind, one_sided)
+    assert alg.get_estimator("cispo").policy_loss_kind == "cispo"
+    assert alg.get_estimator("cispo").group_step([1.0, 0.0], 2).tolist() == \
+        alg.get_estimator("grpo").group_step([1.0, 0.0], 2).tolist()          # GRPO's advantages, as slime
+
+
+def test_opsm_matches_slimes_per_sequence_rule():
+    logp, old, adv, mask, lengths = _ragged(2, lengths=(6, 4, 5, 2))
+    adv[0], adv[1], adv[2], adv[3] = -1.0, -1.0, 1.0, -0.5
+    old[1, :4] = logp[1, :4] - 0.5 * 0     # sequence 1: on-policy (KL 0)
+    old[0, :6] = logp[0, :6] + 0.3          # sequence 0: KL 0.3 > delta and A < 0 -> dropped
+    old[2, :5] = logp[2, :5] + 0.3          # sequence 2: off-policy but A > 0 -> kept
+    old[3, :2] = logp[3, :2] + 0.3          # sequence 3: dropped
+    keep, dropped = alg.opsm_mask(logp, old, adv, mask, delta=1e-4)
+    for i, L in enumerate(lengths):        # slime: seq_kl = sum((old - new) * m) / max(sum(m), 1)
+        seq_kl = ((old[i, :L] - logp[i, :L]).sum() / L)
+        want = 0.0 if (adv[i, 0] < 0 and seq_kl > 1e-4) else 1.0
+        assert keep[i, :L].tolist() == [want] * L and torch.all(keep[i, L:] == 0), i
+    assert torch.isclose(dropped, torch.tensor(8 / 17))
+    # through the loss: the dropped sequences contribute nothing
+    pg, _ = alg.policy_loss(logp, old, adv, mask, 0.2)
+    assert torch.all((pg * keep)[0] == 0) and torch.all((pg * keep)[2, :5] == pg[2, :5])

@@ -133,7 +133,8 @@ def policy_terms(args, output: torch.Tensor, mb: MicroBatch, hooks: dict | None 
     """Per-token actor loss `[n, R]` and metric sums for one micro-batch.
 
         l_t = w_t * pg_t + kl_loss_coef * kl_t - entropy_coef * H_t  [+ opd_kl_coef * KL_t(student || teacher)]
-    pg_t: PPO / GSPO clipped surrogate (algorithms.policy_loss, kind from --advantage-estimator);
+    pg_t: PPO / GSPO clipped surrogate or CISPO (algorithms.policy_loss, kind from --advantage-estimator), times
+    the off-policy sequence mask with --use-opsm (algorithms.opsm_mask);
     w_t: truncated importance-sampling weights (--use-tis); kl_t: algorithms.kl_penalty with
     --kl-loss-type against the reference log-probs (--use-kl-loss), times pi/pi_old with --use-unbiased-kl.
     When the batch has no old-policy
@@ -147,6 +148,10 @@ def policy_terms(args, output: torch.Tensor, mb: MicroBatch, hooks: dict | None 
     kind = alg.get_estimator(args.advantage_estimator).policy_loss_kind  # token- or sequence-level ratio
     pg, pg_metrics = alg.policy_loss(logp, old, mb.fields["advantages"], mask, args.eps_clip,
                                      eps_clip_high=args.eps_clip_high, eps_clip_c=args.eps_clip_c, kind=kind)
+    if args.use_opsm:   # slime: drop off-policy sequences pushed down (their old policy: the batch's old log-probs)
+        keep, dropped = alg.opsm_mask(logp, old, mb.fields["advantages"], mask, args.opsm_delta)
+        pg = pg * keep
+        pg_metrics["opsm_clipfrac"] = dropped
     sums = {"pg_loss": (pg * mask).sum().detach(), "entropy": (entropy * mask).sum().detach()}
     # Without a separate old-policy pass (on-policy) this is the trainer-vs-engine gap of the same weights.
     if (args.get_mismatch_metrics or "log_probs" not in mb.fields) \
