@@ -15,6 +15,9 @@ ALIASES = {
         "slime_like.rollout.on_policy_distillation.post_process_rewards",
     "slime.rollout.fully_async_rollout.generate_rollout_fully_async":
         "slime_like.rollout.fully_async.generate_rollout_fully_async",
+    # slime's default rollout and generate functions (also importable under these names: utils/slime_names.py)
+    "slime.rollout.sglang_rollout.generate_rollout": "slime_like.rollout.generate.generate_rollout",
+    "slime.rollout.sglang_rollout.generate": "slime_like.rollout.generate_group.generate_sample",
 }
 FULLY_ASYNC_ROLLOUT = "slime_like.rollout.fully_async.generate_rollout_fully_async"
 
