@@ -20,6 +20,8 @@ def _pins() -> dict:
 
 
 PINS = _pins()
+# slime_like.__version__, read as text: importing the package here would need its dependencies installed
+VERSION = re.search(r'^__version__ = "([^"]+)"', (HERE / "slime_like" / "__init__.py").read_text(), re.M).group(1)
 
 
 def pinned(*names: str) -> list:
@@ -50,7 +52,7 @@ EXTRAS["all"] = sorted({r for k in ("megatron", "fsdp", "ray", "rollout", "wandb
 
 setup(
     name="slime_like",
-    version="0.1.0",
+    version=VERSION,
     description=__doc__,
     python_requires=">=3.11",
     packages=find_packages(include=["slime_like", "slime_like.*"]),
@@ -59,5 +61,6 @@ setup(
     # The light core: what `train.py --dry-run` needs (pyyaml; omegaconf for --config RLinf / ROLL files).
     install_requires=pinned("pyyaml", "omegaconf"),
     extras_require=EXTRAS,
-    scripts=[],
+    # `slime-like train | train-async | dry-run | convert | demo | plot` (also `python -m slime_like ...`)
+    entry_points={"console_scripts": ["slime-like = slime_like.cli:main"]},
 )

@@ -1,63 +1,13 @@
 """Convert a Hugging Face checkpoint into a Megatron `torch_dist` checkpoint (iteration 0).
 
-    python tools/convert_hf_to_megatron.py --hf-checkpoint HF_DIR --save OUT \
-        [--tensor-model-parallel-size N] [--pipeline-model-parallel-size M] [MODEL_ARGS ...]
-
-Spawns N*M local ranks (gloo on CPU, nccl with one GPU per rank on CUDA machines), each building its
-mcore model shard, loading its share of the HF weights and writing it; OUT/latest_checkpointed_iteration.txt
-is published last. Model flags not given are read from HF_DIR/config.json. The result is topology-free
-(dist_checkpointing reshards on load), typically used as --ref-load or as the first --load.
-"""
+The tool is slime_like/tools/convert_hf_to_megatron.py (also `slime-like convert ...`); this wrapper runs it from a
+checkout without installing the package."""
 import os
 import sys
-import warnings
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout, uninstalled
 
-
-def parse(argv):
-    from slime_like.backends.megatron.model import padded_vocab_size
-    from slime_like.config.hf_config import fill_args_from_hf
-    from slime_like.config.parser import parse_namespace
-
-    args, _ = parse_namespace(list(argv), prog="convert_hf_to_megatron.py")
-    if not args.hf_checkpoint or not args.save:
-        sys.exit("convert_hf_to_megatron.py: error: --hf-checkpoint HF_DIR and --save OUT are required")
-    args = fill_args_from_hf(args, args.hf_checkpoint)
-    tp, pp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size
-    problems = [(args.num_query_groups % tp, f"--num-query-groups {args.num_query_groups} not divisible by TP {tp}"),
-                (args.num_layers % pp, f"--num-layers {args.num_layers} not divisible by PP {pp}"),
-                (args.ffn_hidden_size % tp, f"--ffn-hidden-size {args.ffn_hidden_size} not divisible by TP {tp}")]
-    for bad, msg in problems:
-        if bad:
-            sys.exit(f"convert_hf_to_megatron.py: error: {msg}; choose another parallel size")
-    padded_vocab_size(args)
-    return args
-
-
-def convert_rank(rank, world, port, argv):
-    warnings.filterwarnings("ignore")
-    from slime_like.backends.megatron import checkpoint, hf_weights, model, parallel
-
-    args = parse(argv)
-    parallel.init_distributed(rank, world, master_port=port, tp=args.tensor_model_parallel_size,
-                              pp=args.pipeline_model_parallel_size, seed=args.seed)
-    chunks = model.build_model(args)
-    hf_weights.load_hf_weights(chunks, args.hf_checkpoint, args)
-    path = checkpoint.save_checkpoint(args.save, 0, chunks, extra_state={"converted_from": args.hf_checkpoint})
-    parallel.destroy_distributed()
-    return path
-
-
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    args = parse(argv)  # fail on bad input before spawning anything
-    from slime_like.backends.megatron.parallel import run_local_ranks
-
-    world = args.tensor_model_parallel_size * args.pipeline_model_parallel_size
-    path = run_local_ranks(convert_rank, world, list(argv), timeout=6 * 3600)[0]
-    print(f"wrote {path} (TP={args.tensor_model_parallel_size}, PP={args.pipeline_model_parallel_size})")
-
+from slime_like.tools.convert_hf_to_megatron import main  # noqa: E402
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

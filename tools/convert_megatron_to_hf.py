@@ -1,58 +1,13 @@
 """Convert a Megatron `torch_dist` checkpoint back to a Hugging Face directory.
 
-    python tools/convert_megatron_to_hf.py --load MCORE_DIR --hf-checkpoint HF_TEMPLATE_DIR --save-hf OUT_HF_DIR \
-        [--ckpt-step N] [--tensor-model-parallel-size N] [--pipeline-model-parallel-size M] [MODEL_ARGS ...]
-
-Writes safetensors (in the template config's dtype) + config.json + tokenizer files copied from the
-template. Model flags not given come from the template's config.json. The checkpoint is resharded on
-load, so any TP/PP works; the default (1, 1) runs in one local process.
-"""
+The tool is slime_like/tools/convert_megatron_to_hf.py (also `slime-like convert ...`); this wrapper runs it from a
+checkout without installing the package."""
 import os
 import sys
-import warnings
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout, uninstalled
 
-
-def parse(argv):
-    from slime_like.config.hf_config import fill_args_from_hf
-    from slime_like.config.parser import parse_namespace
-
-    args, _ = parse_namespace(list(argv), prog="convert_megatron_to_hf.py")
-    missing = [f for f, v in (("--load", args.load), ("--hf-checkpoint", args.hf_checkpoint),
-                              ("--save-hf", args.save_hf)) if not v]
-    if missing:
-        sys.exit(f"convert_megatron_to_hf.py: error: {', '.join(missing)} required "
-                 "(--load MCORE_DIR --hf-checkpoint HF_TEMPLATE_DIR --save-hf OUT_HF_DIR)")
-    if not os.path.isfile(os.path.join(args.load, "latest_checkpointed_iteration.txt")):
-        sys.exit(f"convert_megatron_to_hf.py: error: --load {args.load}: no latest_checkpointed_iteration.txt "
-                 "(not a Megatron checkpoint directory)")
-    return fill_args_from_hf(args, args.hf_checkpoint)
-
-
-def export_rank(rank, world, port, argv):
-    warnings.filterwarnings("ignore")
-    from slime_like.backends.megatron import checkpoint, hf_weights, model, parallel
-
-    args = parse(argv)
-    parallel.init_distributed(rank, world, master_port=port, tp=args.tensor_model_parallel_size,
-                              pp=args.pipeline_model_parallel_size, seed=args.seed)
-    chunks = model.build_model(args)
-    it = checkpoint.load_checkpoint(args.load, chunks, load_optim=False, args=args, iteration=args.ckpt_step)
-    hf_weights.export_hf(chunks, args, args.save_hf, args.hf_checkpoint)
-    parallel.destroy_distributed()
-    return it
-
-
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    args = parse(argv)
-    from slime_like.backends.megatron.parallel import run_local_ranks
-
-    world = args.tensor_model_parallel_size * args.pipeline_model_parallel_size
-    it = run_local_ranks(export_rank, world, list(argv), timeout=6 * 3600)[0]
-    print(f"wrote {args.save_hf} from {args.load} iteration {it}")
-
+from slime_like.tools.convert_megatron_to_hf import main  # noqa: E402
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

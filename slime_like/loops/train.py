@@ -32,8 +32,8 @@ def train(args, run, logger):
         logger.log(rollout_id, metrics)
 
 
-def main(argv=None):
-    return launch(train, argv, prog="train.py")
+def main(argv=None, prog: str = "train.py"):
+    return launch(train, argv, prog=prog)
 
 
 if __name__ == "__main__":

@@ -62,8 +62,8 @@ def train_fully_async(args, run, logger):
         logger.log(rollout_id, metrics)
 
 
-def main(argv=None):
-    return launch(train_async, argv, allow_colocate=False, allow_fully_async=True, prog="train_async.py")
+def main(argv=None, prog: str = "train_async.py"):
+    return launch(train_async, argv, allow_colocate=False, allow_fully_async=True, prog=prog)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import ray
 
 from slime_like.ray.placement import QUIET_OPENMP
 from slime_like.ray.signals import exit_cleanly_on_sigterm
+from slime_like.utils.console import python_warnings_env
 
 # Ray's deepest unix socket sits ~64 bytes below its temp dir; a socket path must stay under 108 bytes.
 _MAX_TEMP_DIR_LEN = 40
@@ -57,7 +58,10 @@ def _runtime_env() -> dict:
     pythonpath = os.pathsep.join(p for p in [os.getcwd(), os.environ.get("PYTHONPATH", "")] if p)
     return {"env_vars": {"TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": pythonpath, **QUIET_OPENMP,
                          "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
-                         "TRANSFORMERS_OFFLINE": os.environ.get("TRANSFORMERS_OFFLINE", "1")}}
+                         "TRANSFORMERS_OFFLINE": os.environ.get("TRANSFORMERS_OFFLINE", "1"),
+                         # the console: no per-file progress bars from the workers, no notice a user cannot act on
+                         "HF_HUB_DISABLE_PROGRESS_BARS": os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+                         "PYTHONWARNINGS": python_warnings_env()}}
 
 
 def _private_temp_dir() -> str:
@@ -157,7 +161,9 @@ def _start_private(args) -> str:
     enable_token_auth()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     temp_dir = _private_temp_dir()
+    # logging_level WARNING: Ray's "Started a local Ray instance." (our own start line says what it is) is left out
     kwargs = dict(address="local", include_dashboard=False, runtime_env=_runtime_env(), log_to_driver=True,
+                  logging_level="WARNING",
                   object_store_memory=512 * 1024 ** 2, num_cpus=max(os.cpu_count() or 2, 2),
                   _temp_dir=temp_dir, _node_ip_address="127.0.0.1")
     if not _has_cuda_devices():

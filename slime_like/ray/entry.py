@@ -4,14 +4,30 @@ success, error, Ctrl-C or SIGTERM. Ray and torch are imported only after --dry-r
 from __future__ import annotations
 
 import sys
+import time
 
 from slime_like.args import parse_run
 from slime_like.config.slime_paths import is_fully_async
+
+# A start with no flag at all: what every run needs, in one message (not the first missing flag's complaint)
+WHAT_A_RUN_NEEDS = """{prog}: a run needs at least
+  --hf-checkpoint DIR         the model to train: a Hugging Face directory (config.json, tokenizer, weights)
+  --prompt-data FILE          prompts (JSONL or Parquet) with --input-key / --label-key naming their fields
+  --rollout-batch-size N      prompts per rollout, and --num-rollout N (or --num-epoch N)
+  a reward                    --rm-type NAME (e.g. math, deepscaler) or --custom-rm-path module.function
+  GPUs                        --actor-num-gpus-per-node N with --colocate (engines share the GPUs) or
+                              --rollout-num-gpus N (engines on GPUs of their own)
+Add --dry-run to check a command and see its plan without starting anything; --help lists every flag.
+A complete example on a CPU: slime-like demo (scripts/run-demo.sh in a checkout)."""
 
 
 def launch(loop, argv=None, *, allow_colocate: bool = True, allow_fully_async: bool = False,
            prog: str | None = None) -> int:
     """Run `loop(args, run, logger)` for the command line `argv`; returns the process exit code."""
+    started = time.monotonic()
+    if not [a for a in _argv(argv) if a != "--dry-run"]:
+        print(WHAT_A_RUN_NEEDS.format(prog=prog or "train.py"), file=sys.stderr)
+        return 2
     args, plan = parse_run(argv, prog=prog, preflight=True)
     if args.colocate and not allow_colocate:
         what = ("the placement puts the engines on the actor's GPUs (colocated)" if args.placement_map
@@ -56,9 +72,14 @@ def launch(loop, argv=None, *, allow_colocate: bool = True, allow_fully_async: b
     from slime_like.ray.failures import EngineLostDuringPush, report_actor_failure
     from slime_like.ray.signals import Terminated, exit_cleanly_on_sigterm
 
+    from slime_like.ray.run_summary import summary_block
+    from slime_like.utils.console import unavailable_on_this_machine
+
+    for line in unavailable_on_this_machine(args):
+        print(f"[slime_like] {line}", file=sys.stderr)
     exit_cleanly_on_sigterm()
     try:
-        _run(loop, args, plan)
+        first_rollout = _run(loop, args, plan)
     except Terminated as e:  # SIGTERM: everything was stopped by the finally blocks on the way out
         print(f"[slime_like] stopped by {e}; engines and actors shut down", file=sys.stderr)
         return e.exit_code
@@ -68,10 +89,12 @@ def launch(loop, argv=None, *, allow_colocate: bool = True, allow_fully_async: b
     except ray.exceptions.RayError as e:  # raised inside an actor: the root cause, once, and where the rest is
         print(report_actor_failure(e, args.run_dir, prog or "train.py"), file=sys.stderr)
         return 1
+    print(summary_block(args, first_rollout, time.monotonic() - started), flush=True)
     return 0
 
 
-def _run(loop, args, plan):
+def _run(loop, args, plan) -> int:
+    """Start the run, train with `loop`, stop everything; returns the first rollout id it trained."""
     from slime_like.ray.run import Run
     from slime_like.utils.metrics import MetricsLogger
 
@@ -90,6 +113,7 @@ def _run(loop, args, plan):
         if args.eval_interval and run.start_rollout_id == 0 and not args.skip_eval_before_train:
             logger.log(-1, run.evaluate(0))  # the baseline, logged as rollout -1: before any RL update
         loop(args, run, logger)
+        return run.start_rollout_id
     finally:
         logger.close()
         run.shutdown()

@@ -13,6 +13,7 @@ import ray
 
 from slime_like.ray.cluster import cluster_spans_nodes
 from slime_like.ray.placement import QUIET_OPENMP, Placement
+from slime_like.utils.console import quiet_known_notices
 from slime_like.utils.net import free_port
 
 
@@ -21,6 +22,7 @@ class TrainerActor:
     def __init__(self, args, role: str, rank: int, world_size: int, threads: int):
         self.args, self.role, self.rank, self.world_size = args, role, rank, world_size
         os.environ["OMP_NUM_THREADS"] = str(threads)
+        quiet_known_notices()  # before megatron-core is imported (utils/console.py lists what and why)
         import torch
 
         torch.set_num_threads(threads)

@@ -7,8 +7,8 @@
 Plotted: the train reward mean (`rollout/reward`; or `rollout/reward_mean`, slime's `rollout/raw_reward`) as a
 faint line with a trailing moving average over it, and every
 `eval/<dataset>/accuracy` and `eval/<dataset>/reward` as a line with markers (evals are sparse: one point per
-eval interval). The title states the first and last value of the first eval accuracy, which is the demo's
-headline (did RL raise held-out accuracy from where it started?).
+eval interval). The title states the first eval accuracy and the mean of the last three, with their ratio
+(utils/run_outcome.py: the one definition the run's summary and the demo's verdict use too).
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import argparse
 import os
 
 from slime_like.utils.metrics import read_metrics
+from slime_like.utils.run_outcome import eval_change
 
 PLOT_FILE = "learning_curve.png"
 TRAIN_REWARD_KEYS = ("rollout/reward", "rollout/reward_mean", "rollout/raw_reward")  # ours, then other spellings
@@ -48,6 +49,13 @@ def eval_series(records, eval_keys) -> list[tuple[str, list, list]]:
     return out
 
 
+def curve_title(run_dir: str, records: list) -> str:
+    """The run's name and its eval change, as the run's summary block and the demo's verdict state it."""
+    title = f"Learning curve: {os.path.basename(os.path.abspath(run_dir))}"
+    change = eval_change(records)
+    return title + (f"\n{change.key}: {change.describe()}" if change is not None and change.tail_n else "")
+
+
 def plot_learning_curve(run_dir: str, out_path: str | None = None) -> str:
     """Write the PNG for RUN_DIR's metrics.jsonl and return its path."""
     import matplotlib
@@ -74,14 +82,7 @@ def plot_learning_curve(run_dir: str, out_path: str | None = None) -> str:
     colors = ["tab:red", "tab:green", "tab:purple", "tab:orange", "tab:brown", "tab:olive"]
     for i, (label, xs, ys) in enumerate(eval_series(records, eval_keys)):
         ax.plot(xs, ys, marker="o", markersize=4, linewidth=1.8, color=colors[i % len(colors)], label=label)
-    title = f"Learning curve: {os.path.basename(os.path.abspath(run_dir))}"
-    acc_keys = [k for k in eval_keys if k.endswith("/accuracy")]
-    if acc_keys:
-        _, accs = _series(records, acc_keys[0])
-        if len(accs) >= 2:
-            ratio = f" (last / first eval: {accs[-1] / accs[0]:.2f}x)" if accs[0] > 0 else ""
-            title += f"\n{acc_keys[0]}: {accs[0]:.3f} -> {accs[-1]:.3f}{ratio}"
-    ax.set_title(title, fontsize=11)
+    ax.set_title(curve_title(run_dir, records), fontsize=11)
     first_id = records[0]["rollout_id"]
     ax.set_xlabel("rollout id" + (f" ({first_id}: eval before the first update)" if first_id < 0 else ""))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -1,8 +1,8 @@
 """The import rule of DESIGN.md, checked on the source (ast, nothing executed): no cycle between our modules,
 and every import points down the data flow
 
-    entry scripts, loops/, demo/ -> tools/ -> ray/ -> rollout/ -> backends/ -> args.py -> plan.py -> config/, algorithms/,
-    sample.py, utils/
+    __main__ -> cli -> demo/ -> loops/ (and the entry scripts) -> tools/ -> ray/ -> rollout/ -> backends/
+    -> args.py -> plan.py -> config/, algorithms/, sample.py, utils/
 
 with config/ and algorithms/ importing nothing else of ours. Imports inside functions count too: a lazy import
 hides a dependency from start-up time, not from the design.
@@ -14,8 +14,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 PKG = ROOT / "slime_like"
 
 # higher may import lower (or its own layer's package); see the module docstring
-LAYER = {"loops": 6, "demo": 6, "tools": 5.5, "__main__": 6, "ray": 5, "rollout": 4, "backends": 3, "args": 2.5, "plan": 2,
-         "config": 1, "algorithms": 1, "sample": 0, "utils": 0}
+LAYER = {"__main__": 8, "cli": 7, "demo": 6.5, "loops": 6, "tools": 5.5, "ray": 5, "rollout": 4, "backends": 3,
+         "args": 2.5, "plan": 2, "config": 1, "algorithms": 1, "sample": 0, "utils": 0}
 SELF_CONTAINED = ("config", "algorithms")  # import nothing of ours outside themselves
 
 

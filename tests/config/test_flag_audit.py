@@ -1,7 +1,8 @@
 """Never silently ignore a flag: every parser dest is read by product code or classified in config/support.py.
 
 "Read" means the code train.py / train_async.py run, outside slime_like/config/ (the slime_like package,
-train.py, train_async.py; not tools/, whose converters skip validation), uses the dest in its syntax tree
+train.py, train_async.py; not the converters slime_like/tools/convert_*.py, which skip validation), uses the
+dest in its syntax tree
 (comments and docstrings do not count) as `<...args>.<dest>`, `getattr/hasattr/_get(x, "<dest>")`,
 `fuse("<dest>")`, `_custom_log("<dest>")`, `Option("<field>", "<dest>", ...)` or a `("<key>", "<dest>")` pair of a key table. A dest nobody reads
 must sit in support.UNSUPPORTED (start-up error), support.NO_EFFECT_HERE (start-up warning),
@@ -65,7 +66,7 @@ def _read_dests() -> frozenset:
     files = [*ROOT.glob("slime_like/**/*.py"), ROOT / "train.py", ROOT / "train_async.py"]
     found = set()
     for f in files:
-        if "slime_like/config/" not in f.as_posix():
+        if "slime_like/config/" not in f.as_posix() and not f.name.startswith("convert_"):  # the converters
             found |= _reads(ast.parse(f.read_text(), str(f)))
     return frozenset(found)
 

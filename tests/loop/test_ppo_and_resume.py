@@ -16,7 +16,7 @@ from slime_like.utils.metrics import read_metrics
 pytestmark = pytest.mark.slow
 
 
-def test_ppo_with_critic_uses_the_yaml_overlay_lr(tiny_ckpt, toy_prompts, tmp_path):
+def test_ppo_with_critic_uses_the_yaml_overlay_lr(tiny_ckpt, toy_prompts, tmp_path, capfd):
     cfg = tmp_path / "ppo.yaml"
     cfg.write_text("megatron:\n  - name: default\n    role: critic\n    overrides:\n      lr: 3e-4\n")
     argv = loop_argv(tiny_ckpt, toy_prompts[0], tmp_path, "--colocate", "--actor-num-gpus-per-node", "1",
@@ -34,6 +34,17 @@ def test_ppo_with_critic_uses_the_yaml_overlay_lr(tiny_ckpt, toy_prompts, tmp_pa
     for r in rows:
         assert r["actor/lr"] == pytest.approx(1e-2) and r["critic/lr"] == pytest.approx(3e-4), r
         assert "critic/value_loss" in r and r["critic/grad_norm"] > 0
+    # the console (issue 32): two trainers, yet no library notice a user cannot act on; one line instead; and the
+    # run ends with its summary block, both roles' checkpoints named
+    out, err = capfd.readouterr()
+    console = out + err
+    for notice in ("Transformer Engine and Apex are not installed", "Apex is not installed", "full scope is deprecated",
+                   "Rerun State Machine", "RerunStateMachine", "deduplicates logs", "Started a local Ray instance"):
+        assert notice not in console, notice
+    assert console.count("TransformerEngine and Apex not installed: megatron-core uses its PyTorch") == 1
+    summary = out.split("[slime_like] run finished: 2 rollouts (0-1) in ", 1)[1]
+    assert f"actor {tmp_path / 'ckpt'}, critic {tmp_path / 'ckpt_critic'} (latest: rollout 1)" in summary
+    assert f"metrics     : {tmp_path / 'metrics.jsonl'}" in summary and "train reward: " in summary
 
 
 def _cmdline(p) -> list:

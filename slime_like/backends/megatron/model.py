@@ -71,6 +71,7 @@ def transformer_config_from_args(args):
         calculate_per_token_loss=args.calculate_per_token_loss,
         deterministic_mode=bool(args.deterministic_mode),
         rotary_interleaved=bool(args.rotary_interleaved),  # GLM-4: RoPE on interleaved pairs
+        cuda_graph_scope=[],  # mcore's default 'full' is deprecated (a warning per model) and means the same
     )
     kw["moe_token_dispatcher_type"] = _token_dispatcher(args, kw["variable_seq_lengths"])
     if args.num_experts:
