@@ -154,7 +154,8 @@ def kernel_share(ctx: Ctx, fn) -> dict:
         from torch.autograd import DeviceType
 
         events = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA]
-        busy = sum(getattr(e, "self_device_time_total", None) or e.self_cuda_time_total for e in events) / 1e6
+        busy = sum(getattr(e, "self_device_time_total", 0) or getattr(e, "self_cuda_time_total", 0)
+                   for e in events) / 1e6  # torch renamed the field (cuda -> device) in 2.4
         out.update(kernel_s=round(busy, 4), kernel_share=round(busy / wall, 3), kernels=sum(e.count for e in events))
     else:
         out.update(kernel_s=None, kernel_share=None, kernel_note="no GPU: device kernels are not measured")

@@ -75,7 +75,7 @@ def run_trainer(ctx, partial, backend: str):
     t, s_init = timed(ctx, lambda: make_trainer(ctx, backend))
     details = {"backend": backend, "init_s": round(s_init, 1), "params": param_count(ctx.cfg),
                "batch": f"{ctx.n} x {ctx.seq} tokens ({ctx.seq - ctx.prompt} response), micro-batch {ctx.mbs}",
-               "param_dtype": str(next(iter(t.iter_hf_weights()))[1].dtype)}
+               "precision": "bf16" if t.args.bf16 else "fp32"}
     before = t.compute_log_probs(batch)["log_probs"]
     steps = [one_rollout(ctx, t, batch, r, profile=r == ctx.steps - 1) for r in range(ctx.steps)]
     prof = steps[-1].pop("profile")  # the profiled step's time carries the profiler's overhead: not in the speed
