@@ -1,6 +1,8 @@
 """`parse_args()` -> one Namespace for the whole run; `role_args(args, role)` -> a per-role copy.
 
     args = parse_args()                     # CLI (+ --config, --sglang-config, --megatron-config-path), validated
+    args, plan, report = parse_run()        # the same, plus the placement plan and the ConfigReport (warnings,
+                                            # launch refusals, preflight notes, applied defaults, provenance)
     critic = role_args(args, "critic")      # a deep copy with the critic's overrides; `args` is untouched
 
 Layers, lowest first: Megatron/slime defaults -> the CLI -> derived defaults (validation) -> per-role YAML
@@ -19,12 +21,13 @@ from slime_like.config.frontends.apply import apply_translation
 from slime_like.config.parser import parse_namespace
 from slime_like.config.preflight import run_preflight
 from slime_like.config.provenance import cli_dests
+from slime_like.config.report import ConfigReport
 from slime_like.config.role_overrides import ROLES, apply_role, load_role_overrides
 from slime_like.config.validate import validate_args
 from slime_like.utils.slime_names import install as install_slime_names
 from slime_like.plan import build_plan
 
-__all__ = ["ConfigError", "ROLES", "make_args", "parse_args", "parse_run", "role_args"]
+__all__ = ["ConfigError", "ConfigReport", "ROLES", "make_args", "parse_args", "parse_run", "role_args"]
 
 
 def parse_args(argv=None, *, exit_on_error: bool = True, prog: str | None = None, preflight: bool = False):
@@ -38,21 +41,25 @@ def parse_args(argv=None, *, exit_on_error: bool = True, prog: str | None = None
 
 
 def parse_run(argv=None, *, exit_on_error: bool = True, prog: str | None = None, preflight: bool = False):
-    """`parse_args` and the run's placement plan, computed once: (args, plan). What the entry scripts use."""
+    """`parse_args`, the run's placement plan and what the configuration layer found, computed once:
+    (args, plan, report), `report` a ConfigReport. What the entry scripts use."""
     argv = [str(a) for a in (sys.argv[1:] if argv is None else argv)]
     prog = prog or os.path.basename(sys.argv[0] or "train.py") or "train.py"
     translation = None
+    report = ConfigReport()
     try:
         argv, translation = expand_config(argv)  # --config RLinf/ROLL YAML -> our flags, spliced in place
         args, parser = parse_namespace(argv, prog=prog)
-        args.cli_dests = cli_dests(parser, argv)  # provenance: what the user named (config.yaml, start lines)
-        load_role_overrides(args, parser)
-        apply_custom_config(args, parser)   # slime's YAML of extra attributes, before validation sees the flags
-        apply_translation(args, parser, translation)
-        validate_args(args, raise_path_problems=not preflight)
+        args.cli_dests = cli_dests(parser, argv)  # what the user named (provenance, explicit-vs-default choices)
+        load_role_overrides(args, report, parser)
+        apply_custom_config(args, report, parser)   # slime's YAML of extra attributes, before validation sees the flags
+        apply_translation(args, report, parser, translation)
+        before = dict(vars(args))
+        validate_args(args, report, raise_path_problems=not preflight)
+        report.record_applied_defaults(before, args)
         if preflight:
             install_slime_names()   # the preflight imports the run's functions; slime's names as the actors see them
-            args.preflight_notes = run_preflight(args)
+            report.notes = run_preflight(args)
         plan = build_plan(args)  # the layout must be placeable; raises ConfigError otherwise
     except ConfigError as e:
         if translation is not None:  # an error about a flag the file wrote names the file's key too
@@ -61,7 +68,7 @@ def parse_run(argv=None, *, exit_on_error: bool = True, prog: str | None = None,
             raise e from None
         print(f"{prog}: error: {e}", file=sys.stderr)
         sys.exit(2)
-    return args, plan
+    return args, plan, report
 
 
 def make_args(*argv, validate: bool = False, **overrides):

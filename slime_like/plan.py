@@ -159,8 +159,9 @@ def build_plan(args) -> Plan:
                 engine_kind=args.rollout_engine, actor=actor, critic=critic, engines=engines)
 
 
-def print_dry_run(args, plan: Plan | None = None, file=None) -> None:
-    """Resolved config per role, batch arithmetic, placement plan. Imports nothing heavy."""
-    from slime_like.config.dry_run import report
+def print_dry_run(args, report, plan: Plan | None = None, file=None) -> None:
+    """Resolved config per role, batch arithmetic, placement plan; warnings, notes and launch refusals from the
+    ConfigReport `report`. Imports nothing heavy."""
+    from slime_like.config.dry_run import dry_run_text
 
-    print(report(args, plan if plan is not None else build_plan(args)), file=file)
+    print(dry_run_text(args, plan if plan is not None else build_plan(args), report), file=file)

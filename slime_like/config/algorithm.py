@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from slime_like.config.errors import ConfigError, path_problem, warn
+from slime_like.config.errors import ConfigError
 
 
 class EstimatorTraits(NamedTuple):
@@ -106,7 +106,7 @@ def add_opsm_flag(g):
     a("--opsm-delta", type=float, default=1e-4, help="Threshold of off-policy sequence masking.")
 
 
-def check_algorithm(args):
+def check_algorithm(args, report):
     est = args.advantage_estimator
     if not args.compute_advantages_and_returns and args.loss_type == "policy_loss":
         raise ConfigError(f"--disable-compute-advantages-and-returns with --loss-type {args.loss_type}: the policy "
@@ -121,9 +121,9 @@ def check_algorithm(args):
     if args.eps_clip_high is None:
         args.eps_clip_high = args.eps_clip
     if traits.policy_loss_kind == CLIPPED_WEIGHT_KIND and args.eps_clip < 1.0:
-        warn(args, f"--advantage-estimator cispo with --eps-clip {args.eps_clip}: the lower bound "
-                   f"{1.0 - args.eps_clip:g} of the importance weight stays active; canonical CISPO is single-sided "
-                   "(--eps-clip 1.0, and a wide --eps-clip-high such as 4.0), as slime warns")
+        report.warn(f"--advantage-estimator cispo with --eps-clip {args.eps_clip}: the lower bound "
+                    f"{1.0 - args.eps_clip:g} of the importance weight stays active; canonical CISPO is single-sided "
+                    "(--eps-clip 1.0, and a wide --eps-clip-high such as 4.0), as slime warns")
     if args.use_opsm and args.loss_type != "policy_loss":
         raise ConfigError(f"--use-opsm with --loss-type {args.loss_type}: off-policy sequence masking applies to "
                           "the policy loss (--loss-type policy_loss)")
@@ -135,9 +135,9 @@ def check_algorithm(args):
         raise ConfigError(f"--kl-coef {args.kl_coef} (KL in the reward) and --kl-loss-coef {args.kl_loss_coef} "
                           "(KL in the loss) are both set; use one of them")
     if args.kl_coef != 0 and not traits.uses_reward_kl:
-        warn(args, f"--kl-coef {args.kl_coef} has no effect with --advantage-estimator {est}: it ignores the "
-                   "reward-side KL, so no reference model and no reference forward pass are run for it "
-                   "(regularise with --use-kl-loss --kl-loss-coef instead)")
+        report.warn(f"--kl-coef {args.kl_coef} has no effect with --advantage-estimator {est}: it ignores the "
+                    "reward-side KL, so no reference model and no reference forward pass are run for it "
+                    "(regularise with --use-kl-loss --kl-loss-coef instead)")
     # with LoRA (--train-backend fsdp) the reference is the base (--ref-load or --hf-checkpoint), adapters disabled
     lora_reference = args.train_backend == "fsdp" and args.lora_rank
     if reference_needed(args) and not lora_reference:
@@ -145,7 +145,7 @@ def check_algorithm(args):
             which = "--use-kl-loss" if args.use_kl_loss else f"--kl-coef {args.kl_coef}"
             raise ConfigError(f"{which} needs a reference model: set --ref-load to its checkpoint")
         if not os.path.exists(args.ref_load):
-            path_problem(args, f"--ref-load {args.ref_load}: no such file or directory (the KL reference model)")
+            report.path_problem(f"--ref-load {args.ref_load}: no such file or directory (the KL reference model)")
     if traits.needs_normalize_advantages and not args.normalize_advantages:
         raise ConfigError(f"--advantage-estimator {est} needs --normalize-advantages (REINFORCE++ whitens "
                           "advantages over the batch); add the flag")
@@ -156,7 +156,7 @@ def check_algorithm(args):
                           "and trainer log-probs, which --use-rollout-logprobs makes identical")
     if args.n_samples_per_prompt == 1 and args.grpo_std_normalization and traits.normalizes_group_std:
         args.grpo_std_normalization = False  # slime: the std of a one-sample group is undefined
-        warn(args, "--n-samples-per-prompt 1: GRPO std normalisation turned off (a group of one has no std)")
+        report.warn("--n-samples-per-prompt 1: GRPO std normalisation turned off (a group of one has no std)")
     if args.num_critic_only_steps and not args.use_critic:
         raise ConfigError(f"--num-critic-only-steps {args.num_critic_only_steps} needs a critic "
                           "(--advantage-estimator ppo)")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from slime_like.config.errors import ConfigError, path_problem
+from slime_like.config.errors import ConfigError
 
 
 def add_checkpoint_group(parser):
@@ -36,7 +36,7 @@ def add_checkpoint_group(parser):
     return parser
 
 
-def check_checkpoints(args):
+def check_checkpoints(args, report):
     if args.save_interval is not None:
         if not args.save:
             raise ConfigError(f"--save-interval {args.save_interval} needs --save DIR (where checkpoints go)")
@@ -44,7 +44,7 @@ def check_checkpoints(args):
             raise ConfigError(f"--save-interval {args.save_interval}: must be >= 1")
     if args.hf_checkpoint and not args.debug_train_only and not os.path.isdir(args.hf_checkpoint):
         what = "is a file, not a directory" if os.path.isfile(args.hf_checkpoint) else "no such directory"
-        path_problem(args, f"--hf-checkpoint {args.hf_checkpoint}: {what} (it provides the tokenizer, "
-                            "config.json and the engines' initial weights)")
+        report.path_problem(f"--hf-checkpoint {args.hf_checkpoint}: {what} (it provides the tokenizer, "
+                             "config.json and the engines' initial weights)")
     if not args.hf_checkpoint:
         raise ConfigError("--hf-checkpoint DIR is required (tokenizer, config.json, engine weights)")

@@ -17,7 +17,7 @@ import os
 import shutil
 
 from slime_like.config.algorithm import reference_needed
-from slime_like.config.errors import ConfigError, warn
+from slime_like.config.errors import ConfigError
 from slime_like.config.placement_spec import parse_placement, per_node_counts
 from slime_like.config.trainer_megatron import check_model_divisibility, check_parallel_sizes
 
@@ -81,27 +81,27 @@ def cuda_visible() -> bool:
     return os.environ.get("CUDA_VISIBLE_DEVICES", "0").strip() not in ("", "-1")
 
 
-def validate_cluster(args) -> None:
-    _engine(args)
-    _explicit_placement(args)
-    _placement_defaults(args)
-    tp, pp, cp, ep, etp = check_parallel_sizes(args)
+def validate_cluster(args, report) -> None:
+    _engine(args, report)
+    _explicit_placement(args, report)
+    _placement_defaults(args, report)
+    tp, pp, cp, ep, etp = check_parallel_sizes(args, report)
     _trainer_worlds(args, tp, pp, cp, ep, etp)
     check_model_divisibility(args, tp, pp, ep)
-    _engine_layout(args)
-    _fault_tolerance(args)
-    _hardware_notes(args)
+    _engine_layout(args, report)
+    _fault_tolerance(args, report)
+    _hardware_notes(args, report)
 
 
-def _engine(args):
+def _engine(args, report):
     gpu = cuda_visible()
     has_sglang = importlib.util.find_spec("sglang") is not None
     args.rollout_engine_requested = args.rollout_engine
     if args.rollout_engine == "auto":
         args.rollout_engine = "sglang" if gpu and has_sglang else "cpu"
         if gpu and not has_sglang:
-            warn(args, "an NVIDIA GPU is visible but sglang is not installed: using the embedded cpu rollout engine "
-                       "(pip install 'slime_like[sglang]' for GPU rollouts)")
+            report.warn("an NVIDIA GPU is visible but sglang is not installed: using the embedded cpu rollout engine "
+                        "(pip install 'slime_like[sglang]' for GPU rollouts)")
     elif args.rollout_engine == "sglang" and not (args.debug_train_only or args.rollout_external_engine_addrs):
         if not gpu:
             raise ConfigError("--rollout-engine sglang needs an NVIDIA GPU (nvidia-smi not found or "
@@ -111,12 +111,12 @@ def _engine(args):
                               "pip install 'slime_like[sglang]' or use --rollout-engine cpu")
 
 
-def _explicit_placement(args):
+def _explicit_placement(args, report):
     """--placement: derive the counts the rest of validation (and the dry run) read from the explicit GPU sets."""
     args.placement_map, args.reference_worker = None, False
     if not args.placement:
         if args.num_nodes is not None:
-            warn(args, f"--num-nodes {args.num_nodes} only bounds --placement; without it the plan places in order")
+            report.warn(f"--num-nodes {args.num_nodes} only bounds --placement; without it the plan places in order")
         return
     if args.num_nodes is not None and args.num_nodes < 1:
         raise ConfigError(f"--num-nodes {args.num_nodes}: must be >= 1")
@@ -144,11 +144,11 @@ def _explicit_placement(args):
         raise ConfigError("--placement: the critic on the actor's GPUs without the engines there: memory is handed "
                           "over between the models of one GPU only in the colocated choreography (actor,critic,"
                           "rollout on one set); give the critic GPUs of its own (critic:IDS), or colocate all three")
-    _reference_worker(args, placement)
+    _reference_worker(args, report, placement)
     args.placement_map = placement
 
 
-def _reference_worker(args, placement: dict) -> None:
+def _reference_worker(args, report, placement: dict) -> None:
     """A reference on GPUs of its own runs as its own worker (frozen, forward only); on the actor's set it is
     computed inside the actor ranks as always."""
     ref = placement.get("reference")
@@ -156,8 +156,8 @@ def _reference_worker(args, placement: dict) -> None:
     if not args.reference_worker:
         return
     if not reference_needed(args):
-        warn(args, "--placement reference:... without --use-kl-loss or a --kl-coef the estimator uses: nothing "
-                   "reads the reference, so its worker is not started")
+        report.warn("--placement reference:... without --use-kl-loss or a --kl-coef the estimator uses: nothing "
+                    "reads the reference, so its worker is not started")
         args.reference_worker = False
         del placement["reference"]
         return
@@ -170,7 +170,7 @@ def _reference_worker(args, placement: dict) -> None:
                           f"x CP {args.context_parallel_size} (it runs with the actor's parallel layout)")
 
 
-def _placement_defaults(args):
+def _placement_defaults(args, report):
     if args.offload:
         args.offload_train = args.offload_rollout = True
     if args.critic_num_nodes is None:
@@ -182,13 +182,13 @@ def _placement_defaults(args):
         if args.rollout_num_gpus is None:
             args.rollout_num_gpus = actor_gpus
         if args.colocate:
-            warn(args, "--debug-rollout-only: --colocate has no trainer to share GPUs with; engines run alone")
+            report.warn("--debug-rollout-only: --colocate has no trainer to share GPUs with; engines run alone")
         args.colocate = False
         args.use_critic = False
     elif args.debug_train_only or args.rollout_external_engine_addrs:
         if args.rollout_num_gpus not in (None, 0):
-            warn(args, f"--rollout-num-gpus {args.rollout_num_gpus} ignored: no local engines "
-                       "(--debug-train-only / --rollout-external-engine-addrs)")
+            report.warn(f"--rollout-num-gpus {args.rollout_num_gpus} ignored: no local engines "
+                        "(--debug-train-only / --rollout-external-engine-addrs)")
         args.rollout_num_gpus = 0
     elif args.colocate:
         if args.rollout_num_gpus is None:
@@ -247,7 +247,7 @@ def _trainer_worlds(args, tp, pp, cp, ep, etp):
                           f"equal the actor's ({args.actor_num_nodes} / {args.actor_num_gpus_per_node}); drop them")
 
 
-def _engine_layout(args):
+def _engine_layout(args, report):
     """Rollout engines: GPUs per engine against the node and, colocated, against the actor's GPUs per node."""
     per_node = args.num_gpus_per_node
     gpe = args.rollout_num_gpus_per_engine
@@ -255,9 +255,9 @@ def _engine_layout(args):
         raise ConfigError(f"--rollout-num-gpus-per-engine {gpe} exceeds --num-gpus-per-node {per_node} and is not a "
                           "multiple of it: a multi-node engine takes whole nodes")
     if gpe > per_node:  # valid for SGLang (--nnodes); our launcher starts each engine on one node
-        args.launch_refusals.append(f"--rollout-num-gpus-per-engine {gpe} > --num-gpus-per-node {per_node}: "
-                                    "multi-node rollout engines are not implemented (the engine launcher starts one "
-                                    "SGLang server per node-local GPU group); use at most one node's GPUs per engine")
+        report.refuse(f"--rollout-num-gpus-per-engine {gpe} > --num-gpus-per-node {per_node}: "
+                      "multi-node rollout engines are not implemented (the engine launcher starts one "
+                      "SGLang server per node-local GPU group); use at most one node's GPUs per engine")
     if args.rollout_num_gpus % gpe:
         raise ConfigError(f"--rollout-num-gpus {args.rollout_num_gpus} is not a multiple of "
                           f"--rollout-num-gpus-per-engine {gpe}")
@@ -268,22 +268,22 @@ def _engine_layout(args):
                           f"--rollout-num-gpus-per-engine {gpe} (or, for a multi-node engine, divide it)")
 
 
-def _fault_tolerance(args):
+def _fault_tolerance(args, report):
     """--use-fault-tolerance restarts engines this run started, found dead by the rollout, which health-checks
     each engine itself (behind an sglang router too: the router is told to drop a dead engine and to add its
     restarted successor); engines started elsewhere it cannot restart, so that case is refused at launch."""
     if not args.use_fault_tolerance or args.debug_train_only:
         return
     if args.rollout_external_engine_addrs:
-        args.launch_refusals.append(
-            "--use-fault-tolerance restarts the engines this run starts, and --rollout-external-engine-addrs runs "
-            "none: drop the flag (a dead external engine is still taken out and its requests re-sent to the others)")
+        report.refuse(
+"--use-fault-tolerance restarts the engines this run starts, and --rollout-external-engine-addrs runs "
+"none: drop the flag (a dead external engine is still taken out and its requests re-sent to the others)")
 
 
-def _hardware_notes(args):
+def _hardware_notes(args, report):
     if cuda_visible():
         return
     for dest, what in CUDA_ONLY.items():
         if getattr(args, dest, None):
-            warn(args, f"--{dest.replace('_', '-')} is accepted but not honoured on this machine ({what} need a CUDA "
-                       "GPU; none is visible)")
+            report.warn(f"--{dest.replace('_', '-')} is accepted but not honoured on this machine ({what} need a CUDA "
+                        "GPU; none is visible)")

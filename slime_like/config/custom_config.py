@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from slime_like.config.errors import ConfigError, warn
+from slime_like.config.errors import ConfigError
 from slime_like.config.role_overrides import _convert
 from slime_like.config.unimplemented import SLIME_ONLY_FLAGS
 
@@ -49,7 +49,7 @@ def _load(path: str) -> dict:
     return data
 
 
-def apply_custom_config(args, parser) -> None:
+def apply_custom_config(args, report, parser) -> None:
     """Set the file's keys on args (flags converted as on the command line); every bad key reported at once."""
     args.custom_config = {}
     path = args.custom_config_path
@@ -74,8 +74,8 @@ def apply_custom_config(args, parser) -> None:
                 errors.append(str(e))
                 continue
             if key in args.cli_dests and getattr(args, key) != converted:
-                warn(args, f"{where} overrides --{key.replace('_', '-')} {getattr(args, key)!r} with "
-                           f"{converted!r} (slime applies the file last)")
+                report.warn(f"{where} overrides --{key.replace('_', '-')} {getattr(args, key)!r} with "
+                            f"{converted!r} (slime applies the file last)")
             setattr(args, key, converted)
             args.custom_config[key] = converted
         else:
@@ -85,5 +85,5 @@ def apply_custom_config(args, parser) -> None:
     if errors:
         raise ConfigError("\n".join(errors))
     if free:
-        args.config_warnings.append(f"--custom-config-path {path}: attributes for custom functions (no flag reads "
-                                    f"them): {', '.join(sorted(free))}")
+        report.warnings.append(f"--custom-config-path {path}: attributes for custom functions (no flag reads "
+                               f"them): {', '.join(sorted(free))}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from slime_like.config.errors import ConfigError, path_problem, warn
+from slime_like.config.errors import ConfigError
 from slime_like.config.eval_config import read_eval_config
 from slime_like.config.types import json_value
 
@@ -152,19 +152,20 @@ def apply_prompt_template(args):
         args.apply_chat_template_kwargs = kwargs
 
 
-def eval_data(args):
+def eval_data(args, report):
     """--eval-config / --eval-prompt-data as NAME PATH pairs (args.eval_prompt_data; None without eval data)."""
     args.eval_datasets = None
     if args.eval_config:  # slime: the file replaces --eval-prompt-data
         if args.eval_prompt_data:
-            warn(args, f"--eval-config {args.eval_config} replaces --eval-prompt-data {' '.join(args.eval_prompt_data)}")
+            report.warn(f"--eval-config {args.eval_config} replaces --eval-prompt-data "
+                        f"{' '.join(args.eval_prompt_data)}")
         args.eval_datasets = read_eval_config(args.eval_config)
         args.eval_prompt_data = [v for d in args.eval_datasets for v in (d["name"], d["path"])]
     data = args.eval_prompt_data
     if data is not None:
         if len(data) == 1:
-            warn(args, f"--eval-prompt-data {data[0]}: one value given, read as dataset 'aime' (slime's legacy form); "
-                       "write NAME PATH pairs")
+            report.warn(f"--eval-prompt-data {data[0]}: one value given, read as dataset 'aime' (slime's legacy form); "
+                        "write NAME PATH pairs")
             data = args.eval_prompt_data = ["aime", data[0]]
         if len(data) % 2:
             raise ConfigError(f"--eval-prompt-data {' '.join(data)}: expected NAME PATH pairs, got {len(data)} values")
@@ -174,18 +175,18 @@ def eval_data(args):
     return data
 
 
-def check_data_paths(args, eval_data):
+def check_data_paths(args, report, eval_data):
     """The prompt and eval files exist (collected as path problems, reported together)."""
     if args.prompt_data and not os.path.exists(args.prompt_data):
-        path_problem(args, f"--prompt-data {args.prompt_data}: no such file")
+        report.path_problem(f"--prompt-data {args.prompt_data}: no such file")
     if args.prompt_data_extra and not args.prompt_data:
         raise ConfigError("--prompt-data-extra adds files after --prompt-data; give --prompt-data first")
     for path in args.prompt_data_extra or []:
         if not os.path.exists(path):
-            path_problem(args, f"--prompt-data-extra {path}: no such file")
+            report.path_problem(f"--prompt-data-extra {path}: no such file")
     for name, path in zip((eval_data or [])[0::2], (eval_data or [])[1::2]):
         if not os.path.exists(path):
-            path_problem(args, f"--eval-prompt-data {name} {path}: no such file")
+            report.path_problem(f"--eval-prompt-data {name} {path}: no such file")
 
 
 def check_eval_schedule(args, data):
@@ -201,15 +202,15 @@ def check_eval_schedule(args, data):
         args.eval_reward_key = args.reward_key
 
 
-def num_rollout_from_epochs(args):
+def num_rollout_from_epochs(args, report):
     if args.num_epoch is not None and args.num_rollout is not None:
-        warn(args, f"both --num-rollout {args.num_rollout} and --num-epoch {args.num_epoch} set; --num-epoch is "
-                   "ignored (slime)")
+        report.warn(f"both --num-rollout {args.num_rollout} and --num-epoch {args.num_epoch} set; --num-epoch is "
+                    "ignored (slime)")
     elif args.num_epoch is not None:
-        _num_rollout_from_epochs(args)
+        _num_rollout_from_epochs(args, report)
 
 
-def _num_rollout_from_epochs(args):
+def _num_rollout_from_epochs(args, report):
     """slime: num_rollout = num_epoch * dataset_size // rollout_batch_size (JSONL records counted here)."""
     if args.num_epoch < 1:
         raise ConfigError(f"--num-epoch {args.num_epoch}: must be >= 1")
@@ -226,5 +227,5 @@ def _num_rollout_from_epochs(args):
     args.num_rollout = max(1, args.num_epoch * n // args.rollout_batch_size)
     args.num_rollout_per_epoch = max(1, n // args.rollout_batch_size)  # slime saves / evaluates at epoch ends
     if args.rollout_max_prompt_len is not None:
-        warn(args, f"--num-rollout {args.num_rollout} derived from --num-epoch {args.num_epoch} x {n} prompts counted "
-                   "before --rollout-max-prompt-len filtering")
+        report.warn(f"--num-rollout {args.num_rollout} derived from --num-epoch {args.num_epoch} x {n} prompts counted "
+                    "before --rollout-max-prompt-len filtering")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from slime_like.config.errors import ConfigError, path_problem, warn
+from slime_like.config.errors import ConfigError
 
 
 def add_opd_flags(g):
@@ -31,7 +31,7 @@ def add_opd_flags(g):
     a("--opd-teacher-ckpt-step", type=int, default=None, help="Iteration of --opd-teacher-load to load (default: latest).")
 
 
-def validate_opd(args) -> None:
+def validate_opd(args, report) -> None:
     """slime's rules; a missing teacher path is collected as a path problem (reported with the others)."""
     if not args.use_opd:
         if args.opd_teacher_load is not None:
@@ -56,8 +56,8 @@ def validate_opd(args) -> None:
             raise ConfigError("--opd-type megatron needs --opd-teacher-load DIR: the teacher's Megatron checkpoint "
                               "(torch_dist, e.g. from tools/convert_hf_to_torch_dist.py) or an HF directory")
         if not os.path.exists(args.opd_teacher_load):
-            path_problem(args, f"--opd-teacher-load {args.opd_teacher_load}: no such file or directory (the OPD "
-                               "teacher)")
+            report.path_problem(f"--opd-teacher-load {args.opd_teacher_load}: no such file or directory (the OPD "
+                                "teacher)")
     else:
         if args.opd_teacher_load is not None:
             raise ConfigError(f"--opd-teacher-load {args.opd_teacher_load} with --opd-type sglang: the teacher's "
@@ -71,11 +71,11 @@ def validate_opd(args) -> None:
             raise ConfigError(f"--opd-type sglang with --custom-rm-path {rm} needs --rm-url "
                               "http://TEACHER:PORT/generate (the teacher engine that scores the student's tokens)")
         if not rm.endswith("on_policy_distillation.reward_func"):
-            warn(args, "--opd-type sglang: the samples need the teacher's log-probs; slime's recipe gets them with "
-                       "--custom-rm-path slime.rollout.on_policy_distillation.reward_func --custom-reward-post-process-"
-                       "path slime.rollout.on_policy_distillation.post_process_rewards --rm-url http://TEACHER/generate; "
-                       "otherwise your functions must set sample.teacher_log_probs (training stops at the first "
-                       "rollout without them)")
+            report.warn("--opd-type sglang: the samples need the teacher's log-probs; slime's recipe gets them with "
+                        "--custom-rm-path slime.rollout.on_policy_distillation.reward_func "
+                        "--custom-reward-post-process-path slime.rollout.on_policy_distillation.post_process_rewards "
+                        "--rm-url http://TEACHER/generate; otherwise your functions must set sample.teacher_log_probs (training stops at the first "
+                        "rollout without them)")
     if args.opd_kl_mode == "full":
         _validate_full_kl(args)
 

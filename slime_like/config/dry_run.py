@@ -8,10 +8,9 @@ from slime_like.config.role_overrides import apply_role
 from slime_like.config.trainer_megatron import precision_line
 
 # Bookkeeping attributes that are not flags (still shown when relevant, in their own section).
-_INTERNAL = {"config_warnings", "config_path_problems", "megatron_role_entries", "preflight_notes", "cli_dests",
-             "launch_refusals", "megatron_role_overrides", "sglang_server_args", "sglang_passthrough_mode", "router_args",
-             "config_translation", "placement_map", "reference_worker",
-             "rollout_engine_requested", "role", "model_args_from_hf", "rollout_external"}
+_INTERNAL = {"cli_dests", "megatron_role_entries", "megatron_role_overrides", "sglang_server_args", "sglang_passthrough_mode",
+             "router_args", "placement_map", "reference_worker", "rollout_engine_requested", "role",
+             "model_args_from_hf", "rollout_external"}
 
 
 def _fmt(v) -> str:
@@ -42,16 +41,17 @@ def _section(lines, title, diff, groups, sources=None):
             lines.append(f"    {k} = {_fmt(v)}{note}")
 
 
-def report(args, plan) -> str:
+def dry_run_text(args, plan, report) -> str:
+    """The dry run's text from the validated `args`, the placement `plan` and the ConfigReport `report`."""
     parser = shared_parser()
     defaults, groups = defaults_of(parser), group_of(parser)
     lines = ["== slime_like dry run: configuration valid =="]
-    warnings = args.config_warnings
+    warnings = report.warnings
     if warnings:  # each was printed once on stderr when it was found
         lines.append(f"({len(warnings)} WARNING line(s) printed above)")
-    for note in args.preflight_notes:
+    for note in report.notes:
         lines.append(f"NOTE: {note}")
-    refusals = args.launch_refusals
+    refusals = report.launch_refusals
     if refusals:
         lines.append(f"\n-- refused at launch: the plan below is valid, but slime_like will not start this run "
                      f"({len(refusals)}) --")
@@ -81,7 +81,7 @@ def report(args, plan) -> str:
     if args.router_args:
         lines.append("\n-- sglang-router passthrough --")
         lines += [f"    --{k.replace('_', '-')} {_fmt(v)}" for k, v in sorted(args.router_args.items())]
-    t = args.config_translation
+    t = report.translation
     if t is not None:
         lines += translation_lines(t)
     lines += ["\n-- batch arithmetic --"] + batch_lines(args) + [precision_line(args)]

@@ -5,7 +5,7 @@ vllm_passthrough.py).
 """
 from __future__ import annotations
 
-from slime_like.config.errors import ConfigError, warn
+from slime_like.config.errors import ConfigError
 
 # SGLang ServerArgs fields the embedded CPU engine understands (backends/engine_api/launcher.py
 # build_cpu_engine_command; tests/config/test_flag_audit.py checks the two agree). Other --sglang-* values
@@ -81,7 +81,7 @@ def add_weight_sync_flags(g):
       help="'module.function' called after a disk sync wrote its files.")
 
 
-def check_weight_transport(args):
+def check_weight_transport(args, report):
     if args.update_weight_transport == "disk":
         if not args.update_weight_disk_dir:
             raise ConfigError("--update-weight-transport disk needs --update-weight-disk-dir: a directory the trainer "
@@ -91,22 +91,22 @@ def check_weight_transport(args):
                               f"{args.pipeline_model_parallel_size}: each pipeline stage sends its own layers, so an "
                               "engine would reload a partial checkpoint; use PP 1 or --update-weight-transport nccl")
     elif args.update_weight_disk_dir or args.update_weight_disk_keep_files:
-        warn(args, "--update-weight-disk-dir / --update-weight-disk-keep-files without --update-weight-transport disk: "
-                   "nothing is written there (weights go to the engines as tensors)")
+        report.warn("--update-weight-disk-dir / --update-weight-disk-keep-files without --update-weight-transport "
+                    "disk: nothing is written there (weights go to the engines as tensors)")
 
 
-def check_weight_update_check(args):
+def check_weight_update_check(args, report):
     """--check-weight-update-equal needs engines this run starts, with a /weights_checker route."""
     if args.check_weight_update_equal and args.rollout_engine == "vllm":
-        args.launch_refusals.append("--check-weight-update-equal with --rollout-engine vllm: the vLLM adapter has no "
-                                    "/weights_checker route (SGLang and the CPU engine have it)")
+        report.refuse("--check-weight-update-equal with --rollout-engine vllm: the vLLM adapter has no "
+                      "/weights_checker route (SGLang and the CPU engine have it)")
     if args.check_weight_update_equal and args.rollout_external_engine_addrs:
-        args.launch_refusals.append("--check-weight-update-equal with --rollout-external-engine-addrs: the check "
-                                    "overwrites the engines' weights with noise before the first push; run it on "
-                                    "engines the run starts itself")
+        report.refuse("--check-weight-update-equal with --rollout-external-engine-addrs: the check "
+                      "overwrites the engines' weights with noise before the first push; run it on "
+                      "engines the run starts itself")
 
 
-def check_router_flags(args) -> None:
+def check_router_flags(args, report) -> None:
     """--sglang-router-ip/port name a running router (both or neither); --router-* values reach a router only
     when the driver starts one: two or more SGLang engines of this run and no --sglang-router-ip."""
     if bool(args.sglang_router_ip) != bool(args.sglang_router_port):
@@ -117,36 +117,36 @@ def check_router_flags(args) -> None:
     shown = ", ".join(f"--router-{k.replace('_', '-')} {v}" for k, v in sorted(args.router_args.items()))
     engines = (args.rollout_num_gpus or 0) // max(1, args.rollout_num_gpus_per_engine)
     if args.sglang_router_ip:
-        warn(args, f"{shown}: no effect, --sglang-router-ip names a router started elsewhere with its own settings")
+        report.warn(f"{shown}: no effect, --sglang-router-ip names a router started elsewhere with its own settings")
     elif args.rollout_external_engine_addrs or args.debug_train_only or args.rollout_engine != "sglang" \
             or engines < 2:
-        warn(args, f"{shown}: no effect, no sglang-router is started (the driver starts one in front of two or "
-                   f"more SGLang engines of the run; this run has {engines} engine(s) of kind "
-                   f"{args.rollout_engine}{', external' if args.rollout_external_engine_addrs else ''})")
+        report.warn(f"{shown}: no effect, no sglang-router is started (the driver starts one in front of two or "
+                    f"more SGLang engines of the run; this run has {engines} engine(s) of kind "
+                    f"{args.rollout_engine}{', external' if args.rollout_external_engine_addrs else ''})")
 
 
-def check_engine_passthrough(args) -> None:
+def check_engine_passthrough(args, report) -> None:
     """Warn about --sglang-* / --vllm-* values no engine will see (after validation resolved --rollout-engine)."""
     vllm_values = args.vllm_server_args
     if vllm_values and (args.rollout_engine != "vllm" or args.rollout_external_engine_addrs) \
             and not args.debug_train_only:
         shown_v = ", ".join(f"--vllm-{k.replace('_', '-')}" for k in vllm_values)
-        warn(args, f"{shown_v}: no effect, the rollout engine is {args.rollout_engine}"
-                   f"{' (external)' if args.rollout_external_engine_addrs else ''}, not a vllm engine started here")
+        report.warn(f"{shown_v}: no effect, the rollout engine is {args.rollout_engine}"
+                    f"{' (external)' if args.rollout_external_engine_addrs else ''}, not a vllm engine started here")
     values = {k: v for k, v in args.sglang_server_args.items()
               if k not in SGLANG_CLIENT_SIDE and v is not None}
     if not values or args.debug_train_only:
         return
     shown = lambda k: f"--sglang-{k.replace('_', '-')} {values[k]}"  # noqa: E731
     if args.rollout_external_engine_addrs:
-        warn(args, f"{', '.join(map(shown, values))}: no effect, the engines of --rollout-external-engine-addrs were "
-                   "started elsewhere with their own settings")
+        report.warn(f"{', '.join(map(shown, values))}: no effect, the engines of --rollout-external-engine-addrs were "
+                    "started elsewhere with their own settings")
     elif args.rollout_engine == "cpu":
         ignored = [k for k in values if k not in CPU_ENGINE_SGLANG_KEYS]
         if ignored:
             understood = ", ".join(f"--sglang-{k.replace('_', '-')}" for k in CPU_ENGINE_SGLANG_KEYS)
-            warn(args, f"{', '.join(map(shown, ignored))}: no effect on the cpu rollout engine (SGLang server "
-                       f"settings; it understands only {understood})")
+            report.warn(f"{', '.join(map(shown, ignored))}: no effect on the cpu rollout engine (SGLang server "
+                        f"settings; it understands only {understood})")
 
 
 def derive_external(args):

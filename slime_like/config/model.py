@@ -5,7 +5,7 @@ Megatron reference: megatron/training/arguments.py, `_add_network_size_args` and
 """
 from __future__ import annotations
 
-from slime_like.config.errors import ConfigError, warn
+from slime_like.config.errors import ConfigError
 from slime_like.config.types import moe_layer_freq
 
 
@@ -121,7 +121,7 @@ def add_model_group(parser):
     return parser
 
 
-def derive_model_defaults(args):
+def derive_model_defaults(args, report):
     """Megatron's own derived model defaults, so the dry run shows what the trainer will build."""
     if args.num_attention_heads and args.hidden_size:
         if args.kv_channels is None:
@@ -140,9 +140,9 @@ def derive_model_defaults(args):
     if args.use_rotary_position_embeddings:
         args.position_embedding_type = "rope"
     if (args.attention_dropout or args.hidden_dropout) and args.loss_type != "sft_loss":
-        warn(args, f"--attention-dropout {args.attention_dropout} / --hidden-dropout {args.hidden_dropout} (Megatron's "
-                   "defaults are 0.1): the trainer's log-probs will not match the rollout engine's; RL recipes pass "
-                   "--attention-dropout 0.0 --hidden-dropout 0.0")
+        report.warn(f"--attention-dropout {args.attention_dropout} / --hidden-dropout {args.hidden_dropout} "
+                    "(Megatron's defaults are 0.1): the trainer's log-probs will not match the rollout engine's; RL recipes pass "
+                    "--attention-dropout 0.0 --hidden-dropout 0.0")
     if args.num_experts and args.moe_ffn_hidden_size is None:
         args.moe_ffn_hidden_size = args.ffn_hidden_size
     if args.max_position_embeddings is None and args.seq_length is not None:

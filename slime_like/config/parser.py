@@ -143,19 +143,17 @@ def parse_namespace(argv: list, prog: str = "train.py"):
 
 
 def _add_bookkeeping(args) -> None:
-    """The attributes that are no flag but that later layers fill in (provenance, YAML overlays, validation,
-    preflight): present from the start, so every reader says `args.x` whatever stage made the Namespace."""
+    """The run facts that are no flag but that later layers fill in (YAML overlays, config.json, --num-epoch) and
+    the trainers read: present from the start, so every reader says `args.x` whatever stage made the Namespace.
+    What the configuration layer found (warnings, launch refusals, notes, provenance) is no run fact: it goes to
+    the ConfigReport beside the Namespace (report.py)."""
     args.cli_dests = []                 # what the user named on the command line (slime_like/args.py)
     args.megatron_role_overrides = {}   # role -> {dest: value} of --megatron-config-path (role_overrides.py)
     args.megatron_role_entries = {}     # role -> index of its YAML entry, for messages
-    args.config_translation = None      # the --config RLinf / ROLL translation (frontends/apply.py)
-    args.config_warnings = []           # no-effect and derived-value notes (validate.py and the checks)
-    args.launch_refusals = []           # settings this machine cannot run, raised at launch (support.py)
-    args.preflight_notes = []           # the pre-Ray checks' notes (preflight.py)
     args.model_args_from_hf = False     # the model flags came from config.json (hf_config.fill_model_from_hf)
     args.hf_model_type = ""             # config.json's model_type: the HF weight layout (hf_config.fill_args_from_hf)
     args.hf_yarn = None                 # config.json's YaRN settings Megatron has no flags for (same)
-    args.num_rollout_per_epoch = None   # set when --num-epoch derives --num-rollout (validate.py)
+    args.num_rollout_per_epoch = None   # set when --num-epoch derives --num-rollout (data.py)
     args.custom_config = {}             # the keys --custom-config-path set (custom_config.py)
 
 

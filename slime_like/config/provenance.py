@@ -44,7 +44,7 @@ def _skip(dest: str) -> bool:
     return dest in _INTERNAL or dest.startswith("sglang_")
 
 
-def shared_values(args) -> dict:
+def shared_values(args, report) -> dict:
     """{dest: {"value", "source"}} of the shared namespace, non-default values only."""
     parser = shared_parser()
     defaults, groups = defaults_of(parser), group_of(parser)
@@ -63,7 +63,7 @@ def shared_values(args) -> dict:
     return out
 
 
-def role_values(args) -> dict:
+def role_values(args, report) -> dict:
     """{role: {dest: {"value", "source"}}}: each role's values that differ from the shared ones or come from
     a YAML entry (shown even when equal to the default)."""
     out = {}
@@ -90,17 +90,17 @@ def role_values(args) -> dict:
     return out
 
 
-def start_lines(args) -> list:
+def start_lines(args, report) -> list:
     """The log's summary: each role's values that are not the shared ones, with their source."""
     lines = []
-    for role, values in role_values(args).items():
+    for role, values in role_values(args, report).items():
         if values:
             items = ", ".join(f"{k}={v['value']} ({v['source']})" for k, v in values.items())
             lines.append(f"role {role}: {items}")
     return lines
 
 
-def write_config(args, argv: list) -> str:
+def write_config(args, report, argv: list) -> str:
     """Append this start's resolved configuration to RUN_DIR/config.yaml as one YAML document.
 
     A resumed run (same --run-dir) adds a document after the earlier ones instead of replacing them."""
@@ -110,8 +110,8 @@ def write_config(args, argv: list) -> str:
     path = os.path.join(args.run_dir, CONFIG_FILE)
     doc = {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "command": shlex.join([os.path.basename(sys.argv[0] or "train.py"), *argv]),
-           "warnings": list(args.config_warnings),
-           "shared": shared_values(args), "roles": role_values(args)}
+           "warnings": list(report.warnings),
+           "shared": shared_values(args, report), "roles": role_values(args, report)}
     resumed = os.path.exists(path) and os.path.getsize(path) > 0
     with open(path, "a") as f:
         f.write(("---\n# a later start in the same run directory (resume or re-run)\n" if resumed else "") +

@@ -19,7 +19,7 @@ import argparse
 import copy
 import os
 
-from slime_like.config.errors import ConfigError, did_you_mean, warn
+from slime_like.config.errors import ConfigError, did_you_mean
 from slime_like.config.algorithm import ESTIMATOR_TRAITS
 
 ROLES = ("actor", "critic")
@@ -33,7 +33,7 @@ TOPOLOGY_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "
                  "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel")
 
 
-def load_role_overrides(args, parser) -> None:
+def load_role_overrides(args, report, parser) -> None:
     """Read and check the YAML once at start-up; store {role: {dest: value}} as args.megatron_role_overrides."""
     args.megatron_role_overrides = {}
     args.megatron_role_entries = {}  # role -> index of its entry in the YAML list (named in messages)
@@ -66,12 +66,12 @@ def load_role_overrides(args, parser) -> None:
         where = f"{path}: megatron[{i}]"
         role, overrides = _entry_role_and_overrides(entry, where, seen)
         seen[role] = i
-        args.megatron_role_overrides[role] = _converted_overrides(args, overrides, actions, where, role)
+        args.megatron_role_overrides[role] = _converted_overrides(args, report, overrides, actions, where, role)
         args.megatron_role_entries[role] = i
     _check_topology(args, path)
     if not (args.use_critic or ESTIMATOR_TRAITS[args.advantage_estimator].needs_critic):
-        warn(args, f"--megatron-config-path {path} is used without a critic (no --use-critic, estimator "
-                   f"{args.advantage_estimator}); only the actor entry has an effect")
+        report.warn(f"--megatron-config-path {path} is used without a critic (no --use-critic, estimator "
+                    f"{args.advantage_estimator}); only the actor entry has an effect")
 
 
 def _entry_role_and_overrides(entry, where: str, seen: dict) -> tuple[str, dict]:
@@ -98,14 +98,14 @@ def _entry_role_and_overrides(entry, where: str, seen: dict) -> tuple[str, dict]
     return role, overrides
 
 
-def _converted_overrides(args, overrides: dict, actions: dict, where: str, role: str) -> dict:
+def _converted_overrides(args, report, overrides: dict, actions: dict, where: str, role: str) -> dict:
     """{dest: value converted as its flag would be}; placement keys refused, ignored keys warned."""
     converted = {}
     for key, value in overrides.items():
         key = str(key)
         if key in IGNORED_KEYS:
-            warn(args, f"{where} (role {role}): '{key}' is ignored; GPU placement stays on "
-                       f"--{role}-num-nodes / --{role}-num-gpus-per-node")
+            report.warn(f"{where} (role {role}): '{key}' is ignored; GPU placement stays on "
+                        f"--{role}-num-nodes / --{role}-num-gpus-per-node")
             continue
         if key in PLACEMENT_KEYS:
             raise ConfigError(f"{where} (role {role}): '{key}' is a placement/run setting, not a per-role "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from slime_like.config.errors import ConfigError, path_problem, warn
+from slime_like.config.errors import ConfigError
 from slime_like.config.slime_paths import is_fully_async
 
 DEFAULT_ROLLOUT_FUNCTION = "slime_like.rollout.generate.generate_rollout"
@@ -112,7 +112,7 @@ def check_sampling(args):
         args.eval_max_context_len = args.rollout_max_context_len
 
 
-def check_generation_limits(args):
+def check_generation_limits(args, report):
     if not args.rollout_repetition_penalty > 0:
         raise ConfigError(f"--rollout-repetition-penalty {args.rollout_repetition_penalty}: must be > 0 (1.0 = off)")
     m = args.rollout_min_new_tokens
@@ -123,11 +123,11 @@ def check_generation_limits(args):
             raise ConfigError(f"--rollout-min-new-tokens {m} exceeds --rollout-max-response-len "
                               f"{args.rollout_max_response_len}")
     if args.rollout_greedy and args.n_samples_per_prompt > 1:
-        warn(args, f"--rollout-greedy with --n-samples-per-prompt {args.n_samples_per_prompt}: the responses of a "
-                   "group are identical, so group-relative advantages are all 0 (nothing is learned)")
+        report.warn(f"--rollout-greedy with --n-samples-per-prompt {args.n_samples_per_prompt}: the responses of a "
+                    "group are identical, so group-relative advantages are all 0 (nothing is learned)")
 
 
-def check_forge(args) -> None:
+def check_forge(args, report) -> None:
     """--load-forge-rollout-data is read only by slime's forge_load rollout function: one without the other is an
     error (the flag would be ignored, or the rollout would fail at its first call)."""
     forge = (args.rollout_function_path or "").endswith("rollout.forge_load.generate_rollout")
@@ -140,17 +140,17 @@ def check_forge(args) -> None:
                           "(a --save-debug-rollout-data dump, or a {rollout_id} template of them)")
     path = args.load_forge_rollout_data
     if path and "{rollout_id}" not in path and not os.path.exists(path):
-        path_problem(args, f"--load-forge-rollout-data {path}: no such file")
+        report.path_problem(f"--load-forge-rollout-data {path}: no such file")
 
 
-def check_fully_async(args):
+def check_fully_async(args, report):
     """--max-staleness belongs to the fully async rollout; over-sampling has no meaning there (one group at a
     time, continuously)."""
     if not is_fully_async(args):
         if args.max_staleness is not None:
-            warn(args, f"--max-staleness {args.max_staleness} has no effect: only the fully async rollout "
-                       "(--rollout-function-path slime.rollout.fully_async_rollout.generate_rollout_fully_async, "
-                       "train_async.py) generates ahead of the trainer by more than one step")
+            report.warn(f"--max-staleness {args.max_staleness} has no effect: only the fully async rollout "
+                        "(--rollout-function-path slime.rollout.fully_async_rollout.generate_rollout_fully_async, "
+                        "train_async.py) generates ahead of the trainer by more than one step")
         return
     if args.max_staleness is None:
         args.max_staleness = 1
@@ -164,12 +164,12 @@ def check_fully_async(args):
                           f"{args.update_weights_interval - 1} version(s) behind; set --max-staleness >= "
                           f"{args.update_weights_interval - 1} or push more often")
     if args.over_sampling_batch_size != args.rollout_batch_size:
-        warn(args, f"--over-sampling-batch-size {args.over_sampling_batch_size} has no effect with the fully async "
-                   "rollout: it starts one prompt group at a time, as many as --max-staleness allows")
+        report.warn(f"--over-sampling-batch-size {args.over_sampling_batch_size} has no effect with the fully async "
+                    "rollout: it starts one prompt group at a time, as many as --max-staleness allows")
 
 
-def check_partial_rollout(args):
+def check_partial_rollout(args, report):
     if args.partial_rollout and args.over_sampling_batch_size == args.rollout_batch_size \
             and not args.dynamic_sampling_filter_path and not is_fully_async(args):
-        warn(args, "--partial-rollout without over-sampling or a dynamic sampling filter never aborts a generation, "
-                   "so it has no effect")
+        report.warn("--partial-rollout without over-sampling or a dynamic sampling filter never aborts a generation, "
+                    "so it has no effect")

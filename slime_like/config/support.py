@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 
-from slime_like.config.errors import ConfigError, warn
+from slime_like.config.errors import ConfigError
 from slime_like.config.slime_paths import BUILT_SPECS, foreign
 from slime_like.config.unimplemented import SLIME_ONLY_FLAGS
 
@@ -275,12 +275,12 @@ def _is_set(args, dest: str, value) -> bool:
     return APPLIES_WHEN.get(dest, lambda a, v: True)(args, value)
 
 
-def check_flag_support(args) -> None:
+def check_flag_support(args, report) -> None:
     """Start-up check of the command line (call before validation derives anything).
 
-    Collects the UNSUPPORTED / slime-only flags into args.launch_refusals (refused by `refuse_at_launch`, listed
-    by --dry-run) and warns about the NO_EFFECT_HERE ones."""
-    refusals = args.launch_refusals
+    Collects the UNSUPPORTED / slime-only flags into the report's launch refusals (refused by
+    `ConfigReport.refuse_at_launch`, listed by --dry-run) and warns about the NO_EFFECT_HERE ones."""
+    refusals = report.launch_refusals
     for dest, why in UNSUPPORTED.items():
         value = getattr(args, dest, _ABSENT)  # a hand-built namespace may lack a dest: nothing was set
         if value is not _ABSENT and _is_set(args, dest, value):
@@ -297,21 +297,14 @@ def check_flag_support(args) -> None:
     for dest, why in NO_EFFECT_HERE.items():
         value = getattr(args, dest, _ABSENT)
         if value is not _ABSENT and _is_set(args, dest, value):
-            warn(args, f"{_describe(dest, value)} is accepted but not honoured here (no effect): {why}")
+            report.warn(f"{_describe(dest, value)} is accepted but not honoured here (no effect): {why}")
 
 
 def _as_list(value) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def refuse_at_launch(args) -> None:
-    """The launch (not --dry-run) stops here, before Ray or torch, when the run needs what slime_like lacks."""
-    refusals = args.launch_refusals
-    if refusals:
-        raise ConfigError("this run cannot start: " + "; ".join(refusals))
-
-
-def check_role_overrides_support(args) -> None:
+def check_role_overrides_support(args, report) -> None:
     """The same rules for the per-role YAML overlay (keys are dests; the CLI is the baseline)."""
     path = args.megatron_config_path
     for role, overrides in (args.megatron_role_overrides or {}).items():
@@ -327,10 +320,10 @@ def check_role_overrides_support(args) -> None:
                                   f"trainers, so a per-role value would be ignored or disagree with the rollout "
                                   f"side. Set {_flag_info()[key][0]} on the command line instead")
             if key in UNSUPPORTED and _is_set(view, key, value):
-                args.launch_refusals.append(f"{where}: {value!r} is not honoured by slime_like: {UNSUPPORTED[key]}. "
-                                            "Remove the key")
+                report.refuse(f"{where}: {value!r} is not honoured by slime_like: {UNSUPPORTED[key]}. "
+                              "Remove the key")
             if key in NO_EFFECT_HERE and _is_set(view, key, value):
-                warn(args, f"{where}: {value!r} is accepted but not honoured here (no effect): {NO_EFFECT_HERE[key]}")
+                report.warn(f"{where}: {value!r} is accepted but not honoured here (no effect): {NO_EFFECT_HERE[key]}")
 
 
 class _Overlay:

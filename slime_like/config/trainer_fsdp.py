@@ -12,7 +12,7 @@ import argparse
 import os
 
 from slime_like.config.cluster import cuda_visible
-from slime_like.config.errors import ConfigError, warn
+from slime_like.config.errors import ConfigError
 
 SHARDING = ("full_shard", "shard_grad_op", "hybrid_shard", "no_shard")
 DTYPES = ("fp32", "bf16", "fp16")
@@ -66,10 +66,10 @@ def add_fsdp_group(parser):
     return parser
 
 
-def validate_fsdp(args) -> None:
+def validate_fsdp(args, report) -> None:
     """Backend-specific input checks, before Ray starts."""
     if args.train_backend == "fsdp":
-        _fsdp_only(args)
+        _fsdp_only(args, report)
     else:
         for dest, flag in (("load", "--load"), ("ref_load", "--ref-load"), ("critic_load", "--critic-load")):
             path = getattr(args, dest, None)
@@ -99,7 +99,7 @@ MEGATRON_HOOKS = ("custom_megatron_init_path", "custom_megatron_before_log_prob_
                   "custom_loss_function_path", "custom_pg_loss_reducer_function_path")
 
 
-def _fsdp_only(args):
+def _fsdp_only(args, report):
     for dest in MEGATRON_HOOKS:
         if getattr(args, dest, None):
             flag = "--" + dest.replace("_", "-")
@@ -127,10 +127,10 @@ def _fsdp_only(args):
     for dest, why in MEGATRON_ONLY.items():
         if getattr(args, dest, None):
             flag = "--" + dest.replace("_", "-")
-            warn(args, f"{flag} has no effect with --train-backend fsdp: {why}")
+            report.warn(f"{flag} has no effect with --train-backend fsdp: {why}")
     if args.fsdp_cpu_offload and not cuda_visible():
-        warn(args, "--fsdp-cpu-offload has no effect on a CPU-only machine: the parameters already live in CPU "
-                   "memory")
+        report.warn("--fsdp-cpu-offload has no effect on a CPU-only machine: the parameters already live in CPU "
+                    "memory")
 
 
 def _fsdp_weight_sources(args):

@@ -5,7 +5,7 @@ and says which Megatron-only ones change nothing for it (trainer_fsdp.py).
 """
 from __future__ import annotations
 
-from slime_like.config.errors import ConfigError, warn
+from slime_like.config.errors import ConfigError
 from slime_like.config.types import json_value
 
 
@@ -106,10 +106,10 @@ def add_kernel_flags(g):
     a("--qwen-gdn-backend", default="fla", choices=["fla", "flashqla"], help="Gated-delta-net kernel backend.")
 
 
-def check_keep_old_actor(args):
+def check_keep_old_actor(args, report):
     if args.keep_old_actor and args.train_backend != "megatron":
-        args.launch_refusals.append(f"--keep-old-actor with --train-backend {args.train_backend}: only the Megatron "
-                                    "trainer keeps the pushed weights; use --train-backend megatron")
+        report.refuse(f"--keep-old-actor with --train-backend {args.train_backend}: only the Megatron "
+                      "trainer keeps the pushed weights; use --train-backend megatron")
     if args.keep_old_actor and args.use_rollout_logprobs:
         raise ConfigError("--keep-old-actor scores the old policy with the pushed weights, --use-rollout-logprobs "
                           "takes the engine's log-probs as the old policy instead: use one of them")
@@ -152,7 +152,7 @@ def precision_line(args) -> str:
     return f"  precision             = {detail} ({why})"
 
 
-def check_parallel_sizes(args):
+def check_parallel_sizes(args, report):
     """-> (tp, pp, cp, ep, etp), the expert TP defaulted to TP and sequence parallelism off without TP."""
     tp, pp, cp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size, args.context_parallel_size
     ep = args.expert_model_parallel_size
@@ -164,8 +164,8 @@ def check_parallel_sizes(args):
     etp = args.expert_tensor_parallel_size
     if args.sequence_parallel and tp == 1:  # Megatron-LM turns it off the same way (it splits over the TP group)
         args.sequence_parallel = False
-        warn(args, "--sequence-parallel with --tensor-model-parallel-size 1: turned off, as Megatron-LM does "
-                   "(sequence parallelism splits activations over the tensor-parallel group)")
+        report.warn("--sequence-parallel with --tensor-model-parallel-size 1: turned off, as Megatron-LM does "
+                    "(sequence parallelism splits activations over the tensor-parallel group)")
     return tp, pp, cp, ep, etp
 
 

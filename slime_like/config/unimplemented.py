@@ -24,7 +24,7 @@ SLIME_ONLY_FLAGS = {
 
 class _Unsupported(argparse.Action):
     """Keeps the value: a recipe that passes one of these still parses (and --dry-run prints its plan); the run is
-    refused at launch with the feature's name (check_flag_support, launch_refusals)."""
+    refused at launch with the feature's name (support.check_flag_support)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         setattr(namespace, self.dest, values if values else True)

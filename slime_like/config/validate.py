@@ -8,57 +8,54 @@ from __future__ import annotations
 
 from slime_like.config import (algorithm, checkpoint, cluster, data, distillation, engines, logging_debug, model,
                                optimizer, rewards, rollout, support, trainer_fsdp, trainer_megatron)
-from slime_like.config.errors import ConfigError
 from slime_like.config.hf_config import check_model_against_hf, fill_model_from_hf
 
 
-def validate_args(args, raise_path_problems: bool = True) -> None:
-    """Validate and fill derived defaults. Missing input paths are independent of every other rule: they are
+def validate_args(args, report, raise_path_problems: bool = True) -> None:
+    """Validate and fill derived defaults; warnings, launch refusals and missing paths go to `report` (a
+    ConfigReport), never onto `args`. Missing input paths are independent of every other rule: they are
     collected and raised together at the end, or (raise_path_problems=False) left to the preflight, which
     checks the same paths more deeply and reports them with its own findings in one message."""
-    args.config_path_problems = []
-    support.check_flag_support(args)  # accepted-but-not-honoured flags: error or warning (support.py), on raw values
-    support.check_role_overrides_support(args)
+    support.check_flag_support(args, report)  # accepted-but-not-honoured flags, on raw values
+    support.check_role_overrides_support(args, report)
     data.check_required(args)
     data.check_batch_identity(args)
-    algorithm.check_algorithm(args)
-    engines.check_weight_transport(args)
-    rollout.check_generation_limits(args)
+    algorithm.check_algorithm(args, report)
+    engines.check_weight_transport(args, report)
+    rollout.check_generation_limits(args, report)
     algorithm.check_loss_shaping(args)
     rewards.check_reward_scale(args)
     optimizer.check_stateless_adam(args)
     algorithm.check_per_token_loss(args)
     data.apply_prompt_template(args)
-    distillation.validate_opd(args)
-    rollout.check_forge(args)
-    trainer_megatron.check_keep_old_actor(args)
-    engines.check_weight_update_check(args)
-    _rollout_and_eval(args)
-    checkpoint.check_checkpoints(args)
-    trainer_fsdp.validate_fsdp(args)
+    distillation.validate_opd(args, report)
+    rollout.check_forge(args, report)
+    trainer_megatron.check_keep_old_actor(args, report)
+    engines.check_weight_update_check(args, report)
+    _rollout_and_eval(args, report)
+    checkpoint.check_checkpoints(args, report)
+    trainer_fsdp.validate_fsdp(args, report)
     logging_debug.check_debug(args)
     trainer_megatron.check_precision(args, cluster.cuda_visible())
     fill_model_from_hf(args)
-    model.derive_model_defaults(args)
-    cluster.validate_cluster(args)
-    engines.check_engine_passthrough(args)  # needs the resolved --rollout-engine
-    engines.check_router_flags(args)
+    model.derive_model_defaults(args, report)
+    cluster.validate_cluster(args, report)
+    engines.check_engine_passthrough(args, report)  # needs the resolved --rollout-engine
+    engines.check_router_flags(args, report)
     check_model_against_hf(args)
     logging_debug.derive_run_dirs(args)
     engines.derive_external(args)
-    problems = args.config_path_problems
-    if problems and raise_path_problems:
-        raise ConfigError(problems[0] if len(problems) == 1 else
-                          f"{len(problems)} problems:\n" + "\n".join(f"  - {p}" for p in problems))
+    if raise_path_problems:
+        report.raise_path_problems()
 
 
-def _rollout_and_eval(args):
+def _rollout_and_eval(args, report):
     rollout.check_sampling(args)
-    eval_data = data.eval_data(args)
+    eval_data = data.eval_data(args, report)
     if not args.debug_train_only:
-        data.check_data_paths(args, eval_data)
+        data.check_data_paths(args, report, eval_data)
     data.check_eval_schedule(args, eval_data)
     rewards.check_rewards_and_tools(args)
-    rollout.check_fully_async(args)
-    rollout.check_partial_rollout(args)
-    data.num_rollout_from_epochs(args)
+    rollout.check_fully_async(args, report)
+    rollout.check_partial_rollout(args, report)
+    data.num_rollout_from_epochs(args, report)

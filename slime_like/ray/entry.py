@@ -28,7 +28,7 @@ def launch(loop, argv=None, *, allow_colocate: bool = True, allow_fully_async: b
     if not [a for a in _argv(argv) if a != "--dry-run"]:
         print(WHAT_A_RUN_NEEDS.format(prog=prog or "train.py"), file=sys.stderr)
         return 2
-    args, plan = parse_run(argv, prog=prog, preflight=True)
+    args, plan, report = parse_run(argv, prog=prog, preflight=True)
     if args.colocate and not allow_colocate:
         what = ("the placement puts the engines on the actor's GPUs (colocated)" if args.placement_map
                 else "--colocate is not supported")
@@ -43,17 +43,16 @@ def launch(loop, argv=None, *, allow_colocate: bool = True, allow_fully_async: b
     from slime_like.plan import print_dry_run
 
     if args.dry_run:
-        print_dry_run(args, plan)
+        print_dry_run(args, report, plan)
         return 0
-    for note in args.preflight_notes:
+    for note in report.notes:
         print(f"NOTE: {note}", file=sys.stderr)
     from slime_like.config.errors import ConfigError
-    from slime_like.config.support import refuse_at_launch
 
     from slime_like.backends.megatron.kernels import launch_errors
 
     try:
-        refuse_at_launch(args)  # what slime_like cannot run: after --dry-run's plan, before Ray or torch start
+        report.refuse_at_launch()  # what slime_like cannot run: after --dry-run's plan, before Ray or torch start
     except ConfigError as e:
         print(f"{prog or 'train'}: error: {e}", file=sys.stderr)
         return 2
@@ -63,8 +62,8 @@ def launch(loop, argv=None, *, allow_colocate: bool = True, allow_fully_async: b
         return 2
     from slime_like.config.provenance import start_lines, write_config
 
-    print(f"[slime_like] resolved configuration: {write_config(args, _argv(argv))}", file=sys.stderr)
-    for line in start_lines(args):
+    print(f"[slime_like] resolved configuration: {write_config(args, report, _argv(argv))}", file=sys.stderr)
+    for line in start_lines(args, report):
         print(f"[slime_like] {line}", file=sys.stderr)
     import ray
 

@@ -21,7 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_make_args_holds_every_dest_and_refuses_a_name_no_flag_has():
     args = make_args("--rollout-batch-size", 4, rm_max_retries=3)
     assert args.rollout_batch_size == 4 and args.rm_max_retries == 3
-    assert args.rollout_seed == 42 and args.cli_dests == [] and args.config_warnings == []  # defaults, bookkeeping
+    assert args.rollout_seed == 42 and args.cli_dests == [] and args.megatron_role_overrides == {}  # bookkeeping
     with pytest.raises(AttributeError, match="rm_max_retry"):
         make_args(rm_max_retry=3)
 

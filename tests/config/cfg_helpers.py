@@ -24,3 +24,16 @@ def parse(argv):
     from slime_like.args import parse_args
 
     return parse_args([str(a) for a in argv], exit_on_error=False)
+
+
+def parse_report(argv):
+    """(args, report): the validated Namespace and the ConfigReport (warnings, launch refusals, provenance)."""
+    from slime_like.args import parse_run
+
+    args, _, report = parse_run([str(a) for a in argv], exit_on_error=False)
+    return args, report
+
+
+def refuse_at_launch(argv):
+    """What the launch does after the dry run: raise ConfigError naming every refused setting of `argv`."""
+    parse_report(argv)[1].refuse_at_launch()

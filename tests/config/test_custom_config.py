@@ -4,7 +4,7 @@ import pytest
 
 from slime_like.config.errors import ConfigError
 
-from cfg_helpers import parse
+from cfg_helpers import parse, parse_report
 
 
 def yaml_file(tmp_path, text):
@@ -15,11 +15,11 @@ def yaml_file(tmp_path, text):
 
 def test_free_keys_become_attributes_and_flags_are_converted(base, tmp_path):
     y = yaml_file(tmp_path, "use_tis: true\ntis_clip: '3'\nmax_turns: 5\nenv: {name: geo3k}\n")
-    args = parse(base + ["--custom-config-path", y])
+    args, report = parse_report(base + ["--custom-config-path", y])
     assert args.use_tis is True and args.tis_clip == 3.0                 # flags, through their argparse type
     assert args.max_turns == 5 and args.env == {"name": "geo3k"}          # free attributes, as slime sets them
     assert args.custom_config == {"use_tis": True, "tis_clip": 3.0, "max_turns": 5, "env": {"name": "geo3k"}}
-    assert any("env, max_turns" in w for w in args.config_warnings)
+    assert any("env, max_turns" in w for w in report.warnings)
 
 
 def test_a_flag_in_the_file_overrides_the_command_line_with_a_warning(base, tmp_path, capsys):

@@ -18,7 +18,7 @@ import re
 import pytest
 import yaml
 
-from cfg_helpers import parse
+from cfg_helpers import parse, parse_report, refuse_at_launch
 from slime_like.config import engines, support
 from slime_like.config.errors import ConfigError
 from slime_like.config.parser import build_parser
@@ -142,28 +142,29 @@ def test_every_table_entry_fires_at_startup(base, table, capsys):
     for dest in getattr(support, table):
         tokens = _non_default_tokens(_action(dest))
         if table == "UNSUPPORTED":  # parses (--dry-run plans it); the launch refuses it
-            refusals = parse(base + CONTEXT.get(dest, []) + tokens).launch_refusals
+            refusals = parse_report(base + CONTEXT.get(dest, []) + tokens)[1].launch_refusals
             mine = [r for r in refusals if r.startswith(tokens[0] + " ")]
             assert len(mine) == 1 and "not honoured" in mine[0], (tokens, refusals)
         else:
-            args = parse(base + tokens)
-            assert any(w.startswith(tokens[0] + " ") and "no effect" in w for w in args.config_warnings), tokens
+            _, report = parse_report(base + tokens)
+            assert any(w.startswith(tokens[0] + " ") and "no effect" in w for w in report.warnings), tokens
     if table == "NO_EFFECT_HERE":
         assert "WARNING: --use-flash-attn is accepted but not honoured" in capsys.readouterr().err
 
 
 def test_defaults_and_recipe_values_pass_silently(base):
-    args = parse(base + ["--context-parallel-size", "1", "--ckpt-format", "torch_dist", "--kv-lora-rank", "32",
-                         "--accumulate-allreduce-grads-in-fp32"])
-    assert not any("not honoured" in w for w in args.config_warnings)
+    _, report = parse_report(base + ["--context-parallel-size", "1", "--ckpt-format", "torch_dist",
+                                     "--kv-lora-rank", "32", "--accumulate-allreduce-grads-in-fp32"])
+    assert not any("not honoured" in w for w in report.warnings)
 
 
 def test_rules_apply_only_where_the_value_is_really_ignored(base, hf_dir):
-    args = parse(base + ["--position-embedding-type", "rope", "--no-position-embedding", "--tokenizer-model", hf_dir])
+    args, report = parse_report(base + ["--position-embedding-type", "rope", "--no-position-embedding",
+                                        "--tokenizer-model", hf_dir])
     assert args.add_position_embedding is False
-    assert not any("not honoured" in w for w in args.config_warnings)
+    assert not any("not honoured" in w for w in report.warnings)
     with pytest.raises(ConfigError, match="--no-position-embedding is accepted .* not honoured"):
-        support.refuse_at_launch(parse(base + ["--no-position-embedding"]))
+        refuse_at_launch(base + ["--no-position-embedding"])
 
 
 def test_refused_flags_stop_the_launch_not_the_dry_run(base, capsys):
@@ -191,13 +192,14 @@ def test_yaml_overlay_follows_the_same_rules(base, tmp_path):
     ppo = base + ["--advantage-estimator", "ppo"]
     with pytest.raises(ConfigError, match=r"roles.yaml \(role critic\): key 'apply_layernorm_1p'.*not honoured"):
         overlay = _overlay(tmp_path, {"apply_layernorm_1p": True})
-        support.refuse_at_launch(parse(ppo + ["--megatron-config-path", overlay]))
+        refuse_at_launch(ppo + ["--megatron-config-path", overlay])
     with pytest.raises(ConfigError, match=r"key 'use_routing_replay' is a slime setting for MoE routing replay"):
         parse(ppo + ["--megatron-config-path", _overlay(tmp_path, {"use_routing_replay": True})])
     with pytest.raises(ConfigError, match=r"key 'use_opd' is a slime extras setting of the whole run"):
         parse(ppo + ["--megatron-config-path", _overlay(tmp_path, {"use_opd": True})])
-    args = parse(ppo + ["--megatron-config-path", _overlay(tmp_path, {"overlap_param_gather": True, "lr": 1e-5})])
-    assert any("key 'overlap_param_gather'" in w and "no effect" in w for w in args.config_warnings)
+    _, report = parse_report(ppo + ["--megatron-config-path", _overlay(tmp_path, {"overlap_param_gather": True,
+                                                                                  "lr": 1e-5})])
+    assert any("key 'overlap_param_gather'" in w and "no effect" in w for w in report.warnings)
     # shared settings are not per-role: only the trainers see role overrides
     for key, value in (("rollout_temperature", 0.5), ("use_wandb", True), ("global_batch_size", 4)):
         with pytest.raises(ConfigError, match=rf"key '{key}' is a .* setting of the whole run"):
@@ -241,13 +243,14 @@ def test_docs_list_every_refused_and_no_effect_flag():
 
 
 def test_sglang_values_the_cpu_engine_cannot_use_warn(base):
-    args = parse(base + ["--rollout-engine", "cpu", "--sglang-mem-fraction-static", "0.7",
-                         "--sglang-context-length", "512"])
-    notes = [w for w in args.config_warnings if "--sglang-" in w]
+    _, report = parse_report(base + ["--rollout-engine", "cpu", "--sglang-mem-fraction-static", "0.7",
+                                     "--sglang-context-length", "512"])
+    notes = [w for w in report.warnings if "--sglang-" in w]
     assert len(notes) == 1 and "--sglang-mem-fraction-static 0.7: no effect on the cpu rollout engine" in notes[0]
     assert "--sglang-context-length 512" not in notes[0]
-    args = parse(base + ["--rollout-engine", "cpu", "--sglang-context-length", "512", "--sglang-server-concurrency", "8"])
-    assert not any("--sglang-" in w for w in args.config_warnings)
+    _, report = parse_report(base + ["--rollout-engine", "cpu", "--sglang-context-length", "512",
+                                     "--sglang-server-concurrency", "8"])
+    assert not any("--sglang-" in w for w in report.warnings)
 
 
 def test_cpu_engine_keys_agree_with_the_launcher(base):

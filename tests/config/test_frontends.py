@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from cfg_helpers import parse
-from slime_like.config.dry_run import report
+from cfg_helpers import parse, parse_report
+from slime_like.config.dry_run import dry_run_text
 from slime_like.config.errors import ConfigError
 from slime_like.plan import build_plan
 
@@ -35,12 +35,12 @@ def roll_placeholders(p):
 
 
 def dry(argv):
-    args = parse(argv)
-    return args, report(args, build_plan(args))
+    args, report = parse_report(argv)
+    return args, report, dry_run_text(args, build_plan(args), report)
 
 
 def test_rlinf_seed001_dry_run(paths):
-    args, out = dry(["--config", RLINF1, *rlinf_placeholders(paths)])
+    args, report, out = dry(["--config", RLINF1, *rlinf_placeholders(paths)])
     assert "-- equivalent command line (rlinf file" in out
     for line in ("--n-samples-per-prompt 2", "--num-steps-per-rollout 4", "--early-stop-imp-ratio 5.0",
                  "--loss-micro-batch-mean", "--reward-scale 5.0", "--rollout-max-response-len 1024",
@@ -50,27 +50,27 @@ def test_rlinf_seed001_dry_run(paths):
     # ${subtract:${runner.seq_length}, ${data.max_prompt_length}} = 2048 - 1024
     assert args.rollout_max_response_len == 1024 and args.n_samples_per_prompt == 2 and args.fp16
     assert "gpu 0 (bundle   0): actor0 + engine0" in out and "colocated" in out
-    assert any("actor.megatron.ckpt.process_num=16" in w and "no effect" in w for w in args.config_warnings)
+    assert any("actor.megatron.ckpt.process_num=16" in w and "no effect" in w for w in report.warnings)
 
 
 def test_rlinf_seed002_dry_run(paths):
-    args, out = dry(["--config", RLINF2, *rlinf_placeholders(paths, "rollout.model.model_path")])
+    args, report, out = dry(["--config", RLINF2, *rlinf_placeholders(paths, "rollout.model.model_path")])
     assert args.rollout_min_new_tokens == 1 and args.rollout_max_response_len == 1024
-    assert any("actor.fsdp_config" in w and "training_backend: fsdp" in w for w in args.config_warnings)
+    assert any("actor.fsdp_config" in w and "training_backend: fsdp" in w for w in report.warnings)
     assert "actor0 + engine0" in out
 
 
 def test_roll_seed003_dry_run(paths):
     base = ["--config", ROLL3, *roll_placeholders(paths)]
     # actor_infer strategy vllm -> our vLLM engine, its strategy_config -> --vllm-* flags
-    args, out = dry(base)
+    args, _, out = dry(base)
     assert args.rollout_engine == "vllm" and args.vllm_gpu_memory_utilization == 0.6 and args.vllm_block_size == 16
     assert "    --rollout-engine vllm \\" in out and "    --vllm-gpu-memory-utilization 0.6 \\" in out
     assert "engine: vllm" in out
     # the user's flag after the file picks another engine: the vLLM settings are said to be unused
-    args, out = dry(base + ["--rollout-engine", "cpu"])
+    args, report, out = dry(base + ["--rollout-engine", "cpu"])
     assert any("--vllm-gpu-memory-utilization" in w and "no effect, the rollout engine is cpu" in w
-               for w in args.config_warnings)  # the vLLM settings are said to be unused, not dropped silently
+               for w in report.warnings)  # the vLLM settings are said to be unused, not dropped silently
     assert args.global_batch_size == 512 and args.n_samples_per_prompt == 8 and args.lr == 1e-6 and args.bf16
     assert args.rollout_max_response_len == 4096 and args.apply_chat_template  # template: native
     assert "--placement actor:0-15 rollout:0-15 reference:0-15" in out
@@ -110,13 +110,13 @@ def test_several_train_files(paths, tmp_path):
 def test_disaggregated_placements(paths):
     rl = ["--config", RLINF1, *rlinf_placeholders(paths), "cluster.num_gpus_per_node=4",
           "cluster.component_placement={actor: 0-1, rollout: 2-3}"]
-    args, out = dry(rl)
+    args, _, out = dry(rl)
     assert not args.colocate and args.actor_num_gpus_per_node == 2 and args.rollout_num_gpus == 2
     assert "gpu 1 (bundle   1): actor1" in out and "gpu 3 (bundle   3): engine1" in out
     ro = ["--config", ROLL3, *roll_placeholders(paths), "--rollout-engine", "cpu", "num_gpus_per_node=4",
           "actor_train.device_mapping=list(range(0,4))", "actor_infer.device_mapping=[4,5,6,7]",
           "reference.device_mapping=list(range(0,4))", "actor_train.training_args.gradient_accumulation_steps=8"]
-    args, out = dry(ro)
+    args, _, out = dry(ro)
     assert not args.colocate and args.actor_num_gpus_per_node == 4 and args.rollout_num_gpus == 4
     assert "node 1:" in out and "gpu 3 (bundle   7): engine3" in out
 
@@ -223,14 +223,14 @@ def test_config_to_flags_recipe_runs_to_the_same_config(paths, tmp_path):
     tokens = text.split("CONFIG_ARGS=(")[1].split(")\n")[0].split()
     via_file = vars(parse(["--config", RLINF1, *rlinf_placeholders(paths)]))
     via_recipe = vars(parse(tokens))
-    skip = {"config", "config_translation", "config_warnings", "run_dir", "cli_dests"}  # cli_dests: provenance
+    skip = {"config", "run_dir", "cli_dests"}  # cli_dests: provenance
     assert {k: v for k, v in via_file.items() if k not in skip} == {k: v for k, v in via_recipe.items() if k not in skip}
     r = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 
 
 def test_roll_critic_becomes_the_critic_role_overlay(paths):
-    args, out = dry(["--config", ROLL3, *roll_placeholders(paths), "--rollout-engine", "cpu", "adv_estimator=gae",
+    args, _, out = dry(["--config", ROLL3, *roll_placeholders(paths), "--rollout-engine", "cpu", "adv_estimator=gae",
                      "critic.training_args.learning_rate=5e-6", "critic.strategy_args.strategy_name=megatron_train",
                      "critic.device_mapping=list(range(0,16))"])
     assert args.use_critic and args.advantage_estimator == "ppo"

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from cfg_helpers import parse
+from cfg_helpers import parse, parse_report
 from slime_like.config.errors import ConfigError
 
 FSDP = ["--train-backend", "fsdp"]
@@ -41,9 +41,9 @@ def test_unknown_lora_target_lists_the_models_linear_modules(base, tiny_ckpt):
 
 
 def test_megatron_only_performance_flags_warn_with_fsdp(base):
-    args = parse(base + FSDP + ["--use-distributed-optimizer", "--overlap-grad-reduce"])
+    _, report = parse_report(base + FSDP + ["--use-distributed-optimizer", "--overlap-grad-reduce"])
     assert any(w.startswith("--use-distributed-optimizer has no effect with --train-backend fsdp")
-               for w in args.config_warnings)
+               for w in report.warnings)
     with pytest.raises(ConfigError, match="hybrid_shard needs --fsdp-size"):
         parse(base + FSDP + ["--fsdp-sharding-strategy", "hybrid_shard"])
     with pytest.raises(ConfigError, match="--recompute-granularity selective is Megatron's"):

@@ -4,7 +4,7 @@ import pytest
 from slime_like.config.errors import ConfigError
 from slime_like.config.parser import GROUP_ORDER, build_parser, defaults_of
 
-from cfg_helpers import parse
+from cfg_helpers import parse, parse_report, refuse_at_launch
 
 
 def test_help_lists_every_group_in_order(capsys):
@@ -93,15 +93,13 @@ def test_stray_value_is_an_error(base):
 
 def test_unimplemented_slime_flags_say_so(base):
     """They parse (a dry run plans the recipe) and the launch refuses them, naming the feature."""
-    from slime_like.config.support import refuse_at_launch
-
-    args = parse(base + ["--use-routing-replay"])
+    parse(base + ["--use-routing-replay"])
     with pytest.raises(ConfigError, match="--use-routing-replay is a slime flag for MoE routing replay, which slime_like "
                                           "does not"):
-        refuse_at_launch(args)
+        refuse_at_launch(base + ["--use-routing-replay"])
     with pytest.raises(ConfigError, match="--update-weight-mode is a slime flag for delta weight sync"):
-        refuse_at_launch(parse(base + ["--update-weight-mode", "delta"]))
-    refuse_at_launch(parse(base))  # nothing refused: no error
+        refuse_at_launch(base + ["--update-weight-mode", "delta"])
+    refuse_at_launch(base)  # nothing refused: no error
     assert "--use-routing-replay" not in build_parser()[0].format_help()
 
 
@@ -109,14 +107,12 @@ def test_rope_and_rotary_scaling_factors_are_megatrons_two_flags(base):
     """--rope-scaling-factor: Llama 3.x scaling (default 8); --rotary-scaling-factor: MLA's YaRN (default 1). slime's
     llama files pass --use-rope-scaling --rotary-scaling-factor F: fine where F is what Megatron builds anyway
     (Llama 3.1's 8), refused at launch otherwise (Llama 3.2's 32 would silently be built as 8)."""
-    from slime_like.config.support import refuse_at_launch
-
     a = parse(base + ["--rotary-scaling-factor", "4.0"])
     assert (a.rope_scaling_factor, a.rotary_scaling_factor) == (8.0, 4.0)
-    refuse_at_launch(parse(base + ["--use-rope-scaling", "--rotary-scaling-factor", "8.0"]))
+    refuse_at_launch(base + ["--use-rope-scaling", "--rotary-scaling-factor", "8.0"])
     with pytest.raises(ConfigError, match=r"--rotary-scaling-factor 32.0 .*--rope-scaling-factor VALUE"):
-        refuse_at_launch(parse(base + ["--use-rope-scaling", "--rotary-scaling-factor", "32.0"]))
-    refuse_at_launch(parse(base + ["--use-rope-scaling", "--rope-scaling-factor", "32.0"]))
+        refuse_at_launch(base + ["--use-rope-scaling", "--rotary-scaling-factor", "32.0"])
+    refuse_at_launch(base + ["--use-rope-scaling", "--rope-scaling-factor", "32.0"])
 
 
 # Every flag issue 2 and the seeds name (plus those other parts of the product need) is registered.
@@ -165,7 +161,7 @@ def test_stateless_adam_needs_adam_and_no_saved_optimizer(base):
 def test_disk_weight_transport_needs_its_directory(base, tmp_path):
     with pytest.raises(ConfigError, match="--update-weight-transport disk needs --update-weight-disk-dir"):
         parse(base + ["--update-weight-transport", "disk"])
-    args = parse(base + ["--update-weight-transport", "disk", "--update-weight-disk-dir", str(tmp_path)])
-    assert args.update_weight_transport == "disk" and not args.launch_refusals
-    args = parse(base + ["--update-weight-disk-dir", str(tmp_path)])
-    assert any("nothing is written there" in w for w in args.config_warnings)
+    args, report = parse_report(base + ["--update-weight-transport", "disk", "--update-weight-disk-dir", str(tmp_path)])
+    assert args.update_weight_transport == "disk" and not report.launch_refusals
+    _, report = parse_report(base + ["--update-weight-disk-dir", str(tmp_path)])
+    assert any("nothing is written there" in w for w in report.warnings)

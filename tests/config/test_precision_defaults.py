@@ -7,7 +7,8 @@ import os
 import pytest
 
 from cfg_helpers import parse, write_hf_dir
-from slime_like.config.dry_run import report
+from slime_like.config.dry_run import dry_run_text
+from slime_like.config.report import ConfigReport
 from slime_like.plan import build_plan
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -35,7 +36,8 @@ def _base(tmp_path, *extra):
 
 
 def _precision(args):
-    return next(ln for ln in report(args, build_plan(args)).splitlines() if ln.strip().startswith("precision"))
+    text = dry_run_text(args, build_plan(args), ConfigReport())  # the precision line reads args alone
+    return next(ln for ln in text.splitlines() if ln.strip().startswith("precision"))
 
 
 def test_gpu_recipe_without_precision_flags_trains_megatron_in_bf16_with_the_distributed_optimizer(gpu, tmp_path):

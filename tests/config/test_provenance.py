@@ -5,7 +5,7 @@ import os
 import yaml
 
 import train
-from cfg_helpers import parse
+from cfg_helpers import parse, parse_report
 from slime_like.config.provenance import start_lines, write_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -19,8 +19,8 @@ def _ppo(base, tmp_path):
 
 def test_config_yaml_names_every_source_and_a_resume_appends(base, tmp_path):
     argv = _ppo(base, tmp_path)
-    args = parse(argv)
-    path = write_config(args, argv)
+    args, report = parse_report(argv)
+    path = write_config(args, report, argv)
     doc = yaml.safe_load(open(path))
     shared, roles = doc["shared"], doc["roles"]
     assert shared["lr"] == {"value": 1e-4, "source": "CLI"}
@@ -29,8 +29,8 @@ def test_config_yaml_names_every_source_and_a_resume_appends(base, tmp_path):
     assert roles["actor"]["lr"] == {"value": 1e-6, "source": f"YAML {PPO_YAML} megatron[0], over the CLI's --lr 0.0001"}
     assert roles["critic"]["lr_warmup_iters"] == {"value": 10, "source": f"YAML {PPO_YAML} megatron[1]"}
     assert "--lr 1e-4" in doc["command"]
-    assert any(line.startswith("role actor: lr=1e-06 (YAML") for line in start_lines(args))
-    write_config(parse(argv), argv)  # the same run directory again (a resume): a second document, the first kept
+    assert any(line.startswith("role actor: lr=1e-06 (YAML") for line in start_lines(args, report))
+    write_config(*parse_report(argv), argv)  # the same run directory again (a resume): a 2nd document, the 1st kept
     docs = list(yaml.safe_load_all(open(path)))
     assert len(docs) == 2 and docs[0] == doc
 

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from cfg_helpers import parse
+from cfg_helpers import parse, parse_report, refuse_at_launch
 from slime_like.config.errors import ConfigError
 
 DATA = pathlib.Path(__file__).parent / "slime_recipes" / "recipes.json"
@@ -105,31 +105,30 @@ def test_slime_recipe_dry_run_prints_the_plan(name, tmp_path, capsys):
         with pytest.raises(ConfigError, match=INVALID_ON_GPUS[name]):
             parse(placeholder_argv(RECIPES[name]["argv"], tmp_path) + ["--dry-run"])
         return
-    args = parse(placeholder_argv(RECIPES[name]["argv"], tmp_path) + ["--dry-run"])
-    print_dry_run(args)
+    args, report = parse_report(placeholder_argv(RECIPES[name]["argv"], tmp_path) + ["--dry-run"])
+    print_dry_run(args, report)
     out = capsys.readouterr().out
     assert "== slime_like dry run: configuration valid ==" in out and "placement" in out.lower()
     # the launch refusals the dry run lists are exactly what the launch would stop on
-    assert out.count("REFUSED AT LAUNCH: ") == len(args.launch_refusals)
+    assert out.count("REFUSED AT LAUNCH: ") == len(report.launch_refusals)
     # docs/configuration.md's table of slime's recipes names every flag the launch refuses
     row = next(line for line in DOC.splitlines() if line.startswith(f"| `{name}` |"))
-    assert set(re.findall(r"`(--[a-z0-9-]+)`", row.split("|")[3])) == {r.split(" ")[0] for r in args.launch_refusals}
-    assert ("runs as written" in row) == (not args.launch_refusals)
+    assert set(re.findall(r"`(--[a-z0-9-]+)`", row.split("|")[3])) == {r.split(" ")[0] for r in report.launch_refusals}
+    assert ("runs as written" in row) == (not report.launch_refusals)
 
 
 def test_slime_builtin_function_paths_resolve_to_ours(base):
-    from slime_like.config.support import refuse_at_launch
     from slime_like.rollout.filters import check_reward_nonzero_std
     from slime_like.rollout.hooks import load_function
 
     slime_filter = "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std"
     assert load_function(slime_filter) is check_reward_nonzero_std
-    refuse_at_launch(parse(base + ["--dynamic-sampling-filter-path", slime_filter]))
-    refuse_at_launch(parse(base + ["--rollout-function-path", "slime.rollout.sft_rollout.generate_rollout"]))
-    args = parse(base + ["--rollout-function-path", "slime_plugins.rollout.my_rollout.generate_rollout"])
+    refuse_at_launch(base + ["--dynamic-sampling-filter-path", slime_filter])
+    refuse_at_launch(base + ["--rollout-function-path", "slime.rollout.sft_rollout.generate_rollout"])
+    argv = base + ["--rollout-function-path", "slime_plugins.rollout.my_rollout.generate_rollout"]
     with pytest.raises(ConfigError, match="--rollout-function-path slime_plugins.rollout.my_rollout.generate_rollout "
                                           "names slime's own code"):
-        refuse_at_launch(args)
+        refuse_at_launch(argv)
 
 
 MODEL_SCRIPTS = sorted(k for k in RECIPES if k.startswith("models/"))
@@ -143,7 +142,7 @@ def test_slime_model_script_dry_run(name, tmp_path, capsys):
     from slime_like.plan import print_dry_run
 
     model = RECIPES[name]["argv"]
-    args = parse(model + placeholder_argv(["--hf-checkpoint", "X"] + model, tmp_path)[:2] + RUN_BASE)
-    print_dry_run(args)
+    args, report = parse_report(model + placeholder_argv(["--hf-checkpoint", "X"] + model, tmp_path)[:2] + RUN_BASE)
+    print_dry_run(args, report)
     assert "configuration valid" in capsys.readouterr().out
     assert args.num_layers == int(_value(model, "--num-layers"))

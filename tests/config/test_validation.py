@@ -3,7 +3,7 @@ import pytest
 
 from slime_like.config.errors import ConfigError
 
-from cfg_helpers import TINY_QWEN2, parse, write_hf_dir
+from cfg_helpers import TINY_QWEN2, parse, parse_report, refuse_at_launch, write_hf_dir
 
 
 def drop(argv, flag, nvalues=1):
@@ -71,15 +71,14 @@ def test_rule_fires_with_its_message(base, extra, message):
 
 
 def test_sequence_parallel_at_tp1_is_turned_off_as_megatron_does(base):
-    args = parse(base + ["--sequence-parallel"])
+    args, report = parse_report(base + ["--sequence-parallel"])
     assert args.sequence_parallel is False
     assert any(w.startswith("--sequence-parallel with --tensor-model-parallel-size 1: turned off")
-               for w in args.config_warnings)
+               for w in report.warnings)
     assert parse(base + ["--sequence-parallel", "--tensor-model-parallel-size", "2"]).sequence_parallel is True
 
 
 def test_multi_node_engine_is_planned_then_refused_at_launch(base):
-    from slime_like.config.support import refuse_at_launch
     from slime_like.plan import build_plan
 
     argv = base + ["--num-gpus-per-node", "1", "--actor-num-nodes", "2", "--actor-num-gpus-per-node", "1",
@@ -87,7 +86,7 @@ def test_multi_node_engine_is_planned_then_refused_at_launch(base):
     args = parse(argv)
     assert [[(s.node, s.local_gpu) for s in e] for e in build_plan(args).engines] == [[(0, 0), (1, 0)]]
     with pytest.raises(ConfigError, match="multi-node rollout engines are not implemented"):
-        refuse_at_launch(args)
+        refuse_at_launch(argv)
 
 
 def test_data_files_must_exist(base):
@@ -166,30 +165,30 @@ def test_model_flags_checked_against_config_json(tmp_path, base):
 
 def test_kl_coef_without_reward_kl_is_one_warning_and_needs_no_reference(base):
     """grpo ignores the reward-side KL: --kl-coef needs no --ref-load there and says so once at start-up."""
-    a = parse(base + ["--kl-coef", "0.1"])
-    said = [w for w in a.config_warnings if "--kl-coef 0.1 has no effect with --advantage-estimator grpo" in w]
+    a, report = parse_report(base + ["--kl-coef", "0.1"])
+    said = [w for w in report.warnings if "--kl-coef 0.1 has no effect with --advantage-estimator grpo" in w]
     assert len(said) == 1 and "no reference model" in said[0]
-    a = parse(base + ["--advantage-estimator", "reinforce_plus_plus_baseline", "--normalize-advantages",
-                      "--kl-coef", "0.1", "--ref-load", a.hf_checkpoint])
-    assert not any("--kl-coef" in w for w in a.config_warnings)
+    a, report = parse_report(base + ["--advantage-estimator", "reinforce_plus_plus_baseline", "--normalize-advantages",
+                                     "--kl-coef", "0.1", "--ref-load", a.hf_checkpoint])
+    assert not any("--kl-coef" in w for w in report.warnings)
 
 
 def test_cuda_only_flags_warn_on_cpu(base, capsys):
-    a = parse(base + ["--use-flash-attn"])
-    assert any("--use-flash-attn is accepted but not honoured" in w for w in a.config_warnings)
+    a, report = parse_report(base + ["--use-flash-attn"])
+    assert any("--use-flash-attn is accepted but not honoured" in w for w in report.warnings)
     assert "--use-flash-attn is accepted but not honoured" in capsys.readouterr().err
 
 
 def test_dropout_off_when_model_comes_from_config_json_and_warned_otherwise(base):
     a = parse(base)
     assert (a.attention_dropout, a.hidden_dropout) == (0.0, 0.0) and not a.add_bias_linear
-    a = parse(base + ["--hidden-dropout", "0.05"])  # a value the user set is kept (and warned about)
+    a, report = parse_report(base + ["--hidden-dropout", "0.05"])  # a value the user set is kept (and warned about)
     assert (a.attention_dropout, a.hidden_dropout) == (0.0, 0.05)
-    assert any("log-probs will not match" in w for w in a.config_warnings)
-    a = parse(base + ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+    assert any("log-probs will not match" in w for w in report.warnings)
+    a, report = parse_report(base + ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
                       "--group-query-attention", "--num-query-groups", "2", "--ffn-hidden-size", "128",
                       "--vocab-size", "128", "--norm-epsilon", "1e-6", "--swiglu"])
-    assert a.attention_dropout == 0.1 and any("log-probs will not match" in w for w in a.config_warnings)
+    assert a.attention_dropout == 0.1 and any("log-probs will not match" in w for w in report.warnings)
 
 
 def test_num_epoch_derives_num_rollout(base, tmp_path):
@@ -221,21 +220,20 @@ def test_save_and_eval_follow_slimes_periodic_rule(base, tmp_path):
 
 
 def test_opd_sglang_needs_its_teacher_and_both_trainers_hold_a_megatron_type_teacher(base):
-    from slime_like.config.support import refuse_at_launch
-
-    args = parse(base + ["--use-opd", "--opd-type", "sglang"])
-    assert any("--opd-type sglang: the samples need the teacher's log-probs" in w for w in args.config_warnings)
+    _, report = parse_report(base + ["--use-opd", "--opd-type", "sglang"])
+    assert any("--opd-type sglang: the samples need the teacher's log-probs" in w for w in report.warnings)
     with pytest.raises(ConfigError, match=r"--opd-type sglang with --custom-rm-path .* needs --rm-url"):
         parse(base + ["--use-opd", "--opd-type", "sglang", "--custom-rm-path",
                       "slime.rollout.on_policy_distillation.reward_func"])
-    args = parse(base + ["--use-opd", "--opd-type", "sglang", "--custom-rm-path",
-                         "slime.rollout.on_policy_distillation.reward_func", "--rm-url", "http://127.0.0.1:1/generate"])
-    refuse_at_launch(args)
-    assert not any("teacher's log-probs" in w for w in args.config_warnings)
+    _, report = parse_report(base + ["--use-opd", "--opd-type", "sglang", "--custom-rm-path",
+                                     "slime.rollout.on_policy_distillation.reward_func", "--rm-url",
+                                     "http://127.0.0.1:1/generate"])
+    report.refuse_at_launch()
+    assert not any("teacher's log-probs" in w for w in report.warnings)
     teacher = ["--use-opd", "--opd-type", "megatron", "--opd-teacher-load", base[base.index("--hf-checkpoint") + 1]]
     for backend in ("megatron", "fsdp"):  # each trainer builds the frozen teacher (backends/*/trainer.py)
         for mode in ("sampled", "full"):
-            refuse_at_launch(parse(base + teacher + ["--train-backend", backend, "--opd-kl-mode", mode]))
+            refuse_at_launch(base + teacher + ["--train-backend", backend, "--opd-kl-mode", mode])
 
 
 @pytest.mark.parametrize("extra, error", [
@@ -259,36 +257,31 @@ def test_opd_kl_mode_without_opd_is_an_error(base):
 
 def test_max_staleness_defaults_to_one_in_fully_async_mode_and_warns_elsewhere(base):
     fn = ["--rollout-function-path", "slime.rollout.fully_async_rollout.generate_rollout_fully_async"]
-    a = parse(base + fn)
-    assert a.max_staleness == 1 and not any("--max-staleness" in w for w in a.config_warnings)
-    from slime_like.config.support import refuse_at_launch
-    refuse_at_launch(a)   # slime's own path names our function: not refused as a foreign slime module
-    a = parse(base + ["--max-staleness", "2"])
-    assert any("--max-staleness 2 has no effect" in w for w in a.config_warnings)
-    a = parse(base + fn + ["--over-sampling-batch-size", "8"])
-    assert any("--over-sampling-batch-size 8 has no effect with the fully async" in w for w in a.config_warnings)
+    a, report = parse_report(base + fn)
+    assert a.max_staleness == 1 and not any("--max-staleness" in w for w in report.warnings)
+    report.refuse_at_launch()   # slime's own path names our function: not refused as a foreign slime module
+    _, report = parse_report(base + ["--max-staleness", "2"])
+    assert any("--max-staleness 2 has no effect" in w for w in report.warnings)
+    _, report = parse_report(base + fn + ["--over-sampling-batch-size", "8"])
+    assert any("--over-sampling-batch-size 8 has no effect with the fully async" in w for w in report.warnings)
 
 
 def test_fault_tolerance_is_refused_only_where_it_cannot_restart_an_engine(base):
-    from slime_like.config.support import refuse_at_launch
-
-    refuse_at_launch(parse(base + ["--use-fault-tolerance"]))  # engines this run starts: honoured
+    refuse_at_launch(base + ["--use-fault-tolerance"])  # engines this run starts: honoured
     # behind a router (one named here, or the one started for two or more SGLang engines): honoured too, the
     # rollout health-checks each engine and tells the router (tests/loop/test_fault_tolerance_router.py)
-    refuse_at_launch(parse(base + ["--use-fault-tolerance", "--sglang-router-ip", "127.0.0.1",
-                                   "--sglang-router-port", "30000"]))
+    refuse_at_launch(base + ["--use-fault-tolerance", "--sglang-router-ip", "127.0.0.1",
+                             "--sglang-router-port", "30000"])
     with pytest.raises(ConfigError, match="--use-fault-tolerance restarts the engines this run starts"):
-        refuse_at_launch(parse(base + ["--use-fault-tolerance", "--rollout-external-engine-addrs", "127.0.0.1:1"]))
+        refuse_at_launch(base + ["--use-fault-tolerance", "--rollout-external-engine-addrs", "127.0.0.1:1"])
     with pytest.raises(ConfigError, match="--use-fault-tolerance restarts the engines this run starts"):
-        refuse_at_launch(parse(base + ["--use-fault-tolerance", "--rollout-external-engine-addrs", "127.0.0.1:1",
-                                       "--sglang-router-ip", "127.0.0.1", "--sglang-router-port", "30000"]))
+        refuse_at_launch(base + ["--use-fault-tolerance", "--rollout-external-engine-addrs", "127.0.0.1:1",
+                                 "--sglang-router-ip", "127.0.0.1", "--sglang-router-port", "30000"])
 
 
 def test_check_weight_update_equal_is_refused_where_no_engine_of_ours_answers(base):
-    from slime_like.config.support import refuse_at_launch
-
-    refuse_at_launch(parse(base + ["--check-weight-update-equal"]))  # the CPU engine / SGLang: allowed
-    args = parse(base + ["--check-weight-update-equal", "--rollout-external-engine-addrs", "127.0.0.1:1"])
+    refuse_at_launch(base + ["--check-weight-update-equal"])  # the CPU engine / SGLang: allowed
+    argv = base + ["--check-weight-update-equal", "--rollout-external-engine-addrs", "127.0.0.1:1"]
     with pytest.raises(ConfigError, match=r"--check-weight-update-equal with --rollout-external-engine-addrs: the "
                                           r"check overwrites the engines' weights"):
-        refuse_at_launch(args)
+        refuse_at_launch(argv)

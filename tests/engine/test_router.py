@@ -6,7 +6,7 @@ import pytest
 from aiohttp import web
 
 from engine_helpers import free_port
-from slime_like.args import parse_args
+from slime_like.args import parse_args, parse_run
 from slime_like.backends.engine_api.launcher import EngineStartError
 from slime_like.backends.sglang.router import add_worker_url, build_router_command, remove_worker
 from slime_like.config.errors import ConfigError
@@ -22,11 +22,14 @@ def _args(tiny_ckpt, *flags):
 
 
 def test_router_passthrough_reaches_the_command(tiny_ckpt):
-    args = _args(tiny_ckpt, "--router-policy", "round_robin", "--router-balance-abs-threshold", "4",
-                 "--router-log-level", "warn", "--sglang-router-request-timeout-secs", "60")
+    argv = ["--hf-checkpoint", tiny_ckpt, "--rollout-batch-size", "2", "--num-rollout", "1", "--rollout-engine", "cpu",
+            "--actor-num-gpus-per-node", "1", "--rollout-num-gpus", "2", "--router-policy", "round_robin",
+            "--router-balance-abs-threshold", "4", "--router-log-level", "warn",
+            "--sglang-router-request-timeout-secs", "60"]
+    args, _, report = parse_run(argv, exit_on_error=False)
     assert args.router_args == {"policy": "round_robin", "balance_abs_threshold": 4, "log_level": "warn"}
     # the cpu engines need no router: the values are accepted, and the run says they do nothing here
-    assert any("--router-policy round_robin" in w and "no effect" in w for w in args.config_warnings)
+    assert any("--router-policy round_robin" in w and "no effect" in w for w in report.warnings)
     cmd = build_router_command(args, URLS, host="10.0.0.9", port=3000, python="python")
     assert cmd == ["python", "-m", "sglang_router.launch_router", "--host", "10.0.0.9", "--port", "3000",
                    "--policy", "round_robin", "--worker-urls", *URLS, "--request-timeout-secs", "60",

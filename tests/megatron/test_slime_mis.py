@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from _dist import run_ranks
-from test_trainer_common import make_args, make_batch
+from test_trainer_common import BASE_FLAGS, make_args, make_batch
 
 SLIME_SRC = os.environ.get("SLIME_SRC", "")
 MIS_DIR = os.path.join(SLIME_SRC, "examples", "train_infer_mismatch_helper")
@@ -16,12 +16,16 @@ pytestmark = pytest.mark.skipif(not os.path.isfile(os.path.join(MIS_DIR, "mis.py
                                 reason="set SLIME_SRC to a checkout of THUDM/slime (examples/ are read unchanged)")
 
 
+def _flags():
+    return ["--global-batch-size", "8", "--micro-batch-size", "4", "--lr", "3e-3",
+            "--custom-config-path", os.path.join(MIS_DIR, "mis.yaml"),
+            "--custom-tis-function-path", "mis.compute_mis_weights_with_cp"]
+
+
 def _args(ckpt):
     if MIS_DIR not in sys.path:
         sys.path.insert(0, MIS_DIR)
-    return make_args(ckpt, "--global-batch-size", "8", "--micro-batch-size", "4", "--lr", "3e-3",
-                     "--custom-config-path", os.path.join(MIS_DIR, "mis.yaml"),
-                     "--custom-tis-function-path", "mis.compute_mis_weights_with_cp")
+    return make_args(ckpt, *_flags())
 
 
 def mis_case(rank, world_size, port, ckpt):
@@ -42,7 +46,10 @@ def test_yaml_keys_become_attributes_and_flags(tiny_ckpt):
     args = _args(tiny_ckpt)
     assert args.use_tis is True                                   # a flag, set by the file
     assert (args.tis_mode, args.tis_level, args.tis_upper_bound, args.use_rs) == ("truncate", "token", 2.0, True)
-    assert any("attributes for custom functions" in w and "tis_mode" in w for w in args.config_warnings)
+    from slime_like.args import parse_run
+
+    _, _, report = parse_run(["--hf-checkpoint", tiny_ckpt, *BASE_FLAGS, *_flags()], exit_on_error=False)
+    assert any("attributes for custom functions" in w and "tis_mode" in w for w in report.warnings)
 
 
 def test_mis_py_weights_the_policy_loss(tiny_ckpt):

@@ -1,16 +1,16 @@
 """After parsing: the translation's per-role values join the role overlay, its no-effect keys become warnings."""
 from __future__ import annotations
 
-from slime_like.config.errors import ConfigError, warn
+from slime_like.config.errors import ConfigError
 from slime_like.config.algorithm import ESTIMATOR_TRAITS
 from slime_like.config.role_overrides import _convert
 
 
-def apply_translation(args, parser, t) -> None:
-    args.config_translation = t
+def apply_translation(args, report, parser, t) -> None:
+    report.translation = t
     if t is None:
         if args.config_format != "auto":
-            warn(args, f"--config-format {args.config_format} has no effect without --config FILE.yaml")
+            report.warn(f"--config-format {args.config_format} has no effect without --config FILE.yaml")
         return
     t.path = args.config  # the file as the user named it (the last --config wins, as for any flag)
     actions = {a.dest: a for a in parser._actions if a.dest != "help"}
@@ -28,4 +28,4 @@ def apply_translation(args, parser, t) -> None:
     for key, value, why in t.no_effect:
         by_reason.setdefault(why, []).append(f"{key}={value}")
     for why, keys in by_reason.items():
-        warn(args, f"{t.path}: {', '.join(keys)}: accepted, no effect here ({why})")
+        report.warn(f"{t.path}: {', '.join(keys)}: accepted, no effect here ({why})")
