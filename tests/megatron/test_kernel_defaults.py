@@ -87,11 +87,15 @@ def _bf16_forward(chunk):
         return chunk(ids, torch.arange(32).expand_as(ids), attention_mask=None)
 
 
-def _scenarios(rank, world_size, port, hf):
+OTHER_ARCHS = ("llama", "glm4", "qwen3_moe", "deepseek_v3")  # RoPE variants, sandwich norms, MoE, MLA
+
+
+def _scenarios(rank, world_size, port, ckpts):
     from slime_like.backends.megatron import parallel
 
     parallel.init_distributed(rank, world_size, master_port=port)
     out = {}
+    hf = ckpts["qwen2"]
     args = _args(hf, "--bf16")
     chunk = _build_as_if_cuda(args)[0]
     logits = _bf16_forward(chunk)
@@ -113,12 +117,15 @@ def _scenarios(rank, world_size, port, hf):
     chunk = M.build_model(cpu)[0]  # real CPU: no simulation
     out["cpu"] = dict(fields={f: getattr(chunk.config, f) for f in FUSION_FIELDS},
                       finite=bool(torch.isfinite(_bf16_forward(chunk).float()).all()))
+    for arch in OTHER_ARCHS:
+        logits = _bf16_forward(_build_as_if_cuda(_args(ckpts[arch], "--bf16"))[0])
+        out[arch] = f"{logits.dtype} finite={bool(torch.isfinite(logits.float()).all())}"
     return out
 
 
 @pytest.fixture(scope="module")
 def scenarios(tiny_ckpts):
-    return run_ranks(_scenarios, 1, tiny_ckpts["qwen2"])[0]
+    return run_ranks(_scenarios, 1, {k: tiny_ckpts[k] for k in ("qwen2",) + OTHER_ARCHS})[0]
 
 
 def test_cuda_without_te_default_flags_build_and_run_a_bf16_forward(scenarios):
@@ -136,6 +143,11 @@ def test_the_simulation_reproduces_each_h100_error_when_the_kernel_is_assumed(sc
     import re
 
     assert re.search(H100_ERRORS[field], scenarios[field]), scenarios[field]
+
+
+@pytest.mark.parametrize("arch", OTHER_ARCHS)
+def test_cuda_without_te_other_families_build_and_run_a_bf16_forward(scenarios, arch):
+    assert scenarios[arch] == "torch.bfloat16 finite=True"
 
 
 def test_cpu_keeps_every_fusion_off(scenarios):
