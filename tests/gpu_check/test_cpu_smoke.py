@@ -19,11 +19,11 @@ def smoke(tmp_path_factory):
                           cwd=ROOT, capture_output=True, text=True, timeout=900,
                           env=dict(os.environ, PYTHONPATH=ROOT, PYTHON=sys.executable))
     with open(out / "gpu_summary.json") as f:
-        return proc, json.load(f)
+        return proc, json.load(f), out
 
 
 def test_smoke_exits_0_and_every_check_passes_or_says_why_it_skipped(smoke):
-    proc, summary = smoke
+    proc, summary, _ = smoke
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     checks = summary["checks"]
     assert summary["mode"] == "cpu-smoke" and list(checks) == ["prep", "parity", "megatron_grpo", "fsdp_grpo", "push",
@@ -57,3 +57,20 @@ def test_a_check_past_its_budget_is_killed_and_reported(tmp_path):
     res = run_child(prep, smoke=True, work=str(tmp_path), budget=0.5)  # importing torch alone takes longer
     assert res["timed_out"] and res["status"] == "fail" and "timed out after" in res["summary"]
     assert res["seconds"] < 15
+
+
+def test_only_reruns_a_check_on_an_earlier_runs_outputs(smoke, tmp_path):
+    """--only export --work <the smoke's work dir>: prep's checkpoint and megatron_grpo's export are read from there."""
+    work = smoke[2] / "work"
+    proc = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu-check.sh"), "--cpu-smoke", "--out",
+                           str(tmp_path), "--work", str(work), "--only", "export"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, env=dict(os.environ, PYTHONPATH=ROOT, PYTHON=sys.executable))
+    with open(tmp_path / "gpu_summary.json") as f:
+        checks = json.load(f)["checks"]
+    assert proc.returncode == 0 and list(checks) == ["export"] and checks["export"]["status"] == "pass", proc.stdout
+    missing = subprocess.run([sys.executable, "-m", "slime_like.tools.gpu_check", "--cpu-smoke", "--out",
+                              str(tmp_path / "b"), "--only", "parity"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=120, env=dict(os.environ, PYTHONPATH=ROOT))
+    with open(tmp_path / "b" / "gpu_summary.json") as f:
+        parity = json.load(f)["checks"]["parity"]
+    assert missing.returncode == 0 and parity["status"] == "skip" and parity["summary"].startswith("needs prep")

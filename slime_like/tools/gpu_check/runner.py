@@ -101,14 +101,20 @@ def run_child(check: Check, smoke: bool, work: str, budget: float) -> dict:
     return res
 
 
-def _blocked(check: Check, summary: dict, work: str) -> str:
+OUTPUTS = {"prep": ("qwen2_tiny/config.json", "qwen2_0p5b_random/config.json"),  # smoke, GPU
+           "megatron_grpo": ("export_megatron/megatron_logits.pt",) * 2}
+
+
+def _blocked(check: Check, summary: dict, work: str, smoke: bool) -> str:
+    """Why this check cannot run: a need that failed in this run, or (not run now, e.g. --only) left no output in
+    the work directory; a package it requires that is missing."""
     for need in check.needs:
         r = summary["checks"].get(need)
-        if r is None or r["status"] != "pass":
-            if need == "megatron_grpo" and os.path.isfile(os.path.join(work, "export_megatron",
-                                                                       "megatron_logits.pt")) and r is not None:
-                continue  # its export exists even when another part of it failed
-            return f"needs {need} ({'not run' if r is None else r['status']})"
+        have = os.path.isfile(os.path.join(work, OUTPUTS[need][0 if smoke else 1])) if need in OUTPUTS else False
+        if r is None and not have:
+            return f"needs {need} (not run here, and no output of an earlier run in {work})"
+        if r is not None and r["status"] != "pass" and not (need == "megatron_grpo" and have):
+            return f"needs {need} ({r['status']})"  # megatron_grpo's export may exist though another part failed
     if check.requires and importlib.util.find_spec(check.requires) is None:
         return f"{check.requires} is not importable here"
     return ""
@@ -146,7 +152,7 @@ def main(a) -> int:
         if only and check.name not in only:
             continue
         left = deadline - time.time()
-        why = _blocked(check, summary, work)
+        why = _blocked(check, summary, work, a.cpu_smoke)
         if why:
             res = {"status": "skip", "summary": why}
         elif left < MIN_START_S * slow:
