@@ -22,6 +22,7 @@ import tempfile
 
 import ray
 
+from slime_like.ray.failures import divert_worker_death_notices
 from slime_like.ray.placement import QUIET_OPENMP
 from slime_like.ray.signals import exit_cleanly_on_sigterm
 from slime_like.utils.console import python_warnings_env
@@ -49,6 +50,7 @@ def init_ray(args, plan=None) -> str:
         address = "auto"  # a multi-node plan needs the running cluster; Ray finds it (RAY_ADDRESS or its file)
     said = _start_private(args) if address is None else _join(address, plan)
     exit_cleanly_on_sigterm()  # ray.init replaced the driver's SIGTERM handler with its own: ours again
+    divert_worker_death_notices(args.run_dir)  # the driver reports a dead actor itself, once
     return said
 
 

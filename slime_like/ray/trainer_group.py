@@ -178,8 +178,9 @@ class TrainerGroup:
         world = len(slots)
         threads = max(1, (os.cpu_count() or 2) // world)
         env = {"OMP_NUM_THREADS": str(threads), **QUIET_OPENMP}
+        # named, so a rank that dies under Ray is reported by role and rank (ray/failures.py)
         self.actors = [TrainerActor.options(num_gpus=gpu_share, scheduling_strategy=placement.strategy(s),
-                                            runtime_env={"env_vars": env})
+                                            runtime_env={"env_vars": env}, name=f"{role} trainer rank {rank}")
                        .remote(args, role, rank, world, threads) for rank, s in enumerate(slots)]
         try:
             master_addr, master_port = ray.get(self.actors[0].node_ip_and_free_port.remote())
