@@ -49,17 +49,19 @@ def launch(loop, argv=None, *, allow_colocate: bool = True, allow_fully_async: b
         print(f"NOTE: {note}", file=sys.stderr)
     from slime_like.config.errors import ConfigError
 
-    from slime_like.backends.megatron.kernels import launch_errors
+    from slime_like.backends.megatron.kernels import launch_check
 
     try:
         report.refuse_at_launch()  # what slime_like cannot run: after --dry-run's plan, before Ray or torch start
     except ConfigError as e:
         print(f"{prog or 'train'}: error: {e}", file=sys.stderr)
         return 2
-    kernel_errors = launch_errors(args)  # kernel options this GPU machine cannot honour (torch-free probes)
+    kernel_errors, kernel_note = launch_check(args)  # what this GPU machine's kernels allow (torch-free probes)
     if kernel_errors:
         print(f"{prog or 'train'}: error: this run cannot start: " + "; ".join(kernel_errors), file=sys.stderr)
         return 2
+    if kernel_note:
+        print(f"[slime_like] {kernel_note}", file=sys.stderr)
     from slime_like.config.provenance import start_lines, write_config
 
     print(f"[slime_like] resolved configuration: {write_config(args, report, _argv(argv))}", file=sys.stderr)

@@ -226,17 +226,24 @@ def check(args, cuda: bool) -> Resolution:
     return res
 
 
-def launch_errors(args) -> list:
-    """What the Megatron trainers of this run would refuse at build, checked on the driver before Ray starts (when
-    this machine shows a CUDA GPU; a CPU-only head node leaves it to the trainers). One entry per problem."""
-    from slime_like.config.role_overrides import apply_role
+def launch_check(args) -> tuple:
+    """(errors, note) for the Megatron trainers of this run, checked on the driver before Ray starts when this
+    machine shows a CUDA GPU (a CPU-only head node leaves it to the trainers): what they would refuse at build, one
+    entry per problem, and one line saying which spec they build and which default fusions are off for want of a
+    kernel."""
     from slime_like.config.cluster import cuda_visible
+    from slime_like.config.role_overrides import apply_role
 
     if args.train_backend != "megatron" or not cuda_visible():
-        return []
-    errors = []
+        return [], ""
+    errors, off = [], []
     for role in ("actor", "critic") if args.use_critic else ("actor",):
-        for e in resolve(apply_role(args, role), cuda=True).errors:
-            if e not in errors:
-                errors.append(e)
-    return errors
+        res = resolve(apply_role(args, role), cuda=True)
+        errors += [e for e in res.errors if e not in errors]
+        off += [d for d in res.turned_off if d not in off]
+        te_spec = res.te_spec if role == "actor" else te_spec
+    spec = "TransformerEngine's layer spec" if te_spec else \
+        f"megatron-core's local spec ({TE} {'not importable' if not have(TE) else 'not asked for'})"
+    note = f"Megatron trainer: {spec}" + (f"; default fusions off for want of their kernels: {', '.join(off)} "
+                                          "(backends/megatron/kernels.py, docs/gpu.md)" if off else "")
+    return errors, note
