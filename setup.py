@@ -31,8 +31,9 @@ def pinned(*names: str) -> list:
 EXTRAS = {
     # the trainer: megatron-core on torch, HF configs / weights
     "megatron": pinned("torch", "megatron-core", "transformers", "tokenizers", "safetensors", "numpy"),
-    # the FSDP2 trainer (--train-backend fsdp): the HF model through transformers, LoRA through peft
-    "fsdp": pinned("torch", "transformers", "peft", "accelerate", "safetensors"),
+    # the FSDP2 trainer (--train-backend fsdp): the HF model through transformers, LoRA through peft; no
+    # megatron-core (tests/fsdp/test_fsdp_without_megatron.py trains with it blocked)
+    "fsdp": pinned("torch", "transformers", "peft", "accelerate", "safetensors", "numpy"),
     # the Ray layer (placement, actors, the run's own cluster)
     "ray": pinned("ray", "psutil"),
     # rollout: engine client, data sources, reward graders, the embedded CPU engine (torch + transformers)

@@ -1,8 +1,10 @@
 """The import rule of DESIGN.md, checked on the source (ast, nothing executed): no cycle between our modules,
 and every import points down the data flow
 
-    __main__ -> cli -> demo/ -> loops/ (and the entry scripts) -> tools/ -> ray/ -> rollout/ -> backends/
-    -> args.py -> plan.py -> config/, algorithms/, sample.py, utils/
+    __main__ -> cli -> demo/ -> loops/ (and the entry scripts) -> tools/ -> ray/ -> args.py -> rollout/
+    -> backends/ -> plan.py -> config/, algorithms/, sample.py, utils/
+
+(args.py, the parse with its role views, is the drivers' business: rollout/ and backends/ get a Namespace.)
 
 with config/ and algorithms/ importing nothing else of ours. Imports inside functions count too: a lazy import
 hides a dependency from start-up time, not from the design.
@@ -14,8 +16,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 PKG = ROOT / "slime_like"
 
 # higher may import lower (or its own layer's package); see the module docstring
-LAYER = {"__main__": 8, "cli": 7, "demo": 6.5, "loops": 6, "tools": 5.5, "ray": 5, "rollout": 4, "backends": 3,
-         "args": 2.5, "plan": 2, "config": 1, "algorithms": 1, "sample": 0, "utils": 0}
+LAYER = {"__main__": 8, "cli": 7, "demo": 6.5, "loops": 6, "tools": 5.5, "ray": 5, "args": 4.5, "rollout": 4,
+         "backends": 3, "plan": 2, "config": 1, "algorithms": 1, "sample": 0, "utils": 0}
 SELF_CONTAINED = ("config", "algorithms")  # import nothing of ours outside themselves
 
 
@@ -119,3 +121,35 @@ def test_imports_follow_the_data_flow():
 
 def test_every_area_has_a_layer():
     assert {_area(m) for m in _modules()} - {"__init__"} <= set(LAYER)
+
+
+# backends/ packages every backend may use; each other package under backends/ is one backend
+SHARED_BACKEND_PACKAGES = {"training", "engine_api", "trainer_api"}
+
+
+def _backend(module: str) -> str | None:
+    parts = module.split(".")
+    if len(parts) > 2 and parts[1] == "backends" and parts[2] not in SHARED_BACKEND_PACKAGES:
+        return parts[2]
+    return None
+
+
+def test_no_backend_imports_another_backend():
+    """A backend (megatron/, fsdp/, cpu_engine/, sglang/, vllm/, ...) reaches another only through the shared
+    packages: the FSDP trainer must install and run without megatron-core, an engine without a trainer."""
+    bad = [f"{me} imports {t}" for me, targets in sorted(_graph().items()) for t in sorted(targets)
+           if _backend(me) and _backend(t) and _backend(t) != _backend(me)]
+    assert bad == [], "\n".join(bad)
+
+
+def test_fsdp_backend_never_imports_megatron_core():
+    """`pip install ".[fsdp]"` has no megatron-core: nothing under backends/fsdp/ imports it, lazily or not (the
+    run-time check is tests/fsdp/test_fsdp_without_megatron.py)."""
+    bad = []
+    for path in sorted((PKG / "backends" / "fsdp").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            bad += [f"{path.relative_to(ROOT)}:{node.lineno} imports {n}" for n in names
+                    if n == "megatron" or n.startswith("megatron.")]
+    assert bad == [], "\n".join(bad)

@@ -28,6 +28,7 @@ from slime_like.backends.training import data as D
 from slime_like.backends.training import loss as L
 from slime_like.backends.training.base import RLTrainerBase, StepResult
 from slime_like.backends.training.hooks import TrainerHooks
+from slime_like.backends.training.lr_schedule import LRSchedule, schedule_kwargs
 from slime_like.config.role_overrides import ROLES
 from slime_like.utils import rendezvous
 
@@ -124,9 +125,7 @@ class FSDPTrainer(RLTrainerBase):
             module = M.add_lora(args, module, role)
         self.model = M.shard_model(args, module.to(self.device) if self.device else module, self.mesh)
         self.optimizer = self._build_optimizer()
-        from slime_like.backends.megatron.optimizer import build_scheduler  # megatron's schedule, same LRs
-
-        self.scheduler = build_scheduler(args, self.optimizer)
+        self.scheduler = LRSchedule(self.optimizer, **schedule_kwargs(args))  # Megatron's schedule, value for value
         self.loaded_rollout_id = None
         if resume:
             load_optim = not args.no_load_optim and not args.finetune

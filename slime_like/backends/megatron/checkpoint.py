@@ -164,8 +164,8 @@ def load_checkpoint(load_dir: str, model_chunks, optimizer=None, scheduler=None,
     """Restore model (+ optimizer, scheduler, RNG when load_optim) from LOAD; return its iteration.
 
     `iteration` (--ckpt-step) picks a specific complete iteration instead of the published latest.
-    An HF directory loads HF weights instead (needs `args`, or model flags are read from its config) and
-    returns None, as does a directory without a published checkpoint.
+    An HF directory loads HF weights instead (needs `args`: the model's flags) and returns None, as does a
+    directory without a published checkpoint.
     """
     from megatron.core import dist_checkpointing
 
@@ -175,7 +175,9 @@ def load_checkpoint(load_dir: str, model_chunks, optimizer=None, scheduler=None,
     if is_hf_dir(load_dir):
         from slime_like.backends.megatron import hf_weights, model
 
-        hf_weights.load_hf_weights(model_chunks, load_dir, args if args is not None else _args_from_hf(load_dir))
+        if args is None:
+            raise ValueError(f"{load_dir} is an HF directory: load_checkpoint needs the run's args to map its weights")
+        hf_weights.load_hf_weights(model_chunks, load_dir, args)
         return None
     if not load_dir or not os.path.isdir(load_dir):
         raise FileNotFoundError(f"--load {load_dir!r}: no such directory")
@@ -212,14 +214,3 @@ def load_checkpoint(load_dir: str, model_chunks, optimizer=None, scheduler=None,
     _barrier()
     return int(common["iteration"])
 
-
-def _args_from_hf(hf_dir):
-    from megatron.core import parallel_state as ps
-
-    from slime_like.args import make_args
-    from slime_like.config.hf_config import fill_args_from_hf
-
-    args = fill_args_from_hf(make_args("--hf-checkpoint", hf_dir), hf_dir)
-    args.tensor_model_parallel_size = ps.get_tensor_model_parallel_world_size()
-    args.pipeline_model_parallel_size = ps.get_pipeline_model_parallel_world_size()
-    return args

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from slime_like.backends.training.lr_schedule import schedule_kwargs
 from slime_like.config.schedule import DECAY_STYLES, schedule_steps  # noqa: F401 (re-exported)
-
 
 
 def wrap_for_training(args, chunks: list, trainable: bool = True) -> list:
@@ -84,31 +84,11 @@ def build_optimizer(args, wrapped_chunks: list):
 
 
 def build_scheduler(args, optimizer):
-    """megatron's OptimizerParamScheduler, stepped once per optimizer step (so `num_steps` = steps taken).
-
-    The constant style with a warm-up keeps the max LR after warm-up (megatron's rule), and the weight
-    decay stays constant at --weight-decay unless --start/--end-weight-decay say otherwise.
-    """
+    """megatron's OptimizerParamScheduler, stepped once per optimizer step (so `num_steps` = steps taken), over
+    the flags' schedule (backends/training/lr_schedule.py: the same arguments our own LRSchedule takes)."""
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
-    warmup, decay = schedule_steps(args)
-    wd = float(args.weight_decay)
-    # Megatron's rule: an unset start / end weight decay is --weight-decay
-    start_wd = wd if args.start_weight_decay is None else float(args.start_weight_decay)
-    end_wd = wd if args.end_weight_decay is None else float(args.end_weight_decay)
-    wd_style = args.weight_decay_incr_style
-    if wd_style == "constant" and start_wd != end_wd:
-        raise ValueError("--start-weight-decay and --end-weight-decay differ but --weight-decay-incr-style is "
-                         "constant; use linear or cosine")
-    return OptimizerParamScheduler(
-        optimizer, init_lr=float(args.lr_warmup_init), max_lr=float(args.lr),
-        min_lr=float(args.min_lr), lr_warmup_steps=warmup, lr_decay_steps=decay,
-        lr_decay_style=args.lr_decay_style, start_wd=start_wd, end_wd=end_wd,
-        wd_incr_steps=decay, wd_incr_style=wd_style,
-        use_checkpoint_opt_param_scheduler=bool(args.use_checkpoint_opt_param_scheduler),
-        override_opt_param_scheduler=bool(args.override_opt_param_scheduler),
-        wsd_decay_steps=args.lr_wsd_decay_iters,
-        lr_wsd_decay_style=args.lr_wsd_decay_style)
+    return OptimizerParamScheduler(optimizer, **schedule_kwargs(args))
 
 
 def current_lr(optimizer) -> float:
