@@ -45,7 +45,7 @@ def parse_run(argv=None, *, exit_on_error: bool = True, prog: str | None = None,
     (args, plan, report), `report` a ConfigReport. What the entry scripts use."""
     argv = [str(a) for a in (sys.argv[1:] if argv is None else argv)]
     prog = prog or os.path.basename(sys.argv[0] or "train.py") or "train.py"
-    translation = None
+    translation, problem = None, None
     report = ConfigReport()
     try:
         argv, translation = expand_config(argv)  # --config RLinf/ROLL YAML -> our flags, spliced in place
@@ -62,11 +62,13 @@ def parse_run(argv=None, *, exit_on_error: bool = True, prog: str | None = None,
             report.notes = run_preflight(args)
         plan = build_plan(args)  # the layout must be placeable; raises ConfigError otherwise
     except ConfigError as e:
-        if translation is not None:  # an error about a flag the file wrote names the file's key too
-            e = ConfigError(translation.explain(str(e)))
+        problem = str(e)
+    if translation is not None:  # the file's own problems, then later ones, each naming the file's key
+        problem = translation.report(problem)
+    if problem is not None:
         if not exit_on_error:
-            raise e from None
-        print(f"{prog}: error: {e}", file=sys.stderr)
+            raise ConfigError(problem)
+        print(f"{prog}: error: {problem}", file=sys.stderr)
         sys.exit(2)
     return args, plan, report
 

@@ -48,7 +48,7 @@ def _configurations(base):
                        str(ROOT / "scripts" / "configs" / "ppo.yaml")],
         "rlinf file": ["--config", str(FRONTEND_FILES / "rlinf_seed001.yaml"), f"rollout.model_dir={hf}",
                        f"actor.tokenizer.tokenizer_model={hf}", f"data.train_data_paths=[{data}]",
-                       f"data.val_data_paths=[{data}]"],
+                       f"data.val_data_paths=[{data}]", "data.answer_key=answer"],
     }
 
 

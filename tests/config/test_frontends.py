@@ -27,11 +27,15 @@ def paths(tmp_path, hf_dir):
 
 def rlinf_placeholders(p, key="rollout.model_dir"):
     return [f"{key}={p['hf']}", f"actor.tokenizer.tokenizer_model={p['hf']}",
-            f"data.train_data_paths=[{p['data']}]", f"data.val_data_paths=[{p['data']}]"]
+            f"data.train_data_paths=[{p['data']}]", f"data.val_data_paths=[{p['data']}]", "data.answer_key=answer"]
 
 
 def roll_placeholders(p):
-    return [f"pretrain={p['hf']}", f"actor_train.data_args.file_name={p['data']}", "max_steps=10"]
+    return [f"pretrain={p['hf']}", f"actor_train.data_args.file_name={p['data']}", "max_steps=10",
+            f"rewards={{math: {{worker_cls: {ROLL_MATH}}}}}", "adv_estimator=grpo"]
+
+
+ROLL_MATH = "roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker"
 
 
 def dry(argv):
@@ -44,7 +48,7 @@ def test_rlinf_seed001_dry_run(paths):
     assert "-- equivalent command line (rlinf file" in out
     for line in ("--n-samples-per-prompt 2", "--num-steps-per-rollout 4", "--early-stop-imp-ratio 5.0",
                  "--loss-micro-batch-mean", "--reward-scale 5.0", "--rollout-max-response-len 1024",
-                 "--rollout-min-new-tokens 1", "--kl-loss-type low_var_kl", "--save ../results/grpo-1.5b/checkpoints",
+                 "--rollout-min-new-tokens 1", "--kl-loss-type low_var_kl", f"--save {os.path.dirname(ROOT)}/results/grpo-1.5b/checkpoints",
                  "--placement actor,rollout:all", "--lr 2e-05", "--eval-shuffle"):
         assert f"    {line}" in out, line
     # ${subtract:${runner.seq_length}, ${data.max_prompt_length}} = 2048 - 1024
@@ -103,7 +107,7 @@ def test_several_train_files(paths, tmp_path):
     args = parse(["--config", RLINF1, *rlinf_placeholders(paths), f"data.train_data_paths=[{paths['data']}, {second}]"])
     assert args.prompt_data == paths["data"] and args.prompt_data_extra == [str(second)]
     assert args.num_rollout == 1  # --num-epoch 5 x 3 prompts // 64
-    with pytest.raises(ConfigError, match="--prompt-data-extra .*nope.jsonl: no such file"):
+    with pytest.raises(ConfigError, match=r"data.train_data_paths \[--prompt-data-extra\] .*/nope.jsonl: no such file"):
         parse(["--config", RLINF1, *rlinf_placeholders(paths), f"data.train_data_paths=[{paths['data']}, nope.jsonl]"])
 
 
@@ -150,7 +154,7 @@ def test_rlinf_fsdp_backend_selects_the_fsdp_trainer(paths):
     (["algorithm.sampling_params.temprature=0.5"],
      r"algorithm.sampling_params.temprature: unknown key \(did you mean temperature\?\)"),
     (["runnr.max_steps=3"], r"runnr: unknown key \(did you mean runner\?\)"),
-    (["algorithm.group_size=eight"], r"algorithm.group_size: expected an integer, got 'eight'"),
+    (["algorithm.group_size=eight"], r"algorithm.group_size \[--n-samples-per-prompt\]: expected an integer, got 'eight'"),
     (["runner.seq_length=${runner.seq_len}"], r"key 'runner.seq_length': cannot resolve its interpolation"),
     (["cluster.component_placement={actor: 0-1, rollout: 1-2}", "cluster.num_gpus_per_node=4"],
      r"rollout on GPUs 1-2 overlaps the actor on 0-1 only in part"),
@@ -158,12 +162,13 @@ def test_rlinf_fsdp_backend_selects_the_fsdp_trainer(paths):
      r"--placement: actor on GPU 1, outside the cluster of 1 node\(s\) x 1 GPUs"),
     (["actor.training_backend=fsdp", "actor.model.tensor_model_parallel_size=2",
       "inference.model.tensor_model_parallel_size=2"],
-     r"--tensor-model-parallel-size 2 is Megatron parallelism; --train-backend fsdp"),
+     r"actor.model.tensor_model_parallel_size \[--tensor-model-parallel-size\] 2 is Megatron parallelism; "
+     r"--train-backend fsdp"),
     # errors the parser / validation find later still name the key the flag came from
     (["actor.lr_sched.lr_decay_style=fancy"],
-     r"actor.lr_sched.lr_decay_style \(translated to --lr-decay-style\): argument --lr-decay-style: invalid choice"),
+     r"argument actor.lr_sched.lr_decay_style \[--lr-decay-style\]: invalid choice"),
     (["algorithm.sampling_params.min_new_tokens=2000"],
-     r"min_new_tokens \(translated to --rollout-min-new-tokens\): --rollout-min-new-tokens 2000 exceeds"),
+     r"algorithm.sampling_params.min_new_tokens \[--rollout-min-new-tokens\] 2000 exceeds"),
 ])
 def test_bad_rlinf_files_fail_in_one_line(paths, extra, message):
     with pytest.raises(ConfigError, match=message) as err:

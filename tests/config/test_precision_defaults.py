@@ -71,6 +71,9 @@ def test_roll_dtype_keys_go_through_the_same_default(gpu, tmp_path, dtype, bf16,
     data = tmp_path / "train.jsonl"
     data.write_text('{"prompt": "1+1=", "answer": "2"}\n')
     argv = ["--config", ROLL3, f"pretrain={write_hf_dir(tmp_path / 'hf')}", f"actor_train.data_args.file_name={data}",
-            "max_steps=10", f"actor_train.model_args.dtype={dtype}", "--rollout-engine", "cpu"]
+            "max_steps=10", f"actor_train.model_args.dtype={dtype}", "--rollout-engine", "cpu",
+            # a ROLL file must say how rewards are computed and (ROLL's default gae needs a critic) its estimator
+            "rewards={math: {worker_cls: roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker}}",
+            "adv_estimator=grpo"]
     args = parse(argv)
     assert (args.bf16, args.fp16, args.use_distributed_optimizer) == (bf16, fp16, True)

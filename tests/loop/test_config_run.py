@@ -1,6 +1,7 @@
 """One short real run from a ROLL file: JSON-array data, disaggregated placement from device_mapping, the
 reference on a GPU of its own (its own worker) feeding the actor's KL loss. Ray, CPU engine, megatron-core."""
 import json
+import os
 
 import pytest
 
@@ -10,7 +11,8 @@ from slime_like.utils.metrics import read_metrics
 pytestmark = pytest.mark.slow
 
 
-def test_roll_file_with_a_reference_worker_runs(tiny_ckpt, toy_prompts, tmp_path):
+def test_roll_file_with_a_reference_worker_runs(tiny_ckpt, toy_prompts, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # ROLL's default output_dir ./output (checkpoints) lands there
     rows = [json.loads(line) for line in open(toy_prompts[0])]
     data = tmp_path / "train.json"
     data.write_text(json.dumps([{"prompt": r["prompt"], "ground_truth": r["label"]} for r in rows]))
@@ -48,3 +50,4 @@ rewards:
     assert [r["rollout_id"] for r in got] == [0, 1, 2]
     assert got[0]["actor/kl_loss"] == pytest.approx(0.0, abs=1e-6)  # same weights as the reference
     assert got[-1]["actor/kl_loss"] > 1e-5  # the actor moved; ref log-probs came from the reference worker
+    assert os.path.isdir(tmp_path / "output" / "checkpoints")  # ROLL's defaults: output_dir ./output, saved at the end

@@ -56,11 +56,12 @@ def expand(argv: list):
     fmt = detect_format(cfg, path) if fmt in (None, "auto") else fmt
     t = Translation(path, fmt)
     t.overrides = overrides
+    t.user_flags = {tok.split("=", 1)[0] for tok in rest if tok.startswith("--")}  # the user's own, either side
     if fmt == "rlinf":
         from slime_like.config.frontends import megatron_keys, rlinf
 
         rlinf.translate(cfg, t)
-        megatron_keys.finish(t)
+        t.attempt(megatron_keys.finish, t)
     else:
         from slime_like.config.frontends import roll
 
@@ -68,9 +69,18 @@ def expand(argv: list):
     # splice at the position of --config in the override-free argv
     index, _ = _option(rest, "--config")
     width = 1 if "=" in rest[index] else 2
-    _drop_unbuilt(t, rest[index + width:])
+    t.attempt(_drop_unbuilt, t, rest[index + width:])
+    _name_defaults(t)
     spliced = rest[:index] + t.tokens + rest[index:index + width] + rest[index + width:]
-    return spliced, t
+    return spliced, t  # t.errors are raised by parse_args with what it finds after: all problems at once
+
+
+def _name_defaults(t) -> None:
+    """A flag written from a framework default names that in errors: `max_steps (absent: ROLL's default 500)`."""
+    applied = dict(t.defaults)
+    for flag, key in t.origin.items():
+        if key in applied:
+            t.origin[flag] = f"{key} (absent: {t.framework}'s default {applied[key]})"
 
 
 def command_line(t) -> list:

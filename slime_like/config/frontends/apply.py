@@ -24,8 +24,25 @@ def apply_translation(args, report, parser, t) -> None:
         if role == "critic" and not (args.use_critic or ESTIMATOR_TRAITS[args.advantage_estimator].needs_critic):
             raise ConfigError(f"{t.path}: a critic section is given but no critic runs; set the PPO estimator "
                               "(adv_estimator: gae / adv_type: ppo) or remove the section")
+    from slime_like.config.frontends.defaults import defaults_note
+
+    note = defaults_note(t)
+    if note:
+        report.warn(note)
+    _precision_on_cpu(args, report, t)
     by_reason: dict = {}
     for key, value, why in t.no_effect:
         by_reason.setdefault(why, []).append(f"{key}={value}")
     for why, keys in by_reason.items():
         report.warn(f"{t.path}: {', '.join(keys)}: accepted, no effect here ({why})")
+
+
+def _precision_on_cpu(args, report, t) -> None:
+    """fp16 from the file on a machine without CUDA: the gradients underflow on CPU (grad norms ~5e-10 where fp32
+    gives 2-3 on the same run), i.e. the run learns nothing."""
+    from slime_like.config.cluster import cuda_visible
+
+    if args.fp16 and "--fp16" in t.origin and not cuda_visible():
+        report.warn(f"{t.path}: {t.origin['--fp16']} [--fp16]: fp16 training on a machine without CUDA: the "
+                    "gradients underflow here (grad norms ~5e-10 where fp32 gives 2-3 on the same run), so the run "
+                    "learns nothing; set the key to fp32 on CPU (bf16 on GPUs)")

@@ -79,6 +79,11 @@ class Translation:
         self.unmapped: list = []
         self.origin: dict = {}      # flag -> the dotted key that wrote it (for errors the parser finds later)
         self.current = None         # the key being translated
+        self.errors: list = []      # every problem of the file, "dotted.key [--flag]: why"; raised together
+        self.defaults: list = []    # (dotted key, value): the framework's defaults applied for keys left out
+        self.paths: list = []       # (dotted key, as written, absolute): relative paths resolved
+        self.user_flags: set = set()  # flags the user wrote on the command line (they can supply a missing key)
+        self.framework = fmt
 
     def flag(self, flag: str, *values):
         """`--flag v1 v2`; a None value leaves the flag out (the default stands)."""
@@ -93,17 +98,58 @@ class Translation:
         if on:
             self.flag(flag)
 
-    def explain(self, message: str) -> str:
-        """A parser error about a flag this file wrote, with the file and the dotted key in front."""
-        m = re.match(r"^(?:argument )?(--[\w-]+)", message)
-        flag = m.group(1) if m else None
-        if flag in self.origin:
-            return f"{self.path}: {self.origin[flag]} (translated to {flag}): {message}"
-        return message
+    def error(self, key: str, message: str, flag: str | None = None):
+        """Record a problem of the file (every one is reported at once, after the whole file is read)."""
+        self.errors.append(f"{key}{f' [{flag}]' if flag else ''}: {message}")
+
+    def attempt(self, step, *a):
+        """Run one cross-key step of a translation; its ConfigError becomes one recorded problem."""
+        try:
+            step(*a)
+        except ConfigError as e:
+            text = str(e)
+            prefix = f"{self.path}: "
+            self.errors.append(text[len(prefix):] if text.startswith(prefix) else text)
+
+    def explain(self, message: str) -> list:
+        """The problems of a parser / validation / preflight error, each naming the file's dotted key, with the
+        slime flag it was translated to in brackets, where the flag came from the file."""
+        return [self._name_key(item) for item in split_problems(message)]
+
+    def _name_key(self, text: str) -> str:
+        """Each flag the file wrote, at its first mention: `--input-key` -> `actor_train.data_args.prompt
+        [--input-key]`."""
+        named = set()
+
+        def name(m):
+            flag = m.group(0)
+            if flag in named or flag not in self.origin:
+                return flag
+            named.add(flag)
+            return f"{self.origin[flag]} [{flag}]"
+        return re.sub(r"(?<![\w-])--[a-z][\w-]*", name, text)
+
+    def report(self, later: str | None = None) -> str | None:
+        """Every problem at once: the file's own, then those found after translation (None when none)."""
+        problems = list(self.errors) + (self.explain(later) if later else [])
+        if not problems:
+            return None
+        if len(problems) == 1:
+            return f"{self.path}: {problems[0]}" if self.errors or problems[0] != later else later
+        return (f"{len(problems)} problems, all found before starting (keys of {self.path} by dotted path, with "
+                "the slime flag each maps to in brackets):\n" + "\n".join(f"  - {p}" for p in problems))
 
     def role(self, role: str, dest: str, value):
         if value is not None:
             self.roles.setdefault(role, {})[dest] = value
+
+
+def split_problems(message: str) -> list:
+    """'N problems ...:\n  - a\n  - b' (validation, preflight) -> [a, b]; any other message -> [message]."""
+    lines = message.split("\n")
+    if len(lines) > 1 and all(line.startswith("  - ") for line in lines[1:]):
+        return [line[4:] for line in lines[1:]]
+    return [message]
 
 
 def _token(v) -> str:
@@ -117,7 +163,10 @@ def _token(v) -> str:
 # ---- loading ----------------------------------------------------------------------------------------------
 
 def _register_resolvers():
-    """The resolvers RLinf registers (rlinf/config.py) and ROLL's configs rely on, minus code execution."""
+    """The resolvers RLinf registers (rlinf/utils/omega_resolver.py) and ROLL's configs rely on, minus code
+    execution, with omegaconf's current resolver API: `register_new_resolver` before 2.4, `register_resolver` from
+    2.4 on. Before 2.4 `register_resolver` is the legacy API, which refuses nested interpolations such as RLinf's
+    `${subtract:${runner.seq_length}, ${data.max_prompt_length}}` (omegaconf 2.3 is what hydra-core pins)."""
     from omegaconf import OmegaConf
 
     table = {
@@ -128,7 +177,11 @@ def _register_resolvers():
         "not": lambda x: not bool(x),
         "torch.dtype": lambda name: str(name),  # the dtype's name: the config layer never imports torch
     }
-    register = getattr(OmegaConf, "register_resolver", None) or OmegaConf.register_new_resolver  # 2.4 renamed it
+    import omegaconf
+
+    # 2.4 deprecates register_new_resolver and gives its API the old name back; before 2.4 that name is legacy
+    major_minor = tuple(int(x) for x in omegaconf.__version__.split(".")[:2])
+    register = OmegaConf.register_resolver if major_minor >= (2, 4) else OmegaConf.register_new_resolver
     for name, fn in table.items():
         if not OmegaConf.has_resolver(name):
             register(name, fn)
@@ -218,26 +271,33 @@ def check_type(where: str, typ: str, value):
 
 
 def walk(cfg: dict, schema: dict, t: Translation, prefix: str = "", root_schema=None):
-    """Check every key of `cfg` against `schema`, apply Map / NoEffect / Refuse rules in file order."""
+    """Check every key of `cfg` against `schema`, apply Map / NoEffect / Refuse rules in file order. A bad key is
+    recorded (t.errors) and the walk goes on, so one dry run names every problem of the file."""
     root_schema = root_schema or schema
     for key, value in cfg.items():
         dotted = f"{prefix}{key}"
-        where = f"{t.path}: {dotted}"
         node = schema.get(key) if isinstance(schema, dict) else None
         if isinstance(schema, Free):
             node = schema.rule
         if node is None:
-            raise ConfigError(f"{where}: unknown key{_suggest(str(key), dotted, schema, root_schema)}")
+            t.error(dotted, f"unknown key{_suggest(str(key), dotted, schema, root_schema)}")
+            continue
         if isinstance(node, (dict, Free)):
             if value is None:
                 continue
             if not isinstance(value, dict):
-                raise ConfigError(f"{where}: expected a mapping (a section), got {value!r}")
+                t.error(dotted, f"expected a mapping (a section), got {value!r}")
+                continue
             walk(value, node, t, dotted + ".", root_schema)
             continue
-        value = cfg[key] = check_type(where, node.typ, value)
+        flag = getattr(node.fn, "flag", None)
+        try:
+            value = cfg[key] = check_type(dotted, node.typ, value)
+        except ConfigError as e:
+            t.error(dotted, str(e)[len(dotted) + 2:], flag)
+            continue
         if isinstance(node, Refuse) and value is not None and value not in node.ok:
-            raise ConfigError(f"{where}: {value!r} is not supported here: {node.why}")
+            t.error(dotted, f"{value!r} is not supported here: {node.why}")
         if isinstance(node, NoEffect) and value is not None and (node.ok is _ANY or value not in node.ok):
             t.no_effect.append((dotted, value, node.why))
         if isinstance(node, Map):
@@ -245,9 +305,15 @@ def walk(cfg: dict, schema: dict, t: Translation, prefix: str = "", root_schema=
             try:
                 node.fn(value, t)
             except ConfigError as e:
-                raise ConfigError(f"{where}: {e}") from None
+                t.error(dotted, str(e), flag)
             finally:
                 t.current = None
+
+
+def flag_rule(flag: str, fn):
+    """`fn` (value, t) that writes `flag`, marked with it so an error about the key names the flag too."""
+    fn.flag = flag
+    return fn
 
 
 def _suggest(key: str, dotted: str, schema, root_schema) -> str:
@@ -278,3 +344,4 @@ def parser_options() -> dict:
     from slime_like.config.parser import shared_parser
 
     return shared_parser()._option_string_actions
+

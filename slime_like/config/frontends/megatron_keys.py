@@ -8,7 +8,7 @@ NoEffect (kernel fusions, communication overlap: same results) or Refuse (a diff
 from __future__ import annotations
 
 from slime_like.config.errors import ConfigError
-from slime_like.config.frontends.common import Free, Map, NoEffect, Read, Refuse
+from slime_like.config.frontends.common import Free, Map, NoEffect, Read, Refuse, flag_rule
 
 _FUSION = "a kernel fusion / memory choice of megatron-core; the results are the same without it"
 _CONVERTER = ("RLinf's checkpoint converter; the trainer loads the HF weights of --hf-checkpoint directly "
@@ -16,16 +16,16 @@ _CONVERTER = ("RLinf's checkpoint converter; the trainer loads the HF weights of
 
 
 def val(flag):
-    return lambda v, t: t.flag(flag, v)
+    return flag_rule(flag, lambda v, t: t.flag(flag, v))
 
 
 def on(flag):
-    return lambda v, t: t.switch(flag, bool(v))
+    return flag_rule(flag, lambda v, t: t.switch(flag, bool(v)))
 
 
 def off(flag):
     """A store_false flag: written when the YAML value is false."""
-    return lambda v, t: t.switch(flag, not v)
+    return flag_rule(flag, lambda v, t: t.switch(flag, not v))
 
 
 def _precision(v, t):
@@ -104,6 +104,7 @@ RLINF_OPTIM = {
     "clip_grad": Map("float", val("--clip-grad")),
     "loss_scale_window": NoEffect("num_or_str", "fp16 dynamic loss scaling keeps megatron-core's defaults"),
     "initial_loss_scale": NoEffect("num_or_str", "fp16 dynamic loss scaling keeps megatron-core's defaults"),
+    "loss_scale": Map("float", val("--loss-scale")),
 }
 
 
@@ -132,6 +133,10 @@ RLINF_MEGATRON = {
     "use_hf_ckpt": Refuse("bool", "the trainer initialises from the HF checkpoint (--hf-checkpoint); a Megatron "
                                   "checkpoint to resume is actor.checkpoint_load_path (--load)", ok=(True,)),
     "ckpt": Free(NoEffect("any", _CONVERTER)),
+    "ckpt_convertor": Free(NoEffect("any", _CONVERTER)),
+    "use_profiler": NoEffect("bool", "torch profiler traces are not written; use py-spy or torch.profiler around "
+                                     "train.py", harmless=(False,)),
+    "profiler": Free(NoEffect("any", "read only with actor.megatron.use_profiler: true")),
 }
 
 # ROLL strategy_config of megatron_train / megatron_infer.

@@ -6,7 +6,9 @@ from __future__ import annotations
 from slime_like.config.errors import ConfigError
 from slime_like.config.frontends import megatron_keys as mk
 from slime_like.config.frontends.top_keys import RLINF_TOP_KEYS
-from slime_like.config.frontends.common import Free, Map, NoEffect, Read, Refuse, get, walk
+from slime_like.config.frontends.common import Free, Map, NoEffect, Read, Refuse, flag_rule, get, walk
+from slime_like.config.frontends.defaults import RLINF_DEFAULTS, absolute_path, apply_defaults
+from slime_like.config.frontends.rewards import rlinf_reward
 
 TOP_KEYS = RLINF_TOP_KEYS
 _GPU = "a GPU kernel / memory setting of the engine"
@@ -15,11 +17,11 @@ _NAME = "a label of an RLinf worker group; workers here are named by role"
 
 
 def _f(flag, conv=None):
-    return lambda v, t: t.flag(flag, conv(v) if conv and v is not None else v)
+    return flag_rule(flag, lambda v, t: t.flag(flag, conv(v) if conv and v is not None else v))
 
 
 def _sw(flag):
-    return lambda v, t: t.switch(flag, bool(v))
+    return flag_rule(flag, lambda v, t: t.switch(flag, bool(v)))
 
 
 def _fact(name):
@@ -48,6 +50,8 @@ def _kl_type(v, t):
 
 
 def _reward_type(v, t):
+    if v is None:
+        return  # null: no reward function (reported by _reward with the other problems)
     if "." in v:  # a 'module.function' reward: our extension, so the demo's task can run from an RLinf file
         t.flag("--custom-rm-path", v)
     elif v in ("math", "deepscaler", "dapo", "f1", "gpqa"):
@@ -61,7 +65,8 @@ def _greedy(v, t):
 
 
 def _train_paths(v, t):
-    paths = _paths(v)
+    paths = [absolute_path(t, f"data.train_data_paths[{i}]" if not isinstance(v, str) else "data.train_data_paths", p)
+             for i, p in enumerate(_paths(v))]
     t.flag("--prompt-data", paths[0])
     if len(paths) > 1:
         t.flag("--prompt-data-extra", *paths[1:])
@@ -72,6 +77,9 @@ def _paths(v) -> list:
 
 
 SCHEMA = {
+    "hydra": Free(NoEffect("any", "Hydra's own run settings; the config is read without Hydra")),
+    "defaults": NoEffect("list", "Hydra defaults lists are not composed; write one whole file",
+                         harmless=([{"override hydra/job_logging": "stdout"}],)),
     "cluster": {
         "num_nodes": Map("int", _f("--num-nodes")),
         "num_gpus_per_node": Map("int", _f("--num-gpus-per-node")),
@@ -128,6 +136,11 @@ SCHEMA = {
         "normalize_advantages": Map("bool", _sw("--normalize-advantages")),
         "early_stop_imp_ratio": Map("float", _f("--early-stop-imp-ratio")),
         "use_valid_token_scale": Map("bool", lambda v, t: t.switch("--loss-micro-batch-mean", not v)),
+        # newer RLinf files keep these two under algorithm (older ones: rollout.recompute_logprobs)
+        "recompute_logprobs": Map("bool", flag_rule("--use-rollout-logprobs",
+                                                    lambda v, t: t.switch("--use-rollout-logprobs", not v))),
+        "shuffle_rollout": NoEffect("bool", "a rollout's samples are split into optimizer steps in their order",
+                                    harmless=(False,)),
         "sampling_params": {
             "use_greedy": Map("bool", _greedy),
             "do_sample": Map("bool", lambda v, t: _greedy(not v, t)),
@@ -166,7 +179,11 @@ SCHEMA = {
         "padding": Refuse("int", "the pad id comes from the tokenizer", ok=(None,)),
         "eos": Refuse("int", "the eos id comes from the tokenizer (stop ids: --rollout-stop-token-ids)", ok=(None,)),
         "attention_backend": Map("str", _f("--sglang-attention-backend")),
-        "recompute_logprobs": Map("bool", lambda v, t: t.switch("--use-rollout-logprobs", not v)),
+        "recompute_logprobs": Map("bool", flag_rule("--use-rollout-logprobs",
+                                                    lambda v, t: t.switch("--use-rollout-logprobs", not v))),
+        "return_logprobs": NoEffect("bool", "the engine always returns the sampled tokens' log-probs; "
+                                            "recompute_logprobs decides which ones the loss uses",
+                                    harmless=(False, True)),
         "tensor_parallel_size": Map("int", _f("--rollout-num-gpus-per-engine")),
         "pipeline_parallel_size": Refuse("int", "engines are tensor-parallel only", ok=(1,)),
         "validate_weight": Refuse("bool", "engine weights are not compared after a sync", ok=(False,)),
@@ -181,6 +198,8 @@ SCHEMA = {
     "data": {
         "type": Refuse("str", "prompt / label records (math-style) are what the data source reads", ok=("math",)),
         "max_prompt_length": Map("int", _f("--rollout-max-prompt-len")),
+        "filter_prompt_by_length": NoEffect("bool", "prompts longer than data.max_prompt_length are always dropped "
+                                                    "(--rollout-max-prompt-len)", harmless=(True,)),
         "rollout_batch_size": Map("int", _f("--rollout-batch-size")),
         "val_rollout_batch_size": NoEffect("int", "validation always covers the whole validation set; the batch "
                                                   "size only chunks it"),
@@ -231,29 +250,53 @@ SCHEMA = {
 
 
 def translate(cfg: dict, t) -> None:
-    """Walk the file (file order), then the cross-key parts: steps, checkpoints, eval, placement, backends."""
+    """Walk the file (file order), then the cross-key parts: steps, checkpoints, eval, placement, backends. Every
+    step records its problems on `t` (t.errors) so the whole file is reported at once."""
+    apply_defaults(cfg, RLINF_DEFAULTS, t, "RLinf")
     walk(cfg, SCHEMA, t)
+    for step in (_run_length, _outputs, _eval, rlinf_reward, _inference, _backends, _placement):
+        t.attempt(step, cfg, t)
+
+
+def _run_length(cfg, t):
     max_steps, epochs = get(cfg, "runner.max_steps", -1), get(cfg, "runner.max_epochs")
+    t.current = "runner.max_steps" if max_steps and max_steps > 0 else "runner.max_epochs"
     if max_steps and max_steps > 0:
         t.flag("--num-rollout", max_steps)
     elif epochs:
         t.flag("--num-epoch", epochs)
+    t.current = None
     if get(cfg, "runner.enable_dynamic_batch_size", False):
         t.flag("--max-tokens-per-gpu", get(cfg, "runner.max_tokens_per_mbs"))
-    out, name = get(cfg, "runner.output_dir"), get(cfg, "runner.experiment_name")
-    if out:
-        t.flag("--save", f"{out}/{name}/checkpoints" if name else f"{out}/checkpoints")
-    val = get(cfg, "data.val_data_paths")
-    interval = get(cfg, "runner.val_check_interval", -1)
-    if val and interval and interval > 0:
-        t.flag("--eval-prompt-data", *[x for i, p in enumerate(_paths(val)) for x in (f"val{i}" if i else "val", p)])
-        t.flag("--eval-interval", interval)
     per_gpu = t.facts.get("rollout_batch_size_per_gpu")
     if per_gpu:  # requests in flight per engine = per GPU x the engine's GPUs
         t.flag("--sglang-server-concurrency", per_gpu * get(cfg, "rollout.tensor_parallel_size", 1))
-    _inference(cfg, t)
-    _backends(cfg, t)
-    _placement(cfg, t)
+
+
+def _outputs(cfg, t):
+    """RLinf writes everything under output_dir/experiment_name: so do checkpoints (--save) and metrics
+    (--run-dir: metrics.jsonl, plots, tensorboard) here; a --run-dir after the file wins."""
+    out, name = get(cfg, "runner.output_dir"), get(cfg, "runner.experiment_name")
+    if not out:
+        return
+    t.current = "runner.output_dir"
+    base = absolute_path(t, "runner.output_dir", out)
+    run_dir = f"{base}/{name}" if name else base
+    t.flag("--save", f"{run_dir}/checkpoints")
+    t.flag("--run-dir", run_dir)
+    t.current = None
+
+
+def _eval(cfg, t):
+    val = get(cfg, "data.val_data_paths")
+    interval = get(cfg, "runner.val_check_interval", -1)
+    if val and interval and interval > 0:
+        t.current = "data.val_data_paths"
+        paths = [absolute_path(t, "data.val_data_paths", p) for p in _paths(val)]
+        t.flag("--eval-prompt-data", *[x for i, p in enumerate(paths) for x in (f"val{i}" if i else "val", p)])
+        t.current = "runner.val_check_interval"
+        t.flag("--eval-interval", interval)
+        t.current = None
 
 
 def _inference(cfg, t):

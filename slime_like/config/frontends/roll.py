@@ -9,21 +9,22 @@ from __future__ import annotations
 from slime_like.config.errors import ConfigError
 from slime_like.config.frontends import megatron_keys as mk
 from slime_like.config.frontends.top_keys import ROLL_TOP_KEYS
-from slime_like.config.frontends.common import (Free, Map, NoEffect, Read, Refuse, devices_text, get, parse_devices,
-                                                walk)
+from slime_like.config.frontends.common import (Free, Map, NoEffect, Read, Refuse, devices_text, flag_rule, get,
+                                                parse_devices, walk)
+from slime_like.config.frontends.defaults import ROLL_DEFAULTS, absolute_path, apply_defaults
+from slime_like.config.frontends.rewards import estimator, reward_kl, roll_rewards
+from slime_like.config.frontends.roll_strategies import FSDP2_KEYS, strategies
 
 TOP_KEYS = ROLL_TOP_KEYS
 _LOG = "logging detail of ROLL's pipeline"
-_TRAIN_STRATEGIES = ("megatron_train", "fsdp2_train")
-_INFER_STRATEGIES = ("vllm", "sglang", "hf_infer")
 
 
 def _f(flag):
-    return lambda v, t: t.flag(flag, v)
+    return flag_rule(flag, lambda v, t: t.flag(flag, v))
 
 
 def _sw(flag):
-    return lambda v, t: t.switch(flag, bool(v))
+    return flag_rule(flag, lambda v, t: t.switch(flag, bool(v)))
 
 
 def _fact(name):
@@ -128,11 +129,6 @@ def _gen_args(prefix):
     }
 
 
-# ROLL's fsdp2_train strategy_config: the FSDP trainer's settings (its --fsdp-* flags are another engineer's).
-_FSDP2 = {k: Read("any", "an fsdp2_train setting") for k in ("fsdp_size", "param_dtype", "reduce_dtype",
-                                                              "reshard_after_forward", "offload_policy")}
-
-
 def _strategy(role):
     config = {"megatron_train": mk.ROLL_MEGATRON, "megatron_infer": mk.ROLL_MEGATRON_INFER}
     if role == "actor_infer":
@@ -146,7 +142,7 @@ def _strategy(role):
     elif role == "reference":
         cfg = config["megatron_infer"]
     else:  # actor_train, critic: Megatron (or FSDP2) settings; the critic's must match the actor's layout
-        cfg = {**mk.ROLL_MEGATRON, **_FSDP2} if role == "actor_train" else mk.ROLL_MEGATRON_INFER
+        cfg = {**mk.ROLL_MEGATRON, **FSDP2_KEYS} if role == "actor_train" else mk.ROLL_MEGATRON_INFER
     return {"strategy_name": Map("str", _fact(f"{role}_strategy")), "strategy_config": cfg}
 
 
@@ -184,8 +180,9 @@ SCHEMA = {
     "defaults": NoEffect("list", "Hydra defaults lists are not composed; write one whole file"),
     "exp_name": Map("str", _f("--wandb-group")),
     "seed": Map("int", lambda v, t: (t.flag("--seed", v), t.flag("--rollout-seed", v))),
-    "logging_dir": Map("str", _f("--tensorboard-dir")),
-    "output_dir": Map("str", lambda v, t: t.flag("--save", f"{v}/checkpoints")),
+    "logging_dir": Map("str", flag_rule("--tensorboard-dir",
+                                        lambda v, t: t.flag("--tensorboard-dir", absolute_path(t, t.current, v)))),
+    "output_dir": Map("str", flag_rule("--run-dir", lambda v, t: _output_dir(absolute_path(t, t.current, v), t))),
     "num_gpus_per_node": Map("int", _f("--num-gpus-per-node")),
     "track_with": Map("str", lambda v, t: t.switch("--use-wandb", v == "wandb") or
                       t.switch("--use-tensorboard", v == "tensorboard")),
@@ -210,8 +207,10 @@ SCHEMA = {
     "pg_clip": Map("float", _f("--eps-clip")),
     "pg_clip_high": Map("float", _f("--eps-clip-high")),
     "dual_clip_loss": NoEffect("bool", "set the bound with --eps-clip-c"),
-    "reward_clip": Refuse("float", "rewards are not clipped", ok=(None,)),
-    "init_kl_coef": Map("float", _f("--kl-coef")),
+    "reward_clip": NoEffect("float", "rewards are not clipped (the built-in rewards lie in [-1, 1])"),
+    "advantage_clip": NoEffect("float", "advantages are not clipped (GRPO's are normalised within each group)"),
+    "init_kl_coef": Map("float", _fact("init_kl_coef")),
+    "add_token_level_kl": Map("bool", _fact("add_token_level_kl")),
     "kl_penalty": Map("str", _f("--kl-loss-type")),
     "use_kl_loss": Map("bool", _sw("--use-kl-loss")),
     "kl_loss_coef": Map("float", _f("--kl-loss-coef")),
@@ -231,12 +230,19 @@ SCHEMA = {
 
 
 def translate(cfg: dict, t) -> None:
+    """Every step records its problems on `t` (t.errors) so the whole file is reported at once."""
+    apply_defaults(cfg, ROLL_DEFAULTS, t, "ROLL")
     walk(cfg, SCHEMA, t)
-    mk.finish(t)
-    _model_and_data(cfg, t)
-    _strategies(cfg, t)
-    _batch(cfg, t)
-    _placement(cfg, t)
+    t.attempt(mk.finish, t)
+    for step in (roll_rewards, estimator, reward_kl, _model_and_data, strategies, _batch, _placement):
+        t.attempt(step, cfg, t)
+
+
+def _output_dir(path, t):
+    """ROLL writes checkpoints and logs under output_dir: so do --save (checkpoints) and --run-dir (metrics.jsonl,
+    plots) here; a --run-dir after the file wins."""
+    t.flag("--save", f"{path}/checkpoints")
+    t.flag("--run-dir", path)
 
 
 def _model_and_data(cfg, t):
@@ -244,14 +250,18 @@ def _model_and_data(cfg, t):
     model path of its own is --ref-load."""
     dtype = t.facts.get("actor_train_dtype")
     if dtype and _DTYPES[dtype]:
+        t.current = "actor_train.model_args.dtype"
         t.flag(_DTYPES[dtype])
+        t.current = None
     for role in ("actor_infer", "reference", "critic"):
         other = t.facts.get(f"{role}_dtype")
         if other and dtype and other != dtype:
             t.no_effect.append((f"{role}.model_args.dtype", other, f"the {role} runs in actor_train's dtype {dtype}"))
     path = t.facts.get("actor_train_model_path")
     if path and not get(cfg, "pretrain"):
+        t.current = "actor_train.model_args.model_name_or_path"
         t.flag("--hf-checkpoint", path)
+        t.current = None
     base = path or get(cfg, "pretrain")
     infer = t.facts.get("actor_infer_model_path")
     if infer and infer != base:
@@ -259,7 +269,14 @@ def _model_and_data(cfg, t):
                             "the engines start from the trainer's weights, pushed before the first rollout"))
     ref = t.facts.get("reference_model_path")
     if ref and ref != base:
+        t.current = "reference.model_args.model_name_or_path"
         t.flag("--ref-load", ref)
+        t.current = None
+    elif base and (get(cfg, "use_kl_loss") or get(cfg, "add_token_level_kl")) and "--ref-load" not in t.user_flags:
+        # ROLL's reference worker starts from pretrain unless it names a model of its own
+        t.current = f"reference.model_args.model_name_or_path (absent: ROLL uses pretrain {base})"
+        t.flag("--ref-load", base)
+        t.current = None
     critic = t.facts.get("critic_model_path") or get(cfg, "reward_pretrain")
     if critic and critic != base:
         t.no_effect.append(("critic.model_args.model_name_or_path", critic, "the critic starts from the actor's "
@@ -267,17 +284,26 @@ def _model_and_data(cfg, t):
     files = t.facts.get("train_files")
     if files:
         data_dir = get(cfg, "actor_train.data_args.dataset_dir")
-        t.flag("--prompt-data", _under(data_dir, files[0]))
+        key = "actor_train.data_args.file_name"
+        files = [absolute_path(t, key, _under(data_dir, f)) for f in files]
+        t.current = key
+        t.flag("--prompt-data", files[0])
         if len(files) > 1:
-            t.flag("--prompt-data-extra", *[_under(data_dir, f) for f in files[1:]])
-        t.flag("--label-key", "ground_truth")  # ROLL's RLVR data column for the reference answer
+            t.flag("--prompt-data-extra", *files[1:])
+        t.current = next(iter(f"rewards.{k}" for k in (get(cfg, "rewards") or {})), "rewards")
+        t.flag("--label-key", "ground_truth")  # ROLL's RLVR reward workers read the reference answer there
+        t.current = None
     template = t.facts.get("template")
     if template is not None:
         t.flag("--prompt-template", template)
     val = t.facts.get("val_files")
     if val:
+        val = [absolute_path(t, "validation.data_args.file_name", p) for p in ([val] if isinstance(val, str) else val)]
+        t.current = "validation.data_args.file_name"
         t.flag("--eval-prompt-data", *[x for i, p in enumerate(val) for x in (f"val{i}" if i else "val", p)])
+        t.current = "eval_steps"
         t.flag("--eval-interval", t.facts.get("eval_steps") or 1)
+        t.current = None
     n_eval = get(cfg, "validation.generating_args.num_return_sequences")
     if n_eval:
         t.flag("--n-samples-per-eval-prompt", n_eval)
@@ -292,83 +318,6 @@ def _under(base, f):
     import os
 
     return os.path.join(base, f) if base and not os.path.isabs(f) else f
-
-
-def _strategies(cfg, t):
-    train = t.facts.get("actor_train_strategy", "megatron_train")
-    if train not in _TRAIN_STRATEGIES:
-        raise ConfigError(f"{t.path}: actor_train.strategy_args.strategy_name: {train!r}: use "
-                          f"{' or '.join(_TRAIN_STRATEGIES)}")
-    train_cfg = get(cfg, "actor_train.strategy_args.strategy_config", {})
-    if train == "fsdp2_train":
-        from slime_like.config.frontends import fsdp_keys
-        from slime_like.config.frontends.common import parser_options as _parser_options
-
-        t.flag("--train-backend", "fsdp")
-        if fsdp_keys.available(_parser_options()):
-            fsdp_keys.roll(train_cfg, t)
-        else:
-            t.unmapped += [("--train-backend", "fsdp", f"actor_train.strategy_args.strategy_config.{k}")
-                           for k in train_cfg]
-    else:
-        t.no_effect += [(f"actor_train.strategy_args.strategy_config.{k}", v, "an fsdp2_train setting")
-                        for k, v in train_cfg.items() if k in _FSDP2]
-    infer = t.facts.get("actor_infer_strategy")
-    if infer is not None:
-        if infer not in _INFER_STRATEGIES:
-            raise ConfigError(f"{t.path}: actor_infer.strategy_args.strategy_name: {infer!r}: use "
-                              f"{', '.join(_INFER_STRATEGIES)}")
-        t.flag("--rollout-engine", {"hf_infer": "cpu"}.get(infer, infer))
-    _engine_settings(cfg, t, infer)
-    _same_layout(cfg, t)
-    for worker in ("actor_train", "actor_infer", "reference", "critic"):
-        size, mapping = get(cfg, f"{worker}.world_size"), get(cfg, f"{worker}.device_mapping")
-        if size is not None and mapping is not None and size != len(parse_devices(mapping, worker)):
-            raise ConfigError(f"{t.path}: {worker}.world_size {size} differs from the {worker}.device_mapping length")
-    ref = t.facts.get("reference_strategy")
-    if ref not in (None, "megatron_infer", "hf_infer"):
-        raise ConfigError(f"{t.path}: reference.strategy_args.strategy_name: {ref!r}: use megatron_infer")
-    if get(cfg, "critic") and t.facts.get("critic_strategy", "megatron_train") != "megatron_train":
-        raise ConfigError(f"{t.path}: critic.strategy_args.strategy_name: the critic trains with megatron_train")
-
-
-# actor_infer strategy_config key -> (SGLang flag, vLLM flag); None: no such setting for that engine
-_ENGINE_KEYS = {"gpu_memory_utilization": ("--sglang-mem-fraction-static", "--vllm-gpu-memory-utilization"),
-                "mem_fraction_static": ("--sglang-mem-fraction-static", None),
-                "context_length": ("--sglang-context-length", None),
-                "block_size": (None, "--vllm-block-size")}
-
-
-def _engine_settings(cfg, t, infer):
-    """The engine's own settings go to its own flags: --sglang-* (sglang, hf_infer -> the CPU engine, which warns
-    about what it does not use) or --vllm-* (once the vLLM engine is on main; "not built yet" before)."""
-    from slime_like.config.frontends.common import parser_options as _parser_options
-
-    prefix = "actor_infer.strategy_args.strategy_config"
-    vllm = infer == "vllm"
-    for key, value in (get(cfg, prefix, {}) or {}).items():
-        if key not in _ENGINE_KEYS:
-            continue
-        flag = _ENGINE_KEYS[key][1 if vllm else 0]
-        if flag is None:
-            t.no_effect.append((f"{prefix}.{key}", value, f"not a setting of the {infer or 'sglang'} engine"))
-        elif vllm and "--vllm-config" not in _parser_options():
-            t.unmapped.append(("--rollout-engine", "vllm", f"{prefix}.{key}"))
-        else:
-            t.current = f"{prefix}.{key}"
-            t.flag(flag, value)
-            t.current = None
-
-
-def _same_layout(cfg, t):
-    """The reference and the critic run with the actor's parallel layout here (slime's rule for the critic)."""
-    actor = get(cfg, "actor_train.strategy_args.strategy_config", {}) or {}
-    for worker in ("reference", "critic"):
-        for key, value in (get(cfg, f"{worker}.strategy_args.strategy_config", {}) or {}).items():
-            if key.endswith("_parallel_size") and value != actor.get(key, 1):
-                raise ConfigError(f"{t.path}: {worker}.strategy_args.strategy_config.{key}: {value} differs from "
-                                  f"actor_train's {actor.get(key, 1)}; the {worker} runs with the actor's parallel "
-                                  "layout here, so make them equal")
 
 
 def _batch(cfg, t):
