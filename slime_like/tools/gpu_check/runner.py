@@ -24,6 +24,7 @@ class Check:
     budget_s: float       # on the GPU
     needs: tuple = ()     # checks whose pass (or output) this one reads
     requires: str = ""    # a package that must be importable, else skipped
+    min_start_s: float = 20  # with less of the total budget left it is skipped, not started to time out
 
 
 CHECKS = (Check("prep", "prep:run", 60),
@@ -32,8 +33,7 @@ CHECKS = (Check("prep", "prep:run", 60),
           Check("fsdp_grpo", "grpo:run_fsdp", 90, ("prep",)),
           Check("push", "push:run", 75, ("prep",)),
           Check("export", "export:run", 45, ("prep", "megatron_grpo")),
-          Check("sglang", "sglang_engine:run", 120, ("prep", "megatron_grpo"), requires="sglang"))
-MIN_START_S = 20  # a check with less time than this left is skipped, not started
+          Check("sglang", "sglang_engine:run", 120, ("prep", "megatron_grpo"), requires="sglang", min_start_s=90))
 
 
 def env_info() -> dict:
@@ -155,7 +155,7 @@ def main(a) -> int:
         why = _blocked(check, summary, work, a.cpu_smoke)
         if why:
             res = {"status": "skip", "summary": why}
-        elif left < MIN_START_S * slow:
+        elif left < check.min_start_s * slow:
             res = {"status": "skip", "summary": f"not enough of the total budget left ({left:.0f}s)"}
         else:
             budget = min(check.budget_s * slow, left)
