@@ -33,7 +33,7 @@ def run(ctx, partial):
     with open(os.path.join(ctx.ckpt, "config.json")) as f:
         dtype = (lambda c: c.get("dtype") or c.get("torch_dtype"))(json.load(f))
     details = dict(params=n, params_formula=param_count(ctx.cfg), bytes=size, dtype=dtype,
-                   seconds=round(time.time() - t0, 1))
+                   seconds=round(time.time() - t0, 1), machine=machine())
     ok = n == param_count(ctx.cfg)
     return ("pass" if ok else "fail"), f"{n / 1e6:.1f}M params ({dtype}), {size / 2 ** 20:.0f} MiB", details
 
@@ -47,3 +47,13 @@ def _tokenizer(path: str, vocab: int) -> None:
     tok = Tokenizer(models.WordLevel(vocab=words, unk_token="t0"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", eos_token="t1", pad_token="t0").save_pretrained(path)
+
+
+def machine() -> dict:
+    """What the summary's table needs to say where it was measured (the runner itself imports no torch)."""
+    out = {"torch": torch.__version__, "cuda": torch.version.cuda, "cuda_available": torch.cuda.is_available()}
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        out.update(gpu=props.name, gpu_memory_gb=round(props.total_memory / 2 ** 30, 1),
+                   gpu_count=torch.cuda.device_count())
+    return out

@@ -162,6 +162,8 @@ def main(a) -> int:
             print(f"\n== {check.name} (budget {budget:.0f}s)", flush=True)
             res = run_child(check, a.cpu_smoke, work, budget)
         summary["checks"][check.name] = res
+        if check.name == "prep" and "machine" in res.get("details", {}):
+            summary["env"]["machine"] = res["details"]["machine"]
         print(f"== {check.name}: {res['status'].upper()} {res.get('summary', '')}", flush=True)
         write_summary(out_dir, summary)
     summary["total_s"] = round(time.time() - t_start, 1)
