@@ -27,7 +27,9 @@ def add_checkpoint_group(parser):
     a("--finetune", action="store_true", help="Load weights only; reset iteration, optimizer and RNG.")
     a("--ckpt-format", default="torch_dist", choices=["torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor"],
       help="Megatron checkpoint format.")
-    a("--ckpt-step", type=int, default=None, help="Load this checkpoint step instead of the latest.")
+    a("--ckpt-step", type=int, default=None,
+      help="Resume from this iteration of --load (every role) instead of the latest complete one; refused if its "
+           "files do not match their record.")
     a("--async-save", action="store_true", help="Save checkpoints asynchronously.")
     a("--auto-detect-ckpt-format", action="store_true", help="Detect the checkpoint format when loading.")
     a("--save-hf", default=None, help="Also save HF-format weights to this path ('{rollout_id}' is substituted).")
@@ -48,3 +50,8 @@ def check_checkpoints(args, report):
                              "config.json and the engines' initial weights)")
     if not args.hf_checkpoint:
         raise ConfigError("--hf-checkpoint DIR is required (tokenizer, config.json, engine weights)")
+    if args.ckpt_step is not None:
+        if args.ckpt_step < 0:
+            raise ConfigError(f"--ckpt-step {args.ckpt_step}: must be an iteration number >= 0")
+        if not args.load:
+            raise ConfigError(f"--ckpt-step {args.ckpt_step} picks an iteration of --load; give --load DIR")

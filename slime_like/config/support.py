@@ -110,9 +110,6 @@ UNSUPPORTED = {
     "save_hf": "the Megatron trainer does not export HF weights while training (--train-backend fsdp does); "
                "convert a saved step afterwards with "
                "python tools/convert_megatron_to_hf.py --load SAVE_DIR --hf-checkpoint HF --save-hf DIR",
-    # pending: megatron (read by tools/convert_megatron_to_hf.py, which does not run this check)
-    "ckpt_step": "train.py resumes from the latest complete step of --load (only tools/convert_megatron_to_hf.py "
-                 "reads --ckpt-step); drop it",
     "no_save_rng": "RNG state is always saved with a checkpoint",  # pending: megatron
     # pending: megatron
     "no_load_rng": "RNG state is restored together with the optimizer state; --no-load-optim skips both",

@@ -18,7 +18,7 @@ from slime_like.ray.cluster import init_ray, say
 from slime_like.ray.failures import EngineLostDuringPush
 from slime_like.ray.placement import create_placement
 from slime_like.ray.rollout_manager import EngineGroup, RolloutManager
-from slime_like.ray.run_checkpoint import CheckpointMismatch, resume_iteration, write_marker
+from slime_like.ray.run_checkpoint import CheckpointMismatch, resume_iteration, rollout_state_path, write_marker
 from slime_like.ray.trainer_group import TrainerGroup
 from slime_like.utils.json_dump import write_json
 from slime_like.utils.auth import new_secret, resolve_api_key
@@ -58,7 +58,8 @@ class Run:
             args.engine_api_key = new_secret()
         # Every role resumes from the same iteration: the run's marker, written after all roles saved (checked
         # before Ray starts: a stray critic checkpoint is refused in a second, not after the cluster is up).
-        args.resume_iteration = resume_iteration(args.load, role_args(args, "critic").load if args.use_critic else None)
+        args.resume_iteration = resume_iteration(args.load, role_args(args, "critic").load if args.use_critic else None,
+                                                 ckpt_step=args.ckpt_step)
         swept = sweep_orphaned_segments()   # weight buffers of a run killed before its clean-up (SIGKILL)
         if swept:
             say(f"removed {len(swept)} shared-memory segment(s) left by a killed run (e.g. {swept[0]})")
@@ -300,7 +301,7 @@ class Run:
 
     def save(self, rollout_id: int):
         state = ray.get(self.rollout.state_dict.remote())
-        _atomic_json(state, _rollout_state_path(self.args.save, rollout_id))
+        _atomic_json(state, rollout_state_path(self.args.save, rollout_id))
         for g in self._trainers():
             g.save(rollout_id)
         if self.actor is not None:
@@ -310,7 +311,7 @@ class Run:
     def _restore_rollout_state(self):
         if self.start_rollout_id == 0:
             return
-        path = _rollout_state_path(self.args.load, self.start_rollout_id - 1) if self.args.load else None
+        path = rollout_state_path(self.args.load, self.start_rollout_id - 1) if self.args.load else None
         legacy = path[:-len(".json")] + ".pkl" if path else None
         if path and not os.path.exists(path) and os.path.exists(legacy):
             raise RuntimeError(f"--load {self.args.load}: {legacy} is a pickled rollout state from an older "
@@ -343,10 +344,6 @@ class Run:
                 step()
             except Exception as e:  # keep tearing down the rest
                 print(f"shutdown: {e}")
-
-
-def _rollout_state_path(ckpt_dir: str, rollout_id: int) -> str:
-    return os.path.join(ckpt_dir, "rollout_state", f"rollout_{rollout_id:07d}.json")
 
 
 def _atomic_json(obj, path: str):

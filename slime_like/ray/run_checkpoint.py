@@ -9,21 +9,31 @@ loads that iteration for both roles (the critic's newer one is ignored, then ove
 A directory without the marker (written by an older slime_like, or by Megatron) resumes from the roles' own
 markers, which must then agree. A critic checkpoint next to an actor dir without any is another run's
 stray `_critic` folder: refused, since the critic would resume alone.
+
+Before Ray starts, the chosen iteration is verified in every role (complete, published, every file's size and
+CRC-32 as recorded at save, the rollout state readable): a bad one falls back to the newest older iteration that
+verifies everywhere, with a warning naming the bad file; `--ckpt-step N` picks N and refuses it if it is bad.
+Torch-free (training/publish.py and manifest.py import no torch at module level).
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
+import re
+
+from slime_like.backends.training.publish import PUBLISHED, TRACKER, problem
 
 MARKER = "latest_run_iteration.json"
-# Megatron's per-role layout (backends/megatron/checkpoint.py), read here without importing torch in the driver.
-TRACKER, PUBLISHED = "latest_checkpointed_iteration.txt", "PUBLISHED"
 log = logging.getLogger(__name__)
 
 
 class CheckpointMismatch(RuntimeError):
     pass
+
+
+def rollout_state_path(ckpt_dir: str, rollout_id: int) -> str:
+    return os.path.join(ckpt_dir, "rollout_state", f"rollout_{rollout_id:07d}.json")
 
 
 def write_marker(save_dir: str, iteration: int, role_dirs: dict) -> None:
@@ -38,42 +48,100 @@ def write_marker(save_dir: str, iteration: int, role_dirs: dict) -> None:
 
 
 def read_marker(load_dir: str) -> dict | None:
+    """The run marker, or None when absent or unreadable (a warning names it; resume then follows the roles)."""
     path = os.path.join(load_dir, MARKER)
     if not os.path.isfile(path):
         return None
-    with open(path) as f:
-        return json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            marker = json.load(f)
+        int(marker["iteration"])
+        return marker
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        log.warning("%s: unreadable (%s: %s); resuming from the roles' own checkpoint markers", path,
+                    type(e).__name__, e)
+        return None
 
 
-def _complete(load_dir: str, iteration: int) -> bool:
-    """Written to the end and published once (dist_checkpointing writes metadata.json last)."""
+def _complete(path: str) -> bool:
+    """Written to the end by either backend (torch_dist writes metadata.json last, the FSDP trainer fsdp_meta.json)
+    and published once."""
+    return os.path.exists(os.path.join(path, PUBLISHED)) and any(
+        os.path.exists(os.path.join(path, f)) for f in ("metadata.json", "fsdp_meta.json"))
+
+
+def iteration_problem(load_dir: str, iteration: int, rollout_state_dir: str | None = None) -> str | None:
+    """Why `iteration` of one role's `load_dir` cannot be resumed from (one line naming the file), or None. The
+    actor's dir also holds the run's rollout state for it, which must be valid JSON when present."""
+    bad = problem(load_dir, iteration, _complete)
     path = os.path.join(load_dir, f"iter_{iteration:07d}")
-    return all(os.path.exists(os.path.join(path, f)) for f in ("metadata.json", PUBLISHED))
+    # JSON the backends read (checked here too for iterations saved before the files' record existed)
+    checked = [os.path.join(path, f) for f in ("metadata.json", "fsdp_meta.json")]
+    if rollout_state_dir:
+        checked.append(rollout_state_path(rollout_state_dir, iteration))
+    for json_path in checked if bad is None else []:
+        if os.path.exists(json_path):
+            try:
+                with open(json_path, encoding="utf-8") as f:
+                    json.load(f)
+            except (OSError, ValueError) as e:
+                return f"{json_path}: not readable as JSON ({type(e).__name__}: {e})"
+    return bad
 
 
 def _role_iteration(load_dir: str) -> int | None:
     tracker = os.path.join(load_dir, TRACKER)
     if not os.path.isfile(tracker):
         return None
-    text = open(tracker).read().strip()
+    text = open(tracker, errors="replace").read().strip()
     return int(text) if text.isdigit() else None
 
 
-def resume_iteration(actor_load: str | None, critic_load: str | None) -> int | None:
-    """The iteration every role resumes from (None: a fresh start). Raises CheckpointMismatch naming the dirs."""
+def _first_problem(dirs: list, iteration: int) -> str | None:
+    for i, d in enumerate(dirs):
+        bad = iteration_problem(d, iteration, rollout_state_dir=d if i == 0 else None)
+        if bad:
+            return bad
+    return None
+
+
+def _verified(dirs: list, wanted: int, ckpt_step: int | None) -> int:
+    """`wanted` if every role's copy of it verifies; else (not asked for by --ckpt-step) the newest older iteration
+    that every role has and that verifies, with a warning naming the bad file."""
+    bad = _first_problem(dirs, wanted)
+    if bad is None:
+        return wanted
+    if ckpt_step is not None:
+        raise CheckpointMismatch(f"--ckpt-step {ckpt_step}: {bad}")
+    shared = set.intersection(*({int(m.group(1)) for f in os.listdir(d) if (m := re.fullmatch(r"iter_(\d{7})", f))}
+                                for d in dirs))
+    for it in sorted((i for i in shared if i < wanted), reverse=True):
+        if _first_problem(dirs, it) is None:
+            log.warning("%s; resuming from iteration %d, the newest complete one", bad, it)
+            return it
+    raise CheckpointMismatch(f"--load {dirs[0]}: iteration {wanted} cannot be resumed from ({bad}), and no older "
+                             f"iteration is complete in {dirs}")
+
+
+def resume_iteration(actor_load: str | None, critic_load: str | None, ckpt_step: int | None = None) -> int | None:
+    """The iteration every role resumes from (None: a fresh start): --ckpt-step when given, else the run's marker,
+    else the roles' own markers; one whose files fail their check falls back to the newest complete iteration.
+    Raises CheckpointMismatch naming the dirs or the bad file."""
     if not actor_load or not os.path.isdir(actor_load):
         actor_load = None
     marker = read_marker(actor_load) if actor_load else None
+    if ckpt_step is not None:
+        if actor_load is None:
+            raise CheckpointMismatch(f"--ckpt-step {ckpt_step}: --load names no checkpoint directory")
+        with_critic = critic_load if critic_load and (marker is None or "critic" in marker.get("roles", {})) else None
+        return _verified([d for d in (actor_load, with_critic) if d], ckpt_step, ckpt_step)
     if marker is not None:
         it = int(marker["iteration"])
-        missing = [d for d in (actor_load, critic_load if "critic" in marker.get("roles", {}) else None)
-                   if d and not _complete(d, it)]
         if critic_load and "critic" not in marker.get("roles", {}):
-            missing.append(f"{critic_load} (this run trains a critic; the checkpoint was saved without one)")
-        if missing:
-            raise CheckpointMismatch(f"--load {actor_load}: the run's checkpoint is iteration {it} "
-                                     f"({MARKER}) but it is missing or incomplete in {missing}")
-        return it
+            raise CheckpointMismatch(f"--load {actor_load}: the run's checkpoint is iteration {it} ({MARKER}) but "
+                                     f"was saved without a critic; {critic_load} (this run trains a critic) is missing")
+        dirs = [actor_load] + ([critic_load] if critic_load and "critic" in marker.get("roles", {}) else [])
+        return _verified(dirs, it, None)
     actor_it = _role_iteration(actor_load) if actor_load else None
     critic_it = _role_iteration(critic_load) if critic_load and os.path.isdir(critic_load) else None
     if actor_it is None and critic_it is not None:
@@ -87,10 +155,9 @@ def resume_iteration(actor_load: str | None, critic_load: str | None) -> int | N
                                      f"holds no checkpoint; give --critic-load, or start the critic fresh with "
                                      f"another --save")
         common = min(actor_it, critic_it)
-        if not (_complete(actor_load, common) and _complete(critic_load, common)):
-            raise CheckpointMismatch(f"actor ({actor_load}: iteration {actor_it}) and critic ({critic_load}: "
-                                     f"iteration {critic_it}) checkpoints disagree and share no complete iteration")
         log.warning("actor (iteration %s) and critic (iteration %s) checkpoints disagree (no %s): both resume "
-                    "from iteration %d", actor_it, critic_it, MARKER, common)
-        return common
-    return actor_it
+                    "from iteration %d or the newest complete one below it", actor_it, critic_it, MARKER, common)
+        return _verified([actor_load, critic_load], common, None)
+    if actor_it is None:
+        return None
+    return _verified([actor_load] + ([critic_load] if critic_load else []), actor_it, None)

@@ -24,7 +24,7 @@ class Evil:
 
 
 def _dcp_pair(tmp_path, bad_object):
-    """A DCP checkpoint holding one tensor and one stored object (what the FSDP trainer's optimizer param groups are)."""
+    """A DCP checkpoint holding one tensor and one stored object (as the FSDP trainer's optimizer param groups)."""
     import torch.distributed.checkpoint as dcp
 
     path = str(tmp_path / ("bad" if bad_object is not None else "good"))
@@ -104,6 +104,7 @@ def megatron_rank(rank, world, port, hf_dir, save_dir, marker):
 
     from slime_like.args import make_args
     from slime_like.backends.megatron import checkpoint, model, parallel
+    from slime_like.backends.training import manifest
     from slime_like.backends.training.safe_dcp import CheckpointFileRefused
     from slime_like.config.hf_config import fill_args_from_hf
 
@@ -124,6 +125,9 @@ def megatron_rank(rank, world, port, hf_dir, save_dir, marker):
     shutil.copytree(checkpoint.iteration_dir(save_dir, 1), checkpoint.iteration_dir(save_dir, 2))
     with open(os.path.join(checkpoint.iteration_dir(save_dir, 2), ".metadata"), "wb") as f:
         pickle.dump(Evil(marker), f)
+    # whoever wrote the file can write the files' record too: it must not be what stops the file
+    manifest.write(checkpoint.iteration_dir(save_dir, 2), [manifest.record_share(checkpoint.iteration_dir(save_dir, 2),
+                                                                                0, 1)])
     attempt("metadata", iteration=2)
     # 3: common.pt holding the object (what --load's extra_state lands in)
     checkpoint.save_checkpoint(save_dir, 3, chunks, extra_state={"x": Evil(marker)})

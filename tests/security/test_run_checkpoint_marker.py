@@ -39,7 +39,14 @@ def test_stray_critic_and_missing_iterations_are_refused(tmp_path):
         resume_iteration(str(tmp_path / "a"), critic)
     with pytest.raises(CheckpointMismatch, match="another run"):
         resume_iteration(None, critic)
+    actor = _role(tmp_path / "b", 1)
+    write_marker(actor, 1, {"actor": actor, "critic": str(tmp_path / "b_critic")})
+    with pytest.raises(CheckpointMismatch, match=r"b_critic/iter_0000001: no such directory\), and no older iteration"):
+        resume_iteration(actor, _role(tmp_path / "b_critic", 0))
+
+
+def test_a_missing_critic_iteration_falls_back_to_one_both_roles_have(tmp_path, caplog):
     actor = _role(tmp_path / "b", 0, 1)
     write_marker(actor, 1, {"actor": actor, "critic": str(tmp_path / "b_critic")})
-    with pytest.raises(CheckpointMismatch, match="missing or incomplete"):
-        resume_iteration(actor, _role(tmp_path / "b_critic", 0))
+    assert resume_iteration(actor, _role(tmp_path / "b_critic", 0)) == 0
+    assert "b_critic/iter_0000001: no such directory; resuming from iteration 0" in caplog.text

@@ -3,6 +3,7 @@
 Layout:  SAVE/iter_0000007/{__<rank>_0.distcp, .metadata}   sharded model (+ optimizer) state, written by DCP
          SAVE/iter_0000007/fsdp_meta.json                    iteration, world size, LoRA config, LR schedule
          SAVE/iter_0000007/rng/rank<r>.json                  each rank's RNG streams
+         SAVE/iter_0000007/checkpoint_files.json             every file's size and CRC-32 (training/manifest.py)
          SAVE/latest_checkpointed_iteration.txt              the publish marker (training/publish.py)
 A directory counts as complete once DCP's .metadata and fsdp_meta.json (written after every rank's shards
 are on disk) exist; the marker moves only after that, so a killed save is never picked up.
@@ -23,7 +24,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from slime_like.backends.training.publish import TRACKER, iteration_dir, latest_iteration, publish
+from slime_like.backends.training.publish import (TRACKER, check_iteration, disk_space_checked, iteration_dir,
+                                                  latest_iteration, publish, record_files)
 from slime_like.backends.training import safe_dcp
 
 META = "fsdp_meta.json"
@@ -32,6 +34,14 @@ log = logging.getLogger(__name__)
 
 def _is_complete(path: str) -> bool:
     return os.path.isfile(os.path.join(path, ".metadata")) and os.path.isfile(os.path.join(path, META))
+
+
+def _read_json(path: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not readable as JSON ({type(e).__name__}: {e})") from None
 
 
 def has_checkpoint(path) -> bool:
@@ -95,9 +105,10 @@ def save(trainer, save_dir: str, iteration: int, with_optim: bool = True) -> str
             shutil.rmtree(path)
         os.makedirs(os.path.join(path, "rng"))
     dist.barrier()
-    dcp.save(_state(trainer, with_optim), checkpoint_id=path)
-    with open(os.path.join(path, "rng", f"rank{dist.get_rank()}.json"), "w") as f:
-        json.dump(_rng_state(), f)
+    with disk_space_checked(save_dir, iteration):
+        dcp.save(_state(trainer, with_optim), checkpoint_id=path)
+        with open(os.path.join(path, "rng", f"rank{dist.get_rank()}.json"), "w") as f:
+            json.dump(_rng_state(), f)
     dist.barrier()  # every rank's shards and RNG are on disk before the metadata and the marker
     if _rank0():
         meta = {"iteration": iteration, "world_size": dist.get_world_size(), "role": trainer.role,
@@ -105,21 +116,27 @@ def save(trainer, save_dir: str, iteration: int, with_optim: bool = True) -> str
                 "scheduler": trainer.scheduler.state_dict() if with_optim else None}
         with open(os.path.join(path, META), "w") as f:
             json.dump(meta, f, indent=1)
+    dist.barrier()   # the metadata is on disk before the files' record
+    record_files(save_dir, iteration)
+    if _rank0():
         publish(save_dir, iteration)
     dist.barrier()
     return path
 
 
-def load(trainer, load_dir: str, load_optim: bool = True) -> int | None:
-    """Restore model (+ optimizer, LR schedule, RNG when load_optim) from the published iteration of LOAD."""
+def load(trainer, load_dir: str, load_optim: bool = True, iteration: int | None = None) -> int | None:
+    """Restore model (+ optimizer, LR schedule, RNG when load_optim) from the published iteration of LOAD, or
+    from `iteration` (--ckpt-step, or the run's resume iteration) when given."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_state_dict
 
-    iteration = latest_iteration(load_dir, _is_complete)
     if iteration is None:
-        return None
+        iteration = latest_iteration(load_dir, _is_complete)
+        if iteration is None:
+            return None
+    else:
+        check_iteration(load_dir, iteration, _is_complete)
     path = iteration_dir(load_dir, iteration)
-    with open(os.path.join(path, META)) as f:
-        meta = json.load(f)
+    meta = _read_json(os.path.join(path, META))
     if meta.get("lora") != _lora_meta(trainer.args):
         raise ValueError(f"{path} was saved with LoRA {meta.get('lora')} but this run has {_lora_meta(trainer.args)}; "
                          "use the same --lora-rank / --lora-alpha / --lora-target-modules (or a fresh --save dir)")
@@ -136,8 +153,7 @@ def load(trainer, load_dir: str, load_optim: bool = True) -> int | None:
     if load_optim:
         trainer.scheduler.load_state_dict(meta["scheduler"])
         if meta["world_size"] == dist.get_world_size():
-            with open(os.path.join(path, "rng", f"rank{dist.get_rank()}.json")) as f:
-                _set_rng(json.load(f))
+            _set_rng(_read_json(os.path.join(path, "rng", f"rank{dist.get_rank()}.json")))
         else:
             log.warning("%s: saved at world size %d, running at %d: RNG state not restored", path,
                         meta["world_size"], dist.get_world_size())

@@ -129,7 +129,8 @@ class FSDPTrainer(RLTrainerBase):
         self.loaded_rollout_id = None
         if resume:
             load_optim = not args.no_load_optim and not args.finetune
-            self.loaded_rollout_id = checkpoint.load(self, args.load, load_optim=load_optim)
+            self.loaded_rollout_id = checkpoint.load(self, args.load, load_optim=load_optim,
+                                                     iteration=getattr(args, "resume_iteration", None))
             if args.finetune:
                 self.loaded_rollout_id = None
         self.ref_model = self._build_reference() if role == "actor" and (

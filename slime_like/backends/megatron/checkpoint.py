@@ -4,10 +4,11 @@ Layout (Megatron-LM's):  SAVE/iter_0000007/{*.distcp, common.pt, .metadata, meta
                          SAVE/latest_checkpointed_iteration.txt   ("7")
 
 A save writes the iteration directory first (dist_checkpointing writes its metadata.json last), then
-publishes the marker with tmp + os.replace. A crash before the publish leaves the marker on the previous
-iteration, so resume never picks a half-written checkpoint; if the marker ever points to an incomplete
-directory, load falls back to the newest complete, once-published one below it (iter dirs get a
-PUBLISHED file when published; Megatron-LM ignores it).
+records every file's size and CRC-32 (training/manifest.py), then publishes the marker with tmp +
+os.replace. A crash before the publish leaves the marker on the previous iteration, so resume never picks a
+half-written checkpoint; if the marker ever points to an incomplete directory or one whose files no longer
+match their record, load falls back to the newest complete, once-published one below it with a warning
+naming the bad file (iter dirs get a PUBLISHED file when published; Megatron-LM ignores it and the record).
 State: model chunks, optimizer (optional), LR scheduler (optional), RNG (python, numpy, torch, CUDA,
 mcore tracker; per rank, restored only when the topology is unchanged), iteration, extra_state.
 Loading reads no file of the directory as code (safe_load.py: restricted DCP metadata, weights-only objects).
@@ -24,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from slime_like.backends.training.publish import PUBLISHED, TRACKER, is_hf_dir, iteration_dir  # noqa: F401
+from slime_like.backends.training.publish import check_iteration, disk_space_checked, record_files
 from slime_like.backends.training.publish import latest_iteration as _latest_iteration
 from slime_like.backends.training.publish import publish as _publish
 
@@ -140,8 +142,10 @@ def save_checkpoint(save_dir: str, iteration: int, model_chunks, optimizer=None,
     state = _sharded_state(model_chunks, optimizer, scheduler, is_loading=False)
     state.update(iteration=iteration, checkpoint_version=3.0, topology=_topology(),
                  has_optimizer=optimizer is not None, extra_state=extra_state or {})
-    dist_checkpointing.save(state, path, sharded_strategy=get_default_save_sharded_strategy("torch_dist"))
-    _barrier()  # every rank's shards are on disk before the marker moves
+    with disk_space_checked(save_dir, iteration):
+        dist_checkpointing.save(state, path, sharded_strategy=get_default_save_sharded_strategy("torch_dist"))
+    _barrier()  # every rank's shards are on disk before their record and the marker
+    record_files(save_dir, iteration)
     if _rank0():
         _publish(save_dir, iteration)
     _barrier()
@@ -151,7 +155,10 @@ def save_checkpoint(save_dir: str, iteration: int, model_chunks, optimizer=None,
 def _is_complete(path: str) -> bool:
     from megatron.core.dist_checkpointing import check_is_distributed_checkpoint
 
-    return os.path.isdir(path) and check_is_distributed_checkpoint(path)
+    try:
+        return os.path.isdir(path) and check_is_distributed_checkpoint(path)
+    except (OSError, ValueError):   # an unreadable metadata.json: not a checkpoint to load
+        return False
 
 
 def latest_iteration(load_dir: str) -> int | None:
@@ -185,8 +192,8 @@ def load_checkpoint(load_dir: str, model_chunks, optimizer=None, scheduler=None,
         iteration = latest_iteration(load_dir)
         if iteration is None:
             return None
-    elif not _is_complete(iteration_dir(load_dir, iteration)):
-        raise FileNotFoundError(f"--ckpt-step {iteration}: {iteration_dir(load_dir, iteration)} is missing or incomplete")
+    else:
+        check_iteration(load_dir, iteration, _is_complete)
     path = iteration_dir(load_dir, iteration)
     common = safe_load.SafeCommonLoadStrategy().load_common(path)
     if not load_optim:
