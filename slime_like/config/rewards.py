@@ -22,6 +22,10 @@ def add_reward_group(parser):
       help="(slime_like) A NaN/inf reward: 'error' stops the run naming the reward function, prompt index and "
            "value; 'skip' drops that prompt's group (another prompt takes its place, counted as "
            "rollout/nonfinite_reward_groups); 'zero' trains on it with reward 0 (counted likewise).")
+    a("--on-reward-error", default="error", choices=["error", "skip"],
+      help="(slime_like) A reward function that raises: 'error' stops the run naming it, the prompt index and the "
+           "exception; 'skip' marks the prompt's samples FAILED (slime's Sample.Status for a recoverable failure) so "
+           "the group is dropped and another prompt takes its place, counted as rollout/reward_errors.")
     a("--custom-reward-post-process-path", default=None, help="'module.function' post-processing rewards.")
     a("--custom-convert-samples-to-train-data-path", default=None,
       help="'module.function' turning samples into the training batch.")

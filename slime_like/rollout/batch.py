@@ -62,9 +62,12 @@ def _check_finite(groups, raw: list[float], shaped: list[float]) -> None:
     flat = [s for g in groups for s in g]
     for s, r, a in zip(flat, raw, shaped):
         if not (math.isfinite(r) and math.isfinite(a)):
+            # --on-nonfinite-reward acts where rewards are assigned; values that reach here bypassed that check
+            cause = ("the reward itself is not finite" if not math.isfinite(r) else
+                     "the group's advantage arithmetic overflowed (rewards beyond about 1e19 in float32)")
             raise ValueError(f"sample {s.index} (prompt index {s.group_index}) reaches training with reward {r} / "
-                             f"advantage {a}: non-finite values are never trained on. Check the reward function and "
-                             f"--custom-reward-post-process-path, or pass --on-nonfinite-reward skip|zero")
+                             f"advantage {a}: {cause}; non-finite values are never trained on. Scale the rewards "
+                             f"returned by the custom rollout function or --custom-reward-post-process-path")
 
 
 REQUIRED_KEYS = ("tokens", "response_lengths", "loss_masks", "rewards")

@@ -71,6 +71,7 @@ class _Gathered:
     filtered_groups: list = field(default_factory=list)  # groups the dynamic sampling filter dropped
     submitted: int = 0
     nonfinite: int = 0      # samples whose reward was NaN/inf (--on-nonfinite-reward)
+    reward_errors: int = 0  # samples whose reward function raised (--on-reward-error skip)
 
 
 async def generate_rollout(args, rollout_id: int, data_source, evaluation: bool = False):
@@ -93,7 +94,8 @@ async def generate_rollout(args, rollout_id: int, data_source, evaluation: bool 
                       "rollout/groups_filtered": len(result.filtered), "rollout/groups_failed": len(result.failed),
                       "rollout/groups_returned": len(result.returned),
                       "rollout/nonfinite_rewards": gathered.nonfinite + sum("nonfinite_reward" in (s.metadata or {})
-                                                                            for g in result.groups for s in g)}
+                                                                            for g in result.groups for s in g),
+                      "rollout/reward_errors": gathered.reward_errors}
     return result
 
 
@@ -140,6 +142,7 @@ def _file_group(args, gathered: _Gathered, group: list[Sample], target: int, fil
     elif any(s.status == Status.FAILED for s in group):
         result.failed.append(group[0].group_index)
         gathered.nonfinite += sum("nonfinite_reward" in (s.metadata or {}) for s in group)
+        gathered.reward_errors += sum("reward_error" in (s.metadata or {}) for s in group)
     elif filter_fn is not None and not (d := decide(filter_fn, args, group)).keep:
         result.filtered.append(group[0].group_index)
         gathered.filtered_groups.append(group)

@@ -63,3 +63,44 @@ def test_skip_marks_the_group_failed_and_zero_stores_zero():
     REWARDS[group[0].index] = {"score": float("inf"), "acc": True}
     d = _score(_group(), on_nonfinite_reward="zero", )
     assert d[0].reward == {"score": 0.0, "acc": True}
+
+
+def test_a_reward_beyond_float32_is_caught_where_it_appears():
+    """Issue 31 item 8: 1e308 is a finite Python float but inf in the trainer's float32 (NaN advantages); now it
+    follows --on-nonfinite-reward like inf, whose message names the flag that handles it."""
+    group = _group()
+    REWARDS.update({s.index: 1.0 for s in group})
+    REWARDS[group[1].index] = 1e308
+    with pytest.raises(RewardFunctionError, match="1e\\+308: a reward beyond float32's range .*--on-nonfinite-reward"):
+        _score(group)
+    REWARDS[group[1].index] = 1e308
+    skipped = _score(_group(), on_nonfinite_reward="skip")
+    assert skipped[1].status == Status.FAILED and skipped[1].metadata["nonfinite_reward"] == "1e+308"
+    assert [s.reward for s in _score(_group(), on_nonfinite_reward="zero")] == [1.0, 0.0, 1.0]
+    REWARDS[group[1].index] = 3e38          # still a float32: trained on as it is
+    assert _score(_group())[1].reward == 3e38
+
+
+def raising_rm(args, sample):
+    if sample.index % 3 == 1:
+        raise KeyError("label")
+    return 1.0
+
+
+def test_a_reward_function_that_raises_stops_the_run_or_drops_the_prompt():
+    """Issue 31 item 8: --on-reward-error skip marks the prompt's samples FAILED (slime's status for a recoverable
+    failure): the rollout drops the group and counts rollout/reward_errors."""
+    from slime_like.rollout.generate import RolloutOutput, _file_group, _Gathered
+
+    args = _args()
+    args.custom_rm_path = f"{__name__}.raising_rm"
+    with pytest.raises(RewardFunctionError, match="KeyError: 'label'; pass --on-reward-error skip"):
+        asyncio.run(assign_rewards(args, _group()))
+    args.on_reward_error = "skip"
+    group = _group()
+    asyncio.run(assign_rewards(args, group))
+    assert all(s.status == Status.FAILED and s.reward == 0.0 for s in group)
+    assert group[1].metadata["reward_error"] == "KeyError: 'label'"
+    gathered = _Gathered(RolloutOutput(groups=[]))
+    _file_group(args, gathered, group, target=4, filter_fn=None)
+    assert gathered.result.failed == [7] and gathered.reward_errors == 3 and gathered.result.groups == []

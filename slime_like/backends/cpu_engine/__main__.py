@@ -28,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-request-bytes", type=int, default=64 << 20, help="largest request body accepted (413 above)")
     p.add_argument("--max-text-chars", type=int, default=1 << 22,
                    help="most characters of prompt `text` per /generate request (400 above); send input_ids for more")
+    p.add_argument("--weight-dirs", nargs="+", default=None,
+                   help="directories /update_weights_from_disk may load from (default: --model-path's parent)")
     p.add_argument("--log-level", default="info")
     p.add_argument("--parent-pid", type=int, default=None,
                    help="exit when this process (the launcher) is gone, so a killed launcher leaves no engine behind")
@@ -47,11 +49,36 @@ def watch_parent(parent_pid: int, interval: float = 1.0) -> None:
     threading.Thread(target=loop, name="parent-watch", daemon=True).start()
 
 
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_key(host: str, api_key: str | None) -> None:
+    """No key: refused off loopback (every route, weight loading included, would be open to the network); a
+    warning on loopback (open to every local user)."""
+    if api_key:
+        return
+    if not _is_loopback(host):
+        raise SystemExit(f"--host {host}: an engine listening off loopback needs an API key (set "
+                         "SLIME_LIKE_ENGINE_API_KEY, or --api-key); without one every route is open to the network")
+    logging.getLogger("slime_like.cpu_engine").warning(
+        "no API key (SLIME_LIKE_ENGINE_API_KEY / --api-key): every route on %s answers any local process", host)
+
+
 def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
     if not os.path.isfile(os.path.join(args.model_path, "config.json")):  # fail before the slow torch import
         raise SystemExit(f"--model-path {args.model_path!r} has no config.json (expected a Hugging Face model dir)")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from slime_like.utils.auth import resolve_api_key
+
+    api_key = resolve_api_key(args.api_key)
+    check_key(args.host, api_key)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.parent_pid:
         watch_parent(args.parent_pid)
@@ -64,12 +91,10 @@ def main(argv=None) -> None:
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
     engine = CPUEngine(args.model_path, dtype=args.dtype, max_running_requests=args.max_running_requests,
-                       random_seed=args.random_seed, context_length=args.context_length)
+                       random_seed=args.random_seed, context_length=args.context_length, weight_dirs=args.weight_dirs)
     logging.getLogger("slime_like.cpu_engine").info("CPU engine ready: %s on http://%s:%d", args.model_path,
                                                      args.host, args.port)
-    from slime_like.utils.auth import resolve_api_key
-
-    app = build_app(engine, resolve_api_key(args.api_key), max_request_bytes=args.max_request_bytes,
+    app = build_app(engine, api_key, max_request_bytes=args.max_request_bytes,
                     max_text_chars=args.max_text_chars)
     # handler_cancellation: a client that disconnects cancels its handler, which aborts its requests
     web.run_app(app, host=args.host, port=args.port, print=None, access_log=None, shutdown_timeout=2.0,

@@ -58,7 +58,7 @@ class Request:
 
 class CPUEngine:
     def __init__(self, model_path: str, dtype: str = "float32", max_running_requests: int = 512,
-                 random_seed: int = 0, context_length: int | None = None):
+                 random_seed: int = 0, context_length: int | None = None, weight_dirs: list[str] | None = None):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if dtype not in DTYPES:
@@ -66,6 +66,8 @@ class CPUEngine:
         if not os.path.isfile(os.path.join(model_path, "config.json")):
             raise FileNotFoundError(f"--model-path {model_path!r} has no config.json (expected a Hugging Face model dir)")
         self.model_path, self.dtype = model_path, DTYPES[dtype]
+        # /update_weights_from_disk loads from these only (default: the served model's parent directory)
+        self.weight_dirs = list(weight_dirs or [os.path.dirname(os.path.realpath(model_path))])
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype, attn_implementation="sdpa")
         self.model.eval().requires_grad_(False)
         # the largest weight payload this engine maps (fixed at start: release_memory_occupation empties the params)
@@ -295,7 +297,7 @@ class CPUEngine:
 
     def update_weights_from_disk(self, model_path: str, weight_version: str | None = None) -> int:
         with self.model_lock:
-            n = weights.load_from_disk(self.model, model_path)
+            n = weights.load_from_disk(self.model, model_path, self.weight_dirs)
             self.model_path = model_path
             if weight_version is not None:
                 self.weight_version = weight_version
@@ -337,7 +339,7 @@ class CPUEngine:
         with self.model_lock:
             if self.released:
                 weights.reallocate(self.model, self._shapes)
-                weights.load_from_disk(self.model, self.model_path)
+                weights.load_from_disk(self.model, self.model_path, self.weight_dirs)
         with self._cond:
             self.released = False
             self._cond.notify_all()

@@ -62,6 +62,11 @@ async def errors_as_json(request, handler):
         return _err(f"{type(e).__name__}: {e}", status=500)
 
 
+# A weight-sync rendezvous the trainer starts before calling: its store answers at once, the other engines join
+# within seconds. Past this a master is unreachable (the route answers 504).
+RENDEZVOUS_TIMEOUT = timedelta(seconds=60)
+
+
 async def _json(request) -> dict:
     if not request.can_read_body:
         return {}
@@ -82,6 +87,23 @@ def _fields(body: dict, path: str, allowed: set[str], required: set[str] = froze
         raise BadRequest(f"{path}: unknown field(s) {sorted(unknown)} / missing {sorted(missing)}; "
                          f"allowed: {sorted(allowed)}")
     return body
+
+
+def _typed(body: dict, path: str, types: dict) -> dict:
+    """400, not a 500 from deep inside, for a field of the wrong JSON type: {field: (type, ...)}; bool is not an int."""
+    for name, allowed in types.items():
+        if name in body and (not isinstance(body[name], allowed)
+                             or isinstance(body[name], bool) and bool not in allowed):
+            raise BadRequest(f"{path}: {name} must be {' or '.join(t.__name__ for t in allowed)}, got "
+                             f"{type(body[name]).__name__} {str(body[name])[:40]!r}")
+    return body
+
+
+def _int_list(value, path: str, name: str) -> list:
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                              for v in value):
+        raise BadRequest(f"{path}: {name} must be a list of non-negative integers, got {str(value)[:60]!r}")
+    return value
 
 
 async def _in_thread(fn, *args):
@@ -144,7 +166,11 @@ def _to_engine_requests(parsed: list) -> list[Request]:
 
 @routes.post("/abort_request")
 async def abort_request(request):
-    body = _fields(await _json(request), "/abort_request", {"rid", "abort_all", "finished_reason", "abort_message"})
+    body = _typed(_fields(await _json(request), "/abort_request", {"rid", "abort_all", "finished_reason",
+                                                                   "abort_message"}),
+                  "/abort_request", {"rid": (str, list, type(None)), "abort_all": (bool,)})
+    if isinstance(body.get("rid"), list) and not all(isinstance(r, str) for r in body["rid"]):
+        raise BadRequest("/abort_request: rid must be a string or a list of strings")
     if not body.get("abort_all") and not body.get("rid"):
         raise BadRequest("/abort_request needs 'rid' or 'abort_all': true")
     _engine(request).abort(rid=body.get("rid"), abort_all=bool(body.get("abort_all")))
@@ -154,7 +180,7 @@ async def abort_request(request):
 @routes.post("/pause_generation")
 async def pause_generation(request):
     mode = (await _json(request)).get("mode", "abort")
-    if mode not in ("abort", "retract", "in_place"):
+    if not isinstance(mode, str) or mode not in ("abort", "retract", "in_place"):
         raise BadRequest(f"/pause_generation mode {mode!r}; expected 'abort', 'retract' or 'in_place'")
     _engine(request).pause(abort_running=(mode == "abort"))
     return web.json_response({"success": True, "mode": mode})
@@ -271,9 +297,16 @@ def _unflatten(payload: dict):
 
 @routes.post("/init_weights_update_group")
 async def init_weights_update_group(request):
-    body = _fields(await _json(request), "/init_weights_update_group",
-                   {"master_address", "master_port", "rank_offset", "world_size", "group_name", "backend"},
-                   {"master_address", "master_port", "rank_offset", "world_size"})
+    body = _typed(_fields(await _json(request), "/init_weights_update_group",
+                          {"master_address", "master_port", "rank_offset", "world_size", "group_name", "backend"},
+                          {"master_address", "master_port", "rank_offset", "world_size"}),
+                  "/init_weights_update_group", {"master_address": (str,), "master_port": (int,),
+                                                 "rank_offset": (int,), "world_size": (int,), "group_name": (str,),
+                                                 "backend": (str,)})
+    if not 0 < body["master_port"] < 65536 or not 0 < body["rank_offset"] < body["world_size"]:
+        raise BadRequest(f"/init_weights_update_group: master_port {body['master_port']} must be 1-65535 and "
+                         f"rank_offset {body['rank_offset']} in 1..world_size-1 ({body['world_size']}; rank 0 is "
+                         "the trainer)")
     backend = body.get("backend", "nccl")
     if backend != "gloo":
         raise BadRequest(f"backend {backend!r} needs CUDA; the CPU engine joins weight-sync groups with 'gloo' "
@@ -284,16 +317,30 @@ async def init_weights_update_group(request):
         raise BadRequest(f"weight update group {name!r} already exists; /destroy_weights_update_group it first")
     rank = int(body["rank_offset"])  # tp_rank 0 + offset: this engine is a single rank
     init = f"tcp://{body['master_address']}:{body['master_port']}"
+    # One rendezvous at a time, on a thread of its own: a master that never answers holds that thread until the
+    # timeout, not the workers that serve /generate and /health (six such calls once held them all for 3.5 min).
+    if request.app["rendezvous_busy"]:
+        return _err("/init_weights_update_group: another weight-update group is being joined; retry when it "
+                    "finished", status=409)
+    request.app["rendezvous_busy"] = True
     t0 = time.time()
-    groups[name] = await _in_thread(lambda: process_group.init_custom_process_group(
-        "gloo", init, int(body["world_size"]), rank, name, timeout=timedelta(seconds=120)))
+    try:
+        groups[name] = await asyncio.get_running_loop().run_in_executor(
+            request.app["rendezvous_thread"], lambda: process_group.init_custom_process_group(
+                "gloo", init, int(body["world_size"]), rank, name, timeout=RENDEZVOUS_TIMEOUT))
+    except (RuntimeError, ValueError, OSError) as e:  # torch's DistStoreError / timeouts are RuntimeErrors
+        return _err(f"/init_weights_update_group: joining {init} as rank {rank} of {body['world_size']} failed "
+                    f"within {RENDEZVOUS_TIMEOUT.total_seconds():.0f} s: {str(e).splitlines()[0][:300]}", status=504)
+    finally:
+        request.app["rendezvous_busy"] = False
     logger.info("joined weight update group %s as rank %d in %.2fs", name, rank, time.time() - t0)
     return web.json_response({"success": True, "message": f"Succeeded to initialize group {name!r} as rank {rank}."})
 
 
 @routes.post("/destroy_weights_update_group")
 async def destroy_weights_update_group(request):
-    name = (await _json(request)).get("group_name", "weight_update_group")
+    body = _typed(await _json(request), "/destroy_weights_update_group", {"group_name": (str,)})
+    name = body.get("group_name", "weight_update_group")
     pg = request.app["weight_groups"].pop(name, None)
     if pg is None:
         raise BadRequest(f"no weight update group named {name!r}")
@@ -303,9 +350,23 @@ async def destroy_weights_update_group(request):
 
 @routes.post("/update_weights_from_distributed")
 async def update_weights_from_distributed(request):
-    body = _fields(await _json(request), "/update_weights_from_distributed",
-                   {"names", "dtypes", "shapes", "group_name", "flush_cache", "abort_all_requests", "weight_version",
-                    "load_format"}, {"names", "dtypes", "shapes"})
+    path = "/update_weights_from_distributed"
+    body = _typed(_fields(await _json(request), path,
+                          {"names", "dtypes", "shapes", "group_name", "flush_cache", "abort_all_requests",
+                           "weight_version", "load_format"}, {"names", "dtypes", "shapes"}),
+                  path, {"names": (list,), "dtypes": (list,), "shapes": (list,), "group_name": (str,),
+                         "weight_version": (str, int, type(None)), "load_format": (str, type(None))})
+    if not all(isinstance(n, str) for n in body["names"] + body["dtypes"]):
+        raise BadRequest(f"{path}: names and dtypes must be lists of strings")
+    try:
+        itemsizes = [process_group.torch_dtype(d).itemsize for d in body["dtypes"]]
+    except ValueError as e:
+        raise BadRequest(f"{path}: {e}") from None
+    nbytes = sum(weights.numel(_int_list(shape, path, "each of shapes")) * size
+                 for shape, size in zip(body["shapes"], itemsizes))
+    if nbytes > _engine(request).max_payload_bytes:   # what receive_distributed would allocate
+        raise BadRequest(f"{path}: the shapes hold {nbytes} bytes, more than the model's "
+                         f"{_engine(request).max_payload_bytes}")
     eng = _engine(request)
     name = body.get("group_name", "weight_update_group")
     pg = request.app["weight_groups"].get(name)
@@ -332,7 +393,8 @@ async def update_weights_from_distributed(request):
 @routes.post("/weights_checker")
 async def weights_checker(request):
     """SGLang's weight check (slime's --check-weight-update-equal): {"action": snapshot | reset_tensors | compare}."""
-    body = _fields(await _json(request), "/weights_checker", {"action"}, {"action"})
+    body = _typed(_fields(await _json(request), "/weights_checker", {"action"}, {"action"}), "/weights_checker",
+                  {"action": (str,)})
     ok, message = await _in_thread(_engine(request).check_weights, body["action"])
     if not ok:
         return _err(message, status=400)
@@ -341,6 +403,8 @@ async def weights_checker(request):
 
 def _tags(body: dict, path: str) -> list[str]:
     tags = body.get("tags") or ["weights", "kv_cache"]
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise BadRequest(f"{path}: tags must be a list of strings, got {str(tags)[:60]!r}")
     unknown = set(tags) - {"weights", "kv_cache", "cuda_graph"}
     if unknown:
         raise BadRequest(f"{path}: unknown tags {sorted(unknown)}; SGLang's are 'weights', 'kv_cache', 'cuda_graph'")
@@ -371,10 +435,13 @@ def build_app(engine: CPUEngine, api_key: str | None = None, max_request_bytes: 
     app["max_text_chars"] = max_text_chars
     app["tokenizer_thread"] = ThreadPoolExecutor(1, thread_name_prefix="tokenize")
     app["weight_groups"] = {}
+    app["rendezvous_thread"] = ThreadPoolExecutor(1, thread_name_prefix="rendezvous")
+    app["rendezvous_busy"] = False
     app.add_routes(routes)
 
     async def on_cleanup(app):
         app["tokenizer_thread"].shutdown(wait=False)
+        app["rendezvous_thread"].shutdown(wait=False)
         engine.shutdown()
     app.on_cleanup.append(on_cleanup)
     return app

@@ -6,7 +6,6 @@ Parameters are updated with ``param.copy_(tensor)``, never replaced, so tied wei
 from __future__ import annotations
 
 import difflib
-import glob
 import os
 
 import torch
@@ -83,7 +82,7 @@ def receive_distributed(model, names, dtypes, shapes, load_format, recv) -> list
         raise BadRequest(f"load_format {load_format!r} is not supported; use null, 'direct' or 'flattened_bucket'")
     dts = [torch_dtype(d) for d in dtypes]
     if load_format == "flattened_bucket":
-        sizes = [_numel(shape) * dt.itemsize for dt, shape in zip(dts, shapes)]
+        sizes = [numel(shape) * dt.itemsize for dt, shape in zip(dts, shapes)]
         flat = torch.empty(sum(sizes), dtype=torch.uint8)
         recv(flat)
         out, start = [], 0
@@ -105,20 +104,38 @@ def receive_distributed(model, names, dtypes, shapes, load_format, recv) -> list
     return out
 
 
-def _numel(shape) -> int:
+def numel(shape) -> int:
     n = 1
     for d in shape:
         n *= int(d)
     return n
 
 
-def load_from_disk(model, model_path: str) -> int:
+def weight_files(model_path, allowed_dirs: list[str]) -> list[str]:
+    """The ``*.safetensors`` files of `model_path`, a literal directory (no wildcard is expanded: a glob let a caller
+    load whatever matched) inside one of `allowed_dirs` (the served model's parent and the run's weight-sync dir)."""
+    if not isinstance(model_path, str) or not model_path:
+        raise BadRequest(f"model_path must be a directory path (a string), got {type(model_path).__name__}")
+    if not os.path.isdir(model_path):
+        raise BadRequest(f"model_path {model_path!r}: no such directory, so no *.safetensors to load (the path is "
+                         "taken literally; wildcards are not expanded)")
+    real = os.path.realpath(model_path)
+    roots = [os.path.realpath(d) for d in allowed_dirs]
+    if not any(os.path.commonpath([real, r]) == r for r in roots):
+        raise BadRequest(f"model_path {model_path!r} is outside the directories this engine loads weights from "
+                         f"({', '.join(roots)}; the engine's --weight-dirs)")
+    files = sorted(os.path.join(model_path, f) for f in os.listdir(model_path)
+                   if f.endswith(".safetensors") and os.path.isfile(os.path.join(model_path, f)))
+    if not files:
+        raise BadRequest(f"model_path {model_path!r} has no *.safetensors files")
+    return files
+
+
+def load_from_disk(model, model_path: str, allowed_dirs: list[str]) -> int:
     """Load every ``*.safetensors`` file of a Hugging Face model dir into the model in place."""
     from safetensors.torch import load_file
 
-    files = sorted(glob.glob(os.path.join(model_path, "*.safetensors")))
-    if not files:
-        raise BadRequest(f"model_path {model_path!r} has no *.safetensors files")
+    files = weight_files(model_path, allowed_dirs)
     n = 0
     for f in files:
         n += load_named_tensors(model, load_file(f).items())

@@ -221,6 +221,8 @@ def deserialize(data, max_bytes: int):
     but then every run ended by Ray's kill leaked one bucket of /dev/shm.)"""
     if isinstance(data, str):
         data = base64.b64decode(data, validate=True)
+    if not isinstance(data, (bytes, bytearray)):
+        raise PayloadRefused(f"a serialized entry must be base64 text or bytes, got {type(data).__name__}")
     try:
         return _TensorOnlyUnpickler(io.BytesIO(data), max_bytes).load()
     except TypeError as e:  # a refused class called by the pickle, wrong argument counts, ...

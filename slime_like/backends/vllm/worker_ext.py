@@ -147,7 +147,9 @@ class SlimeWorkerExtension:
 
 def _safetensors(model_path: str):
     """(name, tensor) of every *.safetensors of an HF dir, one tensor at a time."""
-    files = sorted(glob.glob(os.path.join(model_path, "*.safetensors")))
+    if not isinstance(model_path, str) or not os.path.isdir(model_path):   # literal: no wildcard is expanded
+        raise FileNotFoundError(f"update_weights_from_disk: {model_path!r} is not a directory")
+    files = sorted(os.path.join(model_path, f) for f in os.listdir(model_path) if f.endswith(".safetensors"))
     if not files:
         raise FileNotFoundError(f"update_weights_from_disk: no *.safetensors in {model_path}")
     from safetensors import safe_open

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import numbers
 import random
 from math import isfinite   # not `import math`: the .math grader submodule takes that name here
@@ -39,6 +40,7 @@ from .gpqa import gpqa_reward
 from .math import math_reward
 from .remote import RemoteRewardError, remote_rm
 
+logger = logging.getLogger(__name__)
 RULE_TYPES = ("math", "deepscaler", "dapo", "f1", "gpqa", "random")
 ALL_TYPES = RULE_TYPES + ("remote_rm",)
 
@@ -187,9 +189,15 @@ async def assign_rewards(args, samples: list) -> None:
         raise
     except Exception as exc:
         idx = sorted({s.group_index for s in samples})
-        raise RewardFunctionError(f"reward function failed on prompt index {idx[0] if len(idx) == 1 else idx} "
-                                  f"(--rm-type {args.rm_type}, --custom-rm-path "
-                                  f"{args.custom_rm_path}): {type(exc).__name__}: {exc}") from exc
+        where = (f"reward function failed on prompt index {idx[0] if len(idx) == 1 else idx} (--rm-type "
+                 f"{args.rm_type}, --custom-rm-path {args.custom_rm_path}): {type(exc).__name__}: {exc}")
+        if args.on_reward_error != "skip":
+            raise RewardFunctionError(f"{where}; pass --on-reward-error skip to drop such prompts instead") from exc
+        logger.warning("%s; --on-reward-error skip: the prompt's samples are dropped", where)
+        for s in samples:   # FAILED: the rollout drops the group and counts it (rollout/reward_errors)
+            s.status, s.reward = Status.FAILED, 0.0
+            s.metadata = dict(s.metadata or {}, reward_error=f"{type(exc).__name__}: {str(exc)[:200]}")
+        return
     for s, r in zip(samples, rewards):
         s.reward = check_reward(args, r, s)
 
@@ -212,10 +220,14 @@ def _as_number(value):
     return None
 
 
+FLOAT32_MAX = 3.4028234663852886e38   # rewards become float32 tensors: a larger one is inf there
+
+
 def check_reward(args, reward, sample):
     """The reward as stored: a number or a dict of numbers; a non-number fails naming the function and value.
-    A NaN/inf follows --on-nonfinite-reward: 'error' raises, 'zero' stores 0.0, 'skip' marks the sample
-    FAILED so the rollout drops its group (metadata["nonfinite_reward"] keeps the value)."""
+    A NaN/inf (or a number beyond float32's range, inf in the trainer) follows --on-nonfinite-reward: 'error'
+    raises, 'zero' stores 0.0, 'skip' marks the sample FAILED so the rollout drops its group
+    (metadata["nonfinite_reward"] keeps the value)."""
     where = f"{_reward_source(args, sample)} on prompt index {sample.group_index} (sample {sample.index})"
     key = args.reward_key
     if isinstance(reward, dict):
@@ -229,11 +241,13 @@ def check_reward(args, reward, sample):
         if num is None:
             raise RewardFunctionError(f"{where} returned {label} = {v!r} ({type(v).__name__}); a reward must be a "
                                       f"number (or a dict with --reward-key)")
-        if isfinite(num):
+        if isfinite(num) and abs(num) <= FLOAT32_MAX:
             continue
         policy = args.on_nonfinite_reward
         if policy == "error":
-            raise RewardFunctionError(f"{where} returned {label} = {num}: a non-finite reward would make the loss and "
+            what = ("a non-finite reward" if not isfinite(num) else
+                    "a reward beyond float32's range (+-3.4e38, the trainer's advantage arithmetic) is inf there, and")
+            raise RewardFunctionError(f"{where} returned {label} = {num}: {what} would make the loss and "
                                       f"then every weight NaN. Fix the reward function, or pass "
                                       f"--on-nonfinite-reward skip (drop the prompt) / zero (count it as 0)")
         sample.metadata = dict(sample.metadata or {}, nonfinite_reward=repr(v))
