@@ -27,6 +27,10 @@ MEGATRON_ONLY = {
     "use_precision_aware_optimizer": "the FSDP optimizer is torch AdamW over fp32 sharded params",
     "optimizer_cpu_offload": "use --fsdp-cpu-offload (params, grads and optimizer state)",
 }
+# megatron-core's layer spec and kernel choices (backends/megatron/kernels.py): defaults that are truthy, so only a
+# value the user named is worth a warning
+MEGATRON_KERNEL_DESTS = ("transformer_impl", "attention_backend", "apply_rope_fusion", "gradient_accumulation_fusion",
+                         "masked_softmax_fusion", "bias_swiglu_fusion", "bias_dropout_fusion")
 
 
 def add_fsdp_group(parser):
@@ -128,6 +132,11 @@ def _fsdp_only(args, report):
         if getattr(args, dest, None):
             flag = "--" + dest.replace("_", "-")
             report.warn(f"{flag} has no effect with --train-backend fsdp: {why}")
+    kernels = [d for d in MEGATRON_KERNEL_DESTS if d in args.cli_dests]
+    if kernels:
+        report.warn(f"{', '.join(kernels)} (set on the command line) have no effect with --train-backend fsdp: they "
+                    "choose megatron-core's layer spec and kernels; the FSDP trainer runs the transformers model "
+                    "(SDPA attention)")
     if args.fsdp_cpu_offload and not cuda_visible():
         report.warn("--fsdp-cpu-offload has no effect on a CPU-only machine: the parameters already live in CPU "
                     "memory")

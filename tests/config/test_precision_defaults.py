@@ -77,3 +77,14 @@ def test_roll_dtype_keys_go_through_the_same_default(gpu, tmp_path, dtype, bf16,
             "adv_estimator=grpo"]
     args = parse(argv)
     assert (args.bf16, args.fp16, args.use_distributed_optimizer) == (bf16, fp16, True)
+
+
+def test_fsdp_warns_that_megatron_kernel_flags_change_nothing(cpu, tmp_path):
+    from slime_like.args import parse_run
+
+    _, _, report = parse_run(_base(tmp_path, "--train-backend", "fsdp", "--attention-backend", "flash",
+                                   "--no-rope-fusion"), exit_on_error=False)
+    assert any(w.startswith("attention_backend, apply_rope_fusion (set on the command line) have no effect with "
+                            "--train-backend fsdp") for w in report.warnings), report.warnings
+    _, _, quiet = parse_run(_base(tmp_path, "--train-backend", "fsdp"), exit_on_error=False)
+    assert not any("megatron-core's layer spec" in w for w in quiet.warnings)
