@@ -13,9 +13,11 @@
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import secrets
+import shutil
 import socket
 import sys
 import tempfile
@@ -172,7 +174,18 @@ def _start_private(args) -> str:
         kwargs["num_gpus"] = args.num_gpus_per_node  # declared GPU slots: the same placement code runs on CPU
     with _loopback_node(), _ports_of_its_own():
         ray.init(**kwargs)
+    atexit.register(_remove_private_ray, temp_dir)   # after ray.init: runs before Ray's own exit handler
     return f"private Ray instance on 127.0.0.1 (token auth, temp dir {temp_dir})"
+
+
+def _remove_private_ray(temp_dir: str) -> None:
+    """At exit, however the run ends: stop the private Ray, then remove its temp dir (sockets, session logs), which
+    each run used to leave behind as /tmp/slr_ray_*. The run's own logs live in RUN_DIR."""
+    try:
+        if ray.is_initialized():
+            ray.shutdown()
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 _START_FIRST = ("Start the cluster first (scripts/ray/start-head.sh, start-worker.sh) or, on one node, drop "
