@@ -29,6 +29,7 @@ ROLLOUT_ENGINES = ["sglang", "vllm", "cpu"]
 # Flags honoured on CUDA only: accepted everywhere, but said out loud on a CPU machine. Flags that are not
 # honoured on any hardware are in support.py.
 CUDA_ONLY = {"moe_grouped_gemm": "grouped GEMM kernels", "moe_permute_fusion": "fused permutation kernels"}
+CPU_SPEC = {"transformer_impl": ("local",), "attention_backend": ("auto", "local")}  # what a CPU run honours
 
 
 def add_cluster_group(parser):
@@ -287,3 +288,9 @@ def _hardware_notes(args, report):
         if getattr(args, dest, None):
             report.warn(f"--{dest.replace('_', '-')} is accepted but not honoured on this machine ({what} need a CUDA "
                         "GPU; none is visible)")
+    # the Megatron trainer's spec choices (backends/megatron/kernels.py): TransformerEngine needs CUDA
+    asked = [f"--{d.replace('_', '-')} {getattr(args, d)}" for d, cpu_value in CPU_SPEC.items()
+             if d in args.cli_dests and getattr(args, d) not in cpu_value]
+    if asked and args.train_backend == "megatron":
+        report.warn(f"{', '.join(asked)} accepted but not honoured on this machine: TransformerEngine needs a CUDA GPU "
+                    "(none is visible), so the Megatron trainer builds megatron-core's local spec")

@@ -88,3 +88,12 @@ def test_fsdp_warns_that_megatron_kernel_flags_change_nothing(cpu, tmp_path):
                             "--train-backend fsdp") for w in report.warnings), report.warnings
     _, _, quiet = parse_run(_base(tmp_path, "--train-backend", "fsdp"), exit_on_error=False)
     assert not any("megatron-core's layer spec" in w for w in quiet.warnings)
+
+
+def test_cpu_warns_that_te_spec_flags_are_not_honoured(cpu, tmp_path):
+    from slime_like.args import parse_run
+
+    _, _, report = parse_run(_base(tmp_path, "--attention-backend", "flash", "--transformer-impl",
+                                   "transformer_engine"), exit_on_error=False)
+    assert ("--transformer-impl transformer_engine, --attention-backend flash accepted but not honoured on this "
+            "machine") in " ".join(report.warnings), report.warnings
