@@ -7,10 +7,14 @@ from slime_like.config.parser import defaults_of, group_of, shared_parser
 from slime_like.config.role_overrides import apply_role
 from slime_like.config.trainer_megatron import precision_line
 
-# Bookkeeping attributes that are not flags (still shown when relevant, in their own section).
+# Bookkeeping attributes that are not flags (still shown when relevant, in their own section); the dry run
+# prints what a user set or can set, not the parse's own records (issue 32: `hf_model_type =` empty,
+# `vllm_cli_options = {}`).
 _INTERNAL = {"cli_dests", "megatron_role_entries", "megatron_role_overrides", "sglang_server_args", "sglang_passthrough_mode",
              "router_args", "placement_map", "reference_worker", "rollout_engine_requested", "role",
-             "model_args_from_hf", "rollout_external"}
+             "model_args_from_hf", "rollout_external", "dry_run", "hf_model_type", "hf_yarn", "custom_config",
+             "eval_datasets", "vllm_server_args", "vllm_cli_options", "vllm_passthrough_mode"}
+_EMPTY = (None, "", {}, [], ())
 
 
 def _fmt(v) -> str:
@@ -22,8 +26,10 @@ def _fmt(v) -> str:
 
 
 def config_diff(args, defaults: dict) -> dict:
+    """The flags whose value differs from the parser's default, and the derived values that hold one."""
     return {k: ("<secret>" if k == "engine_api_key" else v) for k, v in vars(args).items()
-            if k not in _INTERNAL and not k.startswith("sglang_") and (k not in defaults or defaults[k] != v)}
+            if k not in _INTERNAL and not k.startswith("sglang_")
+            and (defaults[k] != v if k in defaults else not any(v is e or v == e for e in _EMPTY))}
 
 
 def _section(lines, title, diff, groups, sources=None):
@@ -78,6 +84,10 @@ def dry_run_text(args, plan, report) -> str:
     if args.sglang_server_args:
         lines.append(f"\n-- SGLang passthrough ({args.sglang_passthrough_mode}) --")
         lines += [f"    --{k.replace('_', '-')} {_fmt(v)}" for k, v in sorted(args.sglang_server_args.items())]
+    if args.vllm_server_args:
+        lines.append(f"\n-- vLLM passthrough ({args.vllm_passthrough_mode}) --")
+        lines += [f"    {args.vllm_cli_options.get(k, '--' + k.replace('_', '-'))} {_fmt(v)}"
+                  for k, v in sorted(args.vllm_server_args.items())]
     if args.router_args:
         lines.append("\n-- sglang-router passthrough --")
         lines += [f"    --{k.replace('_', '-')} {_fmt(v)}" for k, v in sorted(args.router_args.items())]

@@ -24,7 +24,8 @@ from slime_like.config.preflight_files import (check_data_file, check_hf_checkpo
                                                check_ref_load)
 from slime_like.config.role_overrides import ROLES, apply_role
 from slime_like.config.schedule import schedule_steps
-from slime_like.config.slime_paths import resolve
+from slime_like.config.install_extras import missing_extra
+from slime_like.config.slime_paths import OWN_FUNCTIONS, resolve
 
 # flag dest -> (positional arguments it is called with, keyword arguments); None: import check only.
 CALL_SHAPES = {
@@ -168,10 +169,21 @@ def _check_function(path: str, flag: str, shape) -> str | None:
     path = resolve(path)
     if not isinstance(path, str) or "." not in path:
         return f"{flag} {path!r}: expected 'module.function' (e.g. my_pkg.rewards.score)"
+    if flag[2:].replace("-", "_") in OWN_FUNCTIONS.get(path, ()):
+        return None  # our own, checked by the tests; importing it would need the rollout extra (aiohttp, torch)
+    return import_and_bind(path, flag, shape)
+
+
+def import_and_bind(path: str, flag: str, shape) -> str | None:
+    """Import `path` ('module.function') and bind the call `shape`; the error line, or None when it fits."""
     module_name, attr = path.rsplit(".", 1)
     try:
         module = importlib.import_module(module_name)
     except Exception as e:  # ImportError or an error raised while the module runs: both stop the run
+        install = missing_extra(e)
+        if install:
+            return (f"{flag} {path}: cannot import module {module_name!r}: it needs {e.name}, which is not "
+                    f"installed here; {install}")
         return f"{flag} {path}: cannot import module {module_name!r} ({type(e).__name__}: {e}); is it on PYTHONPATH?"
     fn = getattr(module, attr, None)
     if fn is None:

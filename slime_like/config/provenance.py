@@ -13,6 +13,7 @@ import shlex
 import sys
 import time
 
+from slime_like import __version__
 from slime_like.config.parser import defaults_of, group_of, shared_parser
 from slime_like.config.role_overrides import ROLES, apply_role
 
@@ -109,6 +110,7 @@ def write_config(args, report, argv: list) -> str:
     os.makedirs(args.run_dir, exist_ok=True)
     path = os.path.join(args.run_dir, CONFIG_FILE)
     doc = {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "slime_like_version": __version__,  # which build produced the run (CHANGELOG.md)
            "command": shlex.join([os.path.basename(sys.argv[0] or "train.py"), *argv]),
            "warnings": list(report.warnings),
            "shared": shared_values(args, report), "roles": role_values(args, report)}

@@ -21,6 +21,20 @@ ALIASES = {
 }
 FULLY_ASYNC_ROLLOUT = "slime_like.rollout.fully_async.generate_rollout_fully_async"
 
+# slime_like's own functions that a default or an alias above names, with the flags each serves. The preflight
+# trusts these without importing them (they need the `rollout` extra: aiohttp, torch), so `--dry-run` runs on the
+# light core; tests/config/test_light_dry_run.py imports each and binds it to its flags' call shapes.
+OWN_FUNCTIONS = {
+    "slime_like.rollout.generate.generate_rollout": ("rollout_function_path", "eval_function_path"),
+    "slime_like.rollout.generate_group.generate_sample": ("custom_generate_function_path",),
+    "slime_like.rollout.filters.check_reward_nonzero_std": ("dynamic_sampling_filter_path",),
+    "slime_like.rollout.sft_rollout.generate_rollout": ("rollout_function_path", "eval_function_path"),
+    "slime_like.rollout.forge_load.generate_rollout": ("rollout_function_path", "eval_function_path"),
+    "slime_like.rollout.on_policy_distillation.reward_func": ("custom_rm_path",),
+    "slime_like.rollout.on_policy_distillation.post_process_rewards": ("custom_reward_post_process_path",),
+    FULLY_ASYNC_ROLLOUT: ("rollout_function_path",),
+}
+
 # slime's GLM-4 layer spec: mcore's spec with the sandwich norms its flags ask for, which the Megatron trainer builds
 # from the same flags (backends/megatron/sandwich.py)
 GLM4_SPEC = ("slime_plugins.models.glm4", "get_glm_spec")

@@ -7,6 +7,7 @@ import sys
 import time
 
 from slime_like.args import parse_run
+from slime_like.config.install_extras import extras_missing_for_a_run
 from slime_like.config.slime_paths import is_fully_async
 
 # A start with no flag at all: what every run needs, in one message (not the first missing flag's complaint)
@@ -56,6 +57,10 @@ def launch(loop, argv=None, *, allow_colocate: bool = True, allow_fully_async: b
     except ConfigError as e:
         print(f"{prog or 'train'}: error: {e}", file=sys.stderr)
         return 2
+    install = extras_missing_for_a_run(args.train_backend)
+    if install:  # the light core (`pip install slime_like`) dry-runs; a run needs the extras
+        print(f"{prog or 'train'}: error: {install}", file=sys.stderr)
+        return 2
     kernel_errors, kernel_note = launch_check(args)  # what this GPU machine's kernels allow (torch-free probes)
     if kernel_errors:
         print(f"{prog or 'train'}: error: this run cannot start: " + "; ".join(kernel_errors), file=sys.stderr)
@@ -71,9 +76,8 @@ def launch(loop, argv=None, *, allow_colocate: bool = True, allow_fully_async: b
 
     from slime_like.ray.cluster import RayClusterError
     from slime_like.ray.failures import EngineLostDuringPush, report_actor_failure
-    from slime_like.ray.signals import Terminated, exit_cleanly_on_sigterm
-
     from slime_like.ray.run_summary import summary_block
+    from slime_like.ray.signals import Terminated, exit_cleanly_on_sigterm
     from slime_like.utils.console import unavailable_on_this_machine
 
     for line in unavailable_on_this_machine(args):
