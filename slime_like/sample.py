@@ -50,6 +50,9 @@ class Sample:
     non_generation_time: float = 0.0     # seconds a custom generate function spent outside the engine
     multimodal_inputs: dict | None = None        # slime's VLM fields: kept so its code runs; images are not
     multimodal_train_inputs: dict | None = None  # sent to the engines or trained on here (text models only)
+    # --use-rollout-routing-replay: the engine's meta_info.routed_experts of the last answer (SGLang's base64 int32
+    # [len(tokens) - 1, moe_layers, top_k]; each answer covers the whole sequence it was given)
+    rollout_routed_experts: str | None = None
 
     # slime spells the status enum Sample.Status (a nested class there): the same enum here
     Status: ClassVar[type[Status]] = Status

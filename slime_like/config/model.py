@@ -121,6 +121,43 @@ def add_model_group(parser):
     return parser
 
 
+def add_routing_replay_flags(g):
+    """(slime extras group: whole-run settings, not per-role) MoE routing replay."""
+    a = g.add_argument
+    a("--use-routing-replay", action="store_true",
+      help="slime's R2: the old-policy scoring pass records each MoE layer's routing; the training forwards of the "
+           "rollout replay it (Megatron trainer).")
+    a("--use-rollout-routing-replay", action="store_true",
+      help="slime's R3: the engines return the experts they routed each token to (return_routed_experts) and the "
+           "trainer's forwards replay them (Megatron trainer; SGLang or CPU engine).")
+
+
+def check_routing_replay(args) -> None:
+    """--use-routing-replay / --use-rollout-routing-replay: an MoE model in the Megatron trainer, one pipeline stage,
+    no sequence parallelism or recompute (the replayed routing is laid out for whole sequences, forward only)."""
+    flags = [f for f, on in (("--use-routing-replay", args.use_routing_replay),
+                             ("--use-rollout-routing-replay", args.use_rollout_routing_replay)) if on]
+    if not flags:
+        return
+    problems = []
+    if len(flags) == 2:
+        problems.append("pick one of --use-routing-replay (replay the trainer's own old-policy routing) and "
+                        "--use-rollout-routing-replay (replay the engine's)")
+    if not args.num_experts:
+        problems.append(f"{flags[0]} needs an MoE model (--num-experts, or an MoE --hf-checkpoint)")
+    if args.train_backend != "megatron":
+        problems.append(f"{flags[0]} with --train-backend {args.train_backend}: routing replay runs in the Megatron "
+                        "trainer (megatron-core's RouterReplay)")
+    if args.pipeline_model_parallel_size > 1 or args.sequence_parallel or args.recompute_granularity:
+        problems.append(f"{flags[0]} with pipeline parallelism, --sequence-parallel or --recompute-granularity: the "
+                        "replayed routing is laid out for whole sequences in one stage, forward passes only")
+    if args.use_rollout_routing_replay and args.rollout_engine == "vllm":
+        problems.append("--use-rollout-routing-replay with --rollout-engine vllm: vLLM does not return the routed "
+                        "experts (SGLang and the CPU engine do)")
+    if problems:
+        raise ConfigError("\n".join(problems))
+
+
 def derive_model_defaults(args, report):
     """Megatron's own derived model defaults, so the dry run shows what the trainer will build."""
     if args.num_attention_heads and args.hidden_size:

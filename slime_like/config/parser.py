@@ -79,6 +79,7 @@ def _add_slime_extras(p):
     rollout.add_rollout_source_flags(g)
     distillation.add_opd_flags(g)
     algorithm.add_opsm_flag(g)
+    model.add_routing_replay_flags(g)
     custom_config.add_custom_config_flag(g)
     logging_debug.add_ci_flags(g)
     trainer_megatron.add_kernel_flags(g)

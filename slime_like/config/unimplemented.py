@@ -11,7 +11,6 @@ import argparse
 # slime features slime_like does not implement: recognised, so --dry-run plans the run and the launch refuses it
 # naming the feature (never silently ignored).
 SLIME_ONLY_FLAGS = {
-    "--use-routing-replay": "MoE routing replay", "--use-rollout-routing-replay": "MoE rollout routing replay",
     "--megatron-to-hf-mode": "Megatron-Bridge weight conversion", "--use-slime-router": "slime's own router",
     "--prefill-num-servers": "prefill/decode disaggregation", "--rollout-data-transport": "straw / NIXL transport",
     "--release-train": "releasing trainer actors between steps", "--update-weight-mode": "delta weight sync",

@@ -135,6 +135,8 @@ def to_train_batch(args, samples) -> dict:
         batch["sample_indices"].append(s.index)
         batch["truncated"].append(int(s.status == Status.TRUNCATED))
     _teacher_column(batch, flat)
+    if args.use_rollout_routing_replay:   # the trainer replays the engine's routing (megatron/routing_replay.py)
+        batch["rollout_routed_experts"] = [s.rollout_routed_experts for s in flat]
     if args.keep_old_actor:  # the trainer scores each sample with the weights that wrote it
         batch["weight_versions"] = [_oldest_version(s) for s in flat]
     return batch

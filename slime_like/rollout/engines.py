@@ -74,6 +74,7 @@ class EnginePool:
         self._dead_events: dict[str, asyncio.Event] = {}   # router: set (and renewed) when an engine is taken out
         self._takeouts: dict[str, asyncio.Task] = {}       # router: the removal of each dead engine from it
         self._watchdog: asyncio.Task | None = None
+        self.request_extras: dict = {}     # extra /generate fields of every request (return_routed_experts)
 
     @property
     def targets(self) -> list[str]:
@@ -212,8 +213,8 @@ class EnginePool:
             event = self._dead_events[url]   # behind a router: this request's, renewed at each take-out
             self.in_flight[url] += n
             try:
-                out = await self._on(url, self.clients[url].generate(input_ids, sampling_params,
-                                                                     return_logprob=True, rid=rid), event)
+                out = await self._on(url, self.clients[url].generate(input_ids, sampling_params, return_logprob=True,
+                                                                     rid=rid, **self.request_extras), event)
                 self.answered[url] += 1
                 for o in (out if isinstance(out, list) else [out]):
                     self.tokens_generated += int((o.get("meta_info") or {}).get("completion_tokens") or 0)

@@ -96,6 +96,8 @@ class GenerateState(metaclass=_RolloutSingleton):
     def __init__(self, args, pool, tokenizer=None, progress=None):
         self.args, self.pool, self.tokenizer, self.progress = args, pool, tokenizer, progress
         self.semaphore = Slots(int(args.sglang_server_concurrency) * len(pool.urls))
+        if args.use_rollout_routing_replay:           # SGLang's request field: the engine reports each token's experts
+            pool.request_extras["return_routed_experts"] = True
         self.aborted = False
         self._rid = itertools.count()
         path = args.custom_generate_function_path
@@ -145,6 +147,11 @@ def append_engine_output(sample: Sample, out: dict, loss_mask_value: int = 1) ->
         sample.weight_versions.append(str(meta["weight_version"]))
     kind = (meta.get("finish_reason") or {}).get("type")
     sample.status = {"length": Status.TRUNCATED, "abort": Status.ABORTED}.get(kind, Status.COMPLETED)
+    if meta.get("routed_experts") is not None:     # --use-rollout-routing-replay: the whole sequence's routing
+        if meta.get("routed_experts_start_len"):
+            raise GenerationError("the engine answered routed_experts from position "
+                                  f"{meta['routed_experts_start_len']}; only whole-sequence routing (0) is read")
+        sample.rollout_routed_experts = meta["routed_experts"]
     return len(new_ids)
 
 

@@ -42,7 +42,7 @@ def _configurations(base):
     return {
         "plain": argv,
         "warns": argv + ["--use-flash-attn", "--sequence-parallel", "--kl-coef", "0.1", "--max-staleness", "2"],
-        "refuses": argv + ["--use-routing-replay", "--check-weight-update-equal", "--rollout-external-engine-addrs",
+        "refuses": argv + ["--use-slime-router", "--check-weight-update-equal", "--rollout-external-engine-addrs",
                            "127.0.0.1:1", "--use-fault-tolerance"],
         "ppo": argv + ["--num-rollout", "20", "--advantage-estimator", "ppo", "--megatron-config-path",
                        str(ROOT / "scripts" / "configs" / "ppo.yaml")],
@@ -90,9 +90,9 @@ def test_no_config_module_writes_findings_onto_args():
 
 
 def test_the_report_is_what_the_launch_refuses_on(base):
-    _, _, report = parse_run(base["argv"] + ["--use-routing-replay"], exit_on_error=False)
-    assert [r for r in report.launch_refusals if r.startswith("--use-routing-replay is a slime flag")]
+    _, _, report = parse_run(base["argv"] + ["--use-slime-router"], exit_on_error=False)
+    assert [r for r in report.launch_refusals if r.startswith("--use-slime-router is a slime flag")]
     from slime_like.config.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="this run cannot start: --use-routing-replay"):
+    with pytest.raises(ConfigError, match="this run cannot start: --use-slime-router"):
         report.refuse_at_launch()

@@ -36,13 +36,13 @@ def test_file_values_are_validated_like_flags(base, tmp_path):
 
 
 def test_every_bad_key_is_named_at_once(base, tmp_path):
-    y = yaml_file(tmp_path, "use_tis: maybe\ncli_dests: []\nuse_routing_replay: true\n_private: 1\n")
+    y = yaml_file(tmp_path, "use_tis: maybe\ncli_dests: []\nuse_slime_router: true\n_private: 1\n")
     with pytest.raises(ConfigError) as e:
         parse(base + ["--custom-config-path", y])
     msg = str(e.value)
     assert "key 'use_tis': expected true or false" in msg
     assert "key 'cli_dests' names slime_like's own bookkeeping attribute" in msg
-    assert "key 'use_routing_replay' turns on MoE routing replay" in msg
+    assert "key 'use_slime_router' turns on slime's own router" in msg
     assert "key '_private': not an attribute name" in msg
 
 

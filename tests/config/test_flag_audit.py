@@ -193,7 +193,9 @@ def test_yaml_overlay_follows_the_same_rules(base, tmp_path):
     with pytest.raises(ConfigError, match=r"roles.yaml \(role critic\): key 'apply_layernorm_1p'.*not honoured"):
         overlay = _overlay(tmp_path, {"apply_layernorm_1p": True})
         refuse_at_launch(ppo + ["--megatron-config-path", overlay])
-    with pytest.raises(ConfigError, match=r"key 'use_routing_replay' is a slime setting for MoE routing replay"):
+    with pytest.raises(ConfigError, match=r"key 'use_slime_router' is a slime setting for slime's own router"):
+        parse(ppo + ["--megatron-config-path", _overlay(tmp_path, {"use_slime_router": True})])
+    with pytest.raises(ConfigError, match=r"key 'use_routing_replay' is a slime extras setting of the whole run"):
         parse(ppo + ["--megatron-config-path", _overlay(tmp_path, {"use_routing_replay": True})])
     with pytest.raises(ConfigError, match=r"key 'use_opd' is a slime extras setting of the whole run"):
         parse(ppo + ["--megatron-config-path", _overlay(tmp_path, {"use_opd": True})])

@@ -93,14 +93,16 @@ def test_stray_value_is_an_error(base):
 
 def test_unimplemented_slime_flags_say_so(base):
     """They parse (a dry run plans the recipe) and the launch refuses them, naming the feature."""
-    parse(base + ["--use-routing-replay"])
-    with pytest.raises(ConfigError, match="--use-routing-replay is a slime flag for MoE routing replay, which slime_like "
+    parse(base + ["--use-slime-router"])
+    with pytest.raises(ConfigError, match="--use-slime-router is a slime flag for slime's own router, which slime_like "
                                           "does not"):
-        refuse_at_launch(base + ["--use-routing-replay"])
+        refuse_at_launch(base + ["--use-slime-router"])
     with pytest.raises(ConfigError, match="--update-weight-mode is a slime flag for delta weight sync"):
         refuse_at_launch(base + ["--update-weight-mode", "delta"])
     refuse_at_launch(base)  # nothing refused: no error
-    assert "--use-routing-replay" not in build_parser()[0].format_help()
+    assert "--use-slime-router" not in build_parser()[0].format_help()
+    with pytest.raises(ConfigError, match="--use-routing-replay needs an MoE model"):   # implemented: checked
+        parse(base + ["--use-routing-replay"])
 
 
 def test_rope_and_rotary_scaling_factors_are_megatrons_two_flags(base):

@@ -87,7 +87,7 @@ def launch():
 
     args = types.SimpleNamespace(hf_checkpoint="/models/Qwen2.5-7B", rollout_num_gpus_per_engine=2, seed=7,
                                  offload_rollout=True, colocate=True, trust_remote_code=False,
-                                 sglang_cli_options={},
+                                 use_rollout_routing_replay=True, sglang_cli_options={},
                                  sglang_server_args={"mem_fraction_static": 0.7, "context_length": 4096,
                                                      "chunked_prefill_size": 4096, "enable_metrics": True})
     cmd = build_sglang_command(args, port=30007, host="10.0.0.5", base_gpu_id=4, tp_size=2, nccl_port=31000,
@@ -96,7 +96,7 @@ def launch():
     want = {"model_path": "/models/Qwen2.5-7B", "tp_size": 2, "port": 30007, "host": "10.0.0.5", "base_gpu_id": 4,
             "random_seed": 7, "enable_memory_saver": True, "nccl_port": 31000, "dist_init_addr": "10.0.0.5:5000",
             "nnodes": 2, "node_rank": 1, "mem_fraction_static": 0.7, "context_length": 4096,
-            "chunked_prefill_size": 4096, "enable_metrics": True}
+            "chunked_prefill_size": 4096, "enable_metrics": True, "enable_return_routed_experts": True}
     got = {k: getattr(sa, k) for k in want}
     return {"argv": cmd[1:], "mismatch": {k: [want[k], got[k]] for k in want if got[k] != want[k]}}
 

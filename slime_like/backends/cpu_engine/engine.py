@@ -23,7 +23,7 @@ from typing import Callable
 
 import torch
 
-from slime_like.backends.cpu_engine import kv_batch, weights
+from slime_like.backends.cpu_engine import kv_batch, routing, weights
 from slime_like.backends.cpu_engine.sampling import SamplingParams, apply_repetition_penalty, sample_next
 from slime_like.backends.engine_api.protocol import BadRequest
 from slime_like.backends.engine_api.tensor_serializer import model_bytes
@@ -50,6 +50,11 @@ class Request:
     abort_message: str | None = None
     created: float = field(default_factory=time.time)
     finished_at: float = 0.0
+    return_routed_experts: bool = False
+    routed_rows: list = field(default_factory=list)  # [n, L, k] int32 chunks: prompt rows, then one per decode
+
+    def routed_experts_b64(self) -> str:
+        return routing.encode(self.routed_rows)
 
     @property
     def finished(self) -> bool:
@@ -91,6 +96,7 @@ class CPUEngine:
         self._paused = False
         self.released = False
         self.batch = kv_batch.RunningBatch()
+        self.routing = routing.RoutingRecorder(self.model)   # MoE routers' top-k per token (return_routed_experts)
         self.stats = {"decode_steps": 0, "decode_rows": 0, "max_batch_size": 0, "prefill_calls": 0,
                       "prefill_rows": 0, "max_prefill_batch_size": 0, "generated_tokens": 0, "finished_requests": 0,
                       "generate_calls": 0}   # HTTP /generate calls (a batched call counts once)
@@ -134,6 +140,10 @@ class CPUEngine:
                              f"({self.context_length} tokens).")
         if self.released:
             raise BadRequest("engine memory is released; call /resume_memory_occupation first")
+        if req.return_routed_experts and not self.routing.supported:
+            raise BadRequest(f"return_routed_experts: this model ({type(self.model).__name__}) has no MoE router "
+                             "that reports its top-k experts (the CPU engine records transformers' *TopKRouter "
+                             "modules: Qwen3-MoE, Qwen2-MoE, Mixtral)")
 
     def abort(self, rid: str | None = None, abort_all: bool = False) -> None:
         """Abort one request (queued or running) or all of them; running ones keep their partial output."""
@@ -214,6 +224,11 @@ class CPUEngine:
             new = [self._waiting.popleft() for _ in range(max(0, n_new))]
         if new:
             fresh, logits = kv_batch.prefill(self.model, [r.input_ids for r in new], new)
+            if any(r.return_routed_experts for r in new):
+                rows = routing.prefill_rows(self.routing.capture(), [r.input_ids for r in new])
+                for r, row in zip(new, rows):
+                    if r.return_routed_experts:
+                        r.routed_rows.append(row)
             self.stats["prefill_calls"] += 1
             self.stats["prefill_rows"] += len(new)
             self.stats["max_prefill_batch_size"] = max(self.stats["max_prefill_batch_size"], len(new))
@@ -222,6 +237,11 @@ class CPUEngine:
         # Decode in the same iteration: a trickle of arriving requests must not stall the running rows.
         if len(self.batch):
             logits = kv_batch.decode_step(self.model, self.batch)
+            if any(r.return_routed_experts for r in self.batch.rows):
+                step = self.routing.capture()                    # [B, L, k]: each row's fed-back token
+                for i, r in enumerate(self.batch.rows):
+                    if r.return_routed_experts:
+                        r.routed_rows.append(step[i:i + 1])
             self.stats["decode_steps"] += 1
             self.stats["decode_rows"] += len(self.batch)
             self.stats["max_batch_size"] = max(self.stats["max_batch_size"], len(self.batch))

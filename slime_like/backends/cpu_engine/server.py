@@ -157,7 +157,7 @@ def _to_engine_requests(parsed: list) -> list[Request]:
         if key not in params:
             params[key] = SamplingParams.from_dict(g.sampling_params)
         r = Request(g.input_ids, params[key], g.return_logprob, g.return_text_in_logprobs,
-                    logprob_start_len=g.logprob_start_len)
+                    logprob_start_len=g.logprob_start_len, return_routed_experts=g.return_routed_experts)
         if g.rid is not None:
             r.rid = g.rid
         reqs.append(r)

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 _REQ_KEYS = {"text", "input_ids", "sampling_params", "rid", "return_logprob", "logprob_start_len",
              "top_logprobs_num", "return_text_in_logprobs", "stream", "model", "lora_path", "custom_logit_processor",
-             "token_ids_logprob", "return_hidden_states", "bootstrap_host", "bootstrap_room", "data_parallel_rank",
+             "token_ids_logprob", "return_hidden_states", "return_routed_experts", "bootstrap_host", "bootstrap_room",
+             "data_parallel_rank",
              # SGLang fields that sglang-router 0.3 adds to every /generate it forwards (at their defaults)
              "background", "log_metrics", "no_logs", "return_bytes", "return_entropy"}
 
@@ -54,6 +55,7 @@ class GenerateRequest:
     return_text_in_logprobs: bool
     rid: str | None
     logprob_start_len: int = -1        # >= 0: also score the prompt's tokens from this position (input_token_logprobs)
+    return_routed_experts: bool = False   # MoE: the experts each token was routed to (rollout routing replay)
 
 
 MAX_TEXT_CHARS = 1 << 22   # default --max-text-chars: 4 Mi characters of prompt text per request
@@ -99,7 +101,7 @@ def parse_generate(body: dict, tokenizer, max_text_chars: int = MAX_TEXT_CHARS) 
     unknown = set(body) - _REQ_KEYS
     if unknown:
         raise BadRequest(f"unknown /generate field(s) {sorted(unknown)}; expected some of {sorted(_REQ_KEYS)}")
-    for key in ("stream", "return_text_in_logprobs"):
+    for key in ("stream", "return_text_in_logprobs", "return_routed_experts"):
         if not isinstance(body.get(key, False), bool):
             raise BadRequest(f"/generate field {key} must be true or false, got {body[key]!r:.100}")
     if body.get("stream"):
@@ -136,7 +138,8 @@ def parse_generate(body: dict, tokenizer, max_text_chars: int = MAX_TEXT_CHARS) 
         if isinstance(start, bool) or not -1 <= start < len(p):
             raise BadRequest(f"/generate field logprob_start_len={start!r} must be -1 or a position in the prompt "
                              f"[0, {len(p) - 1}]")
-    reqs = [GenerateRequest(list(p), sp, bool(lp), with_text, rid, -1 if start is None else start)
+    routed = bool(body.get("return_routed_experts"))
+    reqs = [GenerateRequest(list(p), sp, bool(lp), with_text, rid, -1 if start is None else start, routed)
             for p, sp, rid, lp, start in zip(prompts, sps, rids, logprob, starts)]
     return reqs, is_batch
 
@@ -163,6 +166,8 @@ def build_response(r, tokenizer, weight_version: str) -> dict:
             prompt = r.input_ids[start:]
             ptexts = [tokenizer.decode([t]) for t in prompt] if r.return_text_in_logprobs else [None] * len(prompt)
             meta["input_token_logprobs"] = [[lp, t, x] for lp, t, x in zip(r.input_logprobs, prompt, ptexts)]
+    if getattr(r, "return_routed_experts", False):   # SGLang's fields: base64 int32 [tokens - 1, layers, top_k]
+        meta["routed_experts"], meta["routed_experts_start_len"] = r.routed_experts_b64(), 0
     return {"text": text, "output_ids": list(r.output_ids), "meta_info": with_sglang_counters(meta)}
 
 

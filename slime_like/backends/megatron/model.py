@@ -112,7 +112,9 @@ def _moe_kwargs(args, kernel_fields: dict) -> dict:
                 moe_router_pre_softmax=args.moe_router_pre_softmax,
                 moe_grouped_gemm=kernel_fields["moe_grouped_gemm"],
                 moe_router_dtype=args.moe_router_dtype,
-                moe_permute_fusion=kernel_fields["moe_permute_fusion"], **_router_kwargs(args))
+                moe_permute_fusion=kernel_fields["moe_permute_fusion"],
+                moe_enable_routing_replay=bool(args.use_routing_replay or args.use_rollout_routing_replay),
+                **_router_kwargs(args))
 
 
 def _mla_config(args, kw):

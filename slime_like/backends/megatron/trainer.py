@@ -30,6 +30,7 @@ from slime_like import algorithms as alg
 from slime_like.backends.megatron.checks import check_supported
 from slime_like.backends.megatron import optimizer as O
 from slime_like.backends.megatron.old_actor import OldActorMixin
+from slime_like.backends.megatron.routing_replay import RoutingReplay
 from slime_like.backends.megatron.weight_sources import WeightSourcesMixin
 from slime_like.backends.megatron.trainer_dist import TrainerDistMixin
 from slime_like.backends.training.base import RLTrainerBase, StepResult
@@ -72,6 +73,7 @@ class MegatronTrainer(TrainerDistMixin, OldActorMixin, WeightSourcesMixin, RLTra
         self.hooks = H.TrainerHooks(args)  # slime's --custom-megatron-*/advantage/TIS/... paths, checked now
         self.hooks.call("custom_megatron_init_path", args)
         self.use_te = M.uses_te_spec(args)
+        self.routing = RoutingReplay(args, [])   # the actor's, once its model is built
 
         if role == "reference":  # a frozen copy on GPUs of its own (--placement reference:...): forward only
             self._init_reference_worker(args, M)
@@ -98,6 +100,7 @@ class MegatronTrainer(TrainerDistMixin, OldActorMixin, WeightSourcesMixin, RLTra
             if args.finetune:
                 self.loaded_rollout_id = None
 
+        self.routing = RoutingReplay(args, self.chunks)   # --use-(rollout-)routing-replay (routing_replay.py)
         self.ref_model = self.teacher_model = None
         reference_apart = args.reference_worker  # then the reference worker sends ref_log_probs
         if role == "actor" and not reference_apart and (args.use_kl_loss or self._reward_kl_coef()):
@@ -118,9 +121,13 @@ class MegatronTrainer(TrainerDistMixin, OldActorMixin, WeightSourcesMixin, RLTra
         """mcore's forward_backward_func over the micro-batches (1F1B under PP); loss dicts of the last stage."""
         from megatron.core.pipeline_parallel.schedules import get_forward_backward_func
 
+        actor = model is getattr(self, "model", None) and self.role == "actor"
+
         def forward_step(data_iterator, chunk):
             mb = next(data_iterator)
+            self.routing.before_forward(actor, mb)
             out = chunk(mb.tokens, mb.position_ids, mb.attention_mask, packed_seq_params=mb.packed_seq_params)
+            self.routing.after_forward(actor, mb)
             return out, make_loss_func(mb)
 
         return get_forward_backward_func()(
@@ -176,6 +183,28 @@ class MegatronTrainer(TrainerDistMixin, OldActorMixin, WeightSourcesMixin, RLTra
 
     def _reset_optimizer_states(self):
         O.reset_optimizer_states(self.optimizer)
+
+    def compute_log_probs(self, batch: dict, old_policy: bool = True) -> dict:
+        """The base's passes; with --use-routing-replay the actor's recorded routing comes back as
+        `replay_routing` (per sample), which train_step replays."""
+        if self.role == "actor" and old_policy:
+            self.routing.begin(batch, scoring=True)
+        try:
+            out = super().compute_log_probs(batch, old_policy)
+        finally:
+            recorded = self.routing.end() if self.role == "actor" and old_policy else None
+        if recorded is not None:
+            out["replay_routing"] = recorded
+        return out
+
+    def train_step(self, rollout_id: int, batch: dict) -> dict:
+        if self.role == "actor":
+            self.routing.begin(batch, scoring=False)
+        try:
+            return super().train_step(rollout_id, batch)
+        finally:
+            if self.role == "actor":
+                self.routing.end()
 
     def _before_scoring(self, store_prefix: str) -> None:
         """slime's --custom-megatron-before-log-prob-hook-path gets the chunks of the model about to score."""

@@ -58,6 +58,8 @@ def build_sglang_command(args, *, port: int, host: str = "127.0.0.1", base_gpu_i
         cmd += ["--random-seed", str(args.seed)]
     if args.offload_rollout or args.colocate:
         cmd += ["--enable-memory-saver"]  # /release_memory_occupation needs it
+    if args.use_rollout_routing_replay:  # SGLang answers return_routed_experts only when started with it (as slime)
+        cmd += ["--enable-return-routed-experts"]
     if nccl_port is not None:
         cmd += ["--nccl-port", str(nccl_port)]
     if nnodes > 1 or dist_init_addr:
