@@ -276,3 +276,11 @@ def test_launch_refuses_before_ray_on_a_gpu_machine_without_the_kernels(tmp_path
     assert ("[slime_like] Megatron trainer: megatron-core's local spec (transformer_engine not importable); default "
             "fusions off for want of their kernels: apply_rope_fusion, gradient_accumulation_fusion, "
             "masked_softmax_fusion") in plain.stderr, plain.stderr[-2000:]
+
+
+def test_the_probe_table_is_torch_free():
+    """The launch check runs before torch starts: importing the table and resolving a Namespace imports no torch."""
+    code = ("import sys\nfrom slime_like.args import make_args\nfrom slime_like.backends.megatron import kernels\n"
+            "kernels.resolve(make_args('--num-layers', '2'), cuda=True)\nassert 'torch' not in sys.modules, 'torch'")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
