@@ -1,5 +1,5 @@
 """`--custom-config-path FILE`: slime's YAML of extra attributes for custom functions (slime's arguments.py reads it
-with yaml.safe_load and sets every key on args, overriding a flag of the same name with a warning).
+with yaml.safe_load -- here config/safe_yaml.py's bounded reader -- and sets every key on args, overriding a flag of the same name with a warning).
 
     # mis.yaml (slime's examples/train_infer_mismatch_helper)
     use_tis: true          # a flag: converted as the flag converts it, then checked with every other flag
@@ -17,6 +17,7 @@ import os
 
 from slime_like.config.errors import ConfigError
 from slime_like.config.role_overrides import _convert
+from slime_like.config.safe_yaml import read_yaml
 from slime_like.config.unimplemented import SLIME_ONLY_FLAGS
 
 MAX_BYTES = 1 << 20
@@ -30,17 +31,9 @@ def add_custom_config_flag(g):
 
 
 def _load(path: str) -> dict:
-    if not os.path.isfile(path):
-        raise ConfigError(f"--custom-config-path {path}: no such file")
-    if os.path.getsize(path) > MAX_BYTES:
+    if os.path.isfile(path) and os.path.getsize(path) > MAX_BYTES:
         raise ConfigError(f"--custom-config-path {path}: {os.path.getsize(path)} bytes; at most {MAX_BYTES} are read")
-    import yaml
-
-    with open(path) as f:
-        try:
-            data = yaml.safe_load(f)
-        except yaml.YAMLError as e:
-            raise ConfigError(f"--custom-config-path {path}: not valid YAML: {e}") from None
+    data = read_yaml(path, "--custom-config-path")  # bounded: aliases, depth, UTF-8 (config/safe_yaml.py)
     if data is None:
         return {}
     if not isinstance(data, dict):

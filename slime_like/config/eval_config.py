@@ -17,6 +17,7 @@ dataset is evaluated (rollout/eval.py). slime keys with no behaviour here are re
 from __future__ import annotations
 
 from slime_like.config.errors import ConfigError
+from slime_like.config.safe_yaml import read_yaml
 
 # slime's per-dataset key -> the flag dest it overrides while that dataset is evaluated
 KEY_TO_DEST = {
@@ -51,10 +52,11 @@ def read_eval_config(path: str) -> list[dict]:
     """[{"name", "path", "overrides": {dest: value}}] from the file; a ConfigError names the file and key."""
     from omegaconf import OmegaConf
 
+    data = read_yaml(path, "--eval-config", omegaconf_floats=True)  # bounded; OmegaConf resolves on plain data
+    if not isinstance(data, dict):
+        raise ConfigError(f"--eval-config {path}: the root must be a mapping (with an `eval` key or the eval keys)")
     try:
-        raw = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    except FileNotFoundError:
-        raise ConfigError(f"--eval-config {path}: no such file") from None
+        raw = OmegaConf.to_container(OmegaConf.create(data), resolve=True)
     except Exception as e:  # noqa: BLE001 - a YAML / interpolation error, reported with the file
         raise ConfigError(f"--eval-config {path}: cannot be read: {e}") from None
     if not isinstance(raw, dict):

@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 import os
 
+from slime_like.config.data_rows import MAX_ROW_BYTES, MAX_ROW_DEPTH, bounded_lines, nesting_depth, not_a_data_file, \
+    parse_row
+
 MAX_DATA_BYTES = 32 * 1024 ** 2  # ~0.9 CPU-s of JSON parsing (35 MB/s, bench_dry_run.py); bigger: in part
 TRACKER = "latest_checkpointed_iteration.txt"  # Megatron-LM's marker of a torch_dist checkpoint directory
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
@@ -19,10 +22,9 @@ def check_data_file(path: str, flag: str, keys: dict) -> tuple[list, list]:
     ({flag: key}); UTF-8 (a BOM is fine).
 
     Reports the first bad line as file:line and how many lines are bad in all."""
-    if not os.path.exists(path):
-        return [f"{flag} {path}: no such file"], []
-    if os.path.isdir(path):
-        return [f"{flag} {path}: is a directory, expected a .jsonl or .parquet file"], []
+    why = not_a_data_file(path)
+    if why:
+        return [f"{flag} {path}: {why}"], []
     if path.endswith(".parquet"):
         return _check_parquet(path, flag, keys), []
     if path.endswith(".json") and _starts_with_array(path):
@@ -30,14 +32,12 @@ def check_data_file(path: str, flag: str, keys: dict) -> tuple[list, list]:
     first, bad, nonempty, partial = None, 0, 0, False
     with open(path, "rb") as f:
         read = 0
-        for line_no, raw in enumerate(f, start=1):
+        for line_no, raw in bounded_lines(f):
             read += len(raw)
-            if read > MAX_DATA_BYTES:
+            if read > MAX_DATA_BYTES and len(raw) <= MAX_ROW_BYTES:
                 partial = True
                 break
-            if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]  # a UTF-8 byte-order mark (Windows editors write one): accepted
-            problem = _line_problem(raw, keys)
+            problem = _line_problem(raw, keys, first_line=line_no == 1)
             if problem is None:
                 nonempty += raw.strip() != b""
                 continue
@@ -52,17 +52,10 @@ def check_data_file(path: str, flag: str, keys: dict) -> tuple[list, list]:
     return errors, notes
 
 
-def _line_problem(raw: bytes, keys: dict) -> str | None:
-    if not raw.strip():
-        return None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        return f"not UTF-8: byte 0x{raw[e.start]:02x} at column {e.start + 1}; re-save the file as UTF-8"
-    try:
-        row = json.loads(text)
-    except json.JSONDecodeError as e:
-        return f"malformed JSON ({e.msg} at column {e.colno}): {text.strip()[:60]!r}"
+def _line_problem(raw: bytes, keys: dict, first_line: bool = False) -> str | None:
+    row, problem = parse_row(raw, first_line)
+    if problem or row is None:
+        return problem
     if not isinstance(row, dict):
         return f"expected a JSON object, got {type(row).__name__}"
     missing = [f"{k!r} ({flag})" for flag, k in keys.items() if k not in row]
@@ -85,9 +78,13 @@ def _check_json_array(path: str, flag: str, keys: dict) -> list:
             rows = json.load(f)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         return [f"{flag}: {path}: not a valid JSON array ({e})"]
-    if not rows:
+    except RecursionError:
+        return [f"{flag}: {path}: JSON nested deeper than Python can read (at most {MAX_ROW_DEPTH} levels)"]
+    if not isinstance(rows, list) or not rows:
         return [f"{flag} {path}: the array holds no records"]
     for i, row in enumerate(rows, start=1):
+        if nesting_depth(row) > MAX_ROW_DEPTH:
+            return [f"{flag}: {path}: array entry {i}: JSON nested more than {MAX_ROW_DEPTH} levels deep"]
         problem = _line_problem(json.dumps(row).encode(), keys)
         if problem:
             return [f"{flag}: {path}: array entry {i}: {problem}"]

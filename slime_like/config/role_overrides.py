@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 
 from slime_like.config.errors import ConfigError, did_you_mean
 from slime_like.config.algorithm import ESTIMATOR_TRAITS
+from slime_like.config.safe_yaml import read_yaml
 
 ROLES = ("actor", "critic")
 ENTRY_FIELDS = ("name", "role", "overrides", "args")
@@ -40,15 +40,7 @@ def load_role_overrides(args, report, parser) -> None:
     path = args.megatron_config_path
     if not path:
         return
-    if not os.path.isfile(path):
-        raise ConfigError(f"--megatron-config-path {path}: no such file")
-    import yaml
-
-    with open(path) as f:
-        try:
-            raw = yaml.safe_load(f)
-        except yaml.YAMLError as e:
-            raise ConfigError(f"--megatron-config-path {path}: not valid YAML: {e}") from None
+    raw = read_yaml(path, "--megatron-config-path")
     example = "megatron: [{name: default, role: critic, overrides: {lr: 1e-5}}]"
     if not isinstance(raw, dict) or "megatron" not in raw:
         keys = list(raw) if isinstance(raw, dict) else type(raw).__name__

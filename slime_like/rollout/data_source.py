@@ -17,6 +17,8 @@ import logging
 import os
 import random
 
+from slime_like.config.data_rows import MAX_ROW_DEPTH, bounded_lines, nesting_depth, not_a_data_file, parse_row
+
 from ..sample import Sample, Status
 from .hooks import load_hook
 from .serialize import sample_from_dict, sample_to_dict
@@ -30,8 +32,9 @@ class PromptDataError(ValueError):
 
 def _read_rows(path: str, flag: str):
     """Yield (row number, dict). JSONL rows are 1-based line numbers."""
-    if not os.path.exists(path):
-        raise PromptDataError(f"{flag}: file {path!r} does not exist")
+    why = not_a_data_file(path)
+    if why:
+        raise PromptDataError(f"{flag} {path}: {why}")
     if path.endswith(".parquet"):
         try:
             import pyarrow.parquet as pq
@@ -48,19 +51,12 @@ def _read_rows(path: str, flag: str):
             yield from _json_array_rows(path, flag)
             return
     with open(path, "rb") as f:
-        for line_no, raw in enumerate(f, start=1):
-            try:   # a UTF-8 byte-order mark on the first line is accepted; any other bad byte names its line
-                line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
-            except UnicodeDecodeError as exc:
-                raise PromptDataError(f"{flag}: {path}:{line_no}: not UTF-8 (byte {raw[exc.start:exc.start + 1]!r} "
-                                      f"at column {exc.start + 1}); re-encode the file as UTF-8") from None
-            if not line.strip():
+        for line_no, raw in bounded_lines(f):  # a BOM on the first line is accepted; a bad line is named
+            row, problem = parse_row(raw, first_line=line_no == 1)
+            if problem:
+                raise PromptDataError(f"{flag}: {path}:{line_no}: {problem}")
+            if row is None:
                 continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise PromptDataError(f"{flag}: {path}:{line_no}: malformed JSON ({exc.msg} at column "
-                                      f"{exc.colno}): {line.strip()[:80]!r}") from exc
             if not isinstance(row, dict):
                 raise PromptDataError(f"{flag}: {path}:{line_no}: expected a JSON object, got "
                                       f"{type(row).__name__}")
@@ -75,7 +71,12 @@ def _json_array_rows(path: str, flag: str):
         except json.JSONDecodeError as exc:
             raise PromptDataError(f"{flag}: {path}:{exc.lineno}: malformed JSON ({exc.msg} at column "
                                   f"{exc.colno})") from exc
+        except RecursionError:
+            raise PromptDataError(f"{flag}: {path}: JSON nested deeper than Python can read "
+                                  f"(at most {MAX_ROW_DEPTH} levels)") from None
     for i, row in enumerate(data, start=1):
+        if nesting_depth(row) > MAX_ROW_DEPTH:
+            raise PromptDataError(f"{flag}: {path}: array entry {i}: JSON nested more than {MAX_ROW_DEPTH} levels")
         if not isinstance(row, dict):
             raise PromptDataError(f"{flag}: {path}: array entry {i}: expected a JSON object, got {type(row).__name__}")
         yield i, row

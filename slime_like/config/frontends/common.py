@@ -23,6 +23,7 @@ import re
 
 from slime_like.config.errors import ConfigError, did_you_mean
 from slime_like.config.placement_spec import devices_text, parse_devices  # noqa: F401 (the front-ends' GPU lists)
+from slime_like.config.safe_yaml import parse_yaml, read_yaml
 
 _ANY = object()
 TYPES = {
@@ -195,12 +196,13 @@ def load(path: str, overrides: list) -> dict:
     if not os.path.isfile(path):
         raise ConfigError(f"--config {path}: no such file")
     _register_resolvers()
-    try:
-        cfg = OmegaConf.load(path)
-    except Exception as e:  # yaml.YAMLError and friends: show the parser's line:column
-        raise ConfigError(f"--config {path}: not valid YAML: {_one_line(e)}") from None
-    if not isinstance(cfg, type(OmegaConf.create({}))):
+    data = read_yaml(path, "--config", omegaconf_floats=True)  # bounded; OmegaConf resolves on the plain data
+    if not isinstance(data, (dict, type(None))):
         raise ConfigError(f"--config {path}: expected a mapping of sections at the top level")
+    try:
+        cfg = OmegaConf.create(data or {})
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"--config {path}: not an OmegaConf config: {_one_line(e)}") from None
     for item in overrides:
         key, value = item.split("=", 1)
         try:
@@ -215,12 +217,10 @@ def load(path: str, overrides: list) -> dict:
 
 
 def _yaml_value(text: str):
-    import yaml
-
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
+        return parse_yaml(text, "override", repr(text), omegaconf_floats=True)
+    except ConfigError:
+        return text  # not YAML: the literal string, as Hydra takes it
 
 
 def _one_line(e) -> str:
