@@ -26,7 +26,7 @@ import ray
 
 from slime_like.ray.failures import divert_worker_death_notices
 from slime_like.ray.placement import QUIET_OPENMP
-from slime_like.ray.signals import exit_cleanly_on_sigterm
+from slime_like.ray.signals import ray_init_keeps_our_handlers
 from slime_like.utils.console import python_warnings_env
 
 # Ray's deepest unix socket sits ~64 bytes below its temp dir; a socket path must stay under 108 bytes.
@@ -50,8 +50,8 @@ def init_ray(args, plan=None) -> str:
     address = ray_address(args)
     if address is None and plan is not None and plan.num_nodes > 1:
         address = "auto"  # a multi-node plan needs the running cluster; Ray finds it (RAY_ADDRESS or its file)
-    said = _start_private(args) if address is None else _join(address, plan)
-    exit_cleanly_on_sigterm()  # ray.init replaced the driver's SIGTERM handler with its own: ours again
+    with ray_init_keeps_our_handlers():  # a signal while Ray starts: handled as in every other phase
+        said = _start_private(args) if address is None else _join(address, plan)
     divert_worker_death_notices(args.run_dir)  # the driver reports a dead actor itself, once
     return said
 

@@ -9,6 +9,7 @@ import time
 from slime_like.args import parse_run
 from slime_like.config.install_extras import extras_missing_for_a_run
 from slime_like.config.slime_paths import is_fully_async
+from slime_like.ray.signals import handle_signals, stopped_by
 
 # A start with no flag at all: what every run needs, in one message (not the first missing flag's complaint)
 WHAT_A_RUN_NEEDS = """{prog}: a run needs at least
@@ -24,7 +25,21 @@ A complete example on a CPU: slime-like demo (scripts/run-demo.sh in a checkout)
 
 def launch(loop, argv=None, *, allow_colocate: bool = True, allow_fully_async: bool = False,
            prog: str | None = None) -> int:
-    """Run `loop(args, run, logger)` for the command line `argv`; returns the process exit code."""
+    """Run `loop(args, run, logger)` for the command line `argv`; returns the process exit code: 143 / 130 after
+    SIGTERM / SIGINT in any phase, once everything the run started has been stopped (ray/signals.py)."""
+    with handle_signals():
+        try:
+            return _launch(loop, argv, allow_colocate, allow_fully_async, prog)
+        except KeyboardInterrupt as e:
+            stop = stopped_by(e)
+            if stop is None:
+                raise
+            print(f"[slime_like] stopped by {stop.name}: everything the run started is shut down; exit status "
+                  f"{stop.exit_code}", file=sys.stderr)
+            return stop.exit_code
+
+
+def _launch(loop, argv, allow_colocate: bool, allow_fully_async: bool, prog: str | None) -> int:
     started = time.monotonic()
     if not [a for a in _argv(argv) if a != "--dry-run"]:
         print(WHAT_A_RUN_NEEDS.format(prog=prog or "train.py"), file=sys.stderr)
@@ -77,17 +92,13 @@ def launch(loop, argv=None, *, allow_colocate: bool = True, allow_fully_async: b
     from slime_like.ray.cluster import RayClusterError
     from slime_like.ray.failures import EngineLostDuringPush, report_actor_failure
     from slime_like.ray.run_summary import summary_block
-    from slime_like.ray.signals import Terminated, exit_cleanly_on_sigterm
     from slime_like.utils.console import unavailable_on_this_machine
 
     for line in unavailable_on_this_machine(args):
         print(f"[slime_like] {line}", file=sys.stderr)
-    exit_cleanly_on_sigterm()
     try:
+        # a signal on the way: its exception leaves through _run's and Run.start's clean-up, then launch's handler
         first_rollout = _run(loop, args, plan)
-    except Terminated as e:  # SIGTERM: everything was stopped by the finally blocks on the way out
-        print(f"[slime_like] stopped by {e}; engines and actors shut down", file=sys.stderr)
-        return e.exit_code
     except (RayClusterError, EngineLostDuringPush) as e:  # no cluster / GPUs for the plan, a dead engine: one line
         print(f"{prog or 'train.py'}: error: {e}", file=sys.stderr)
         return 1
@@ -105,6 +116,7 @@ def _run(loop, args, plan) -> int:
 
     run = Run.start(args, plan)
     logger = MetricsLogger(args)
+    interrupted = False
     try:
         check = args.check_weight_update_equal and run.engines.urls and run.actor is not None
         if check:  # slime: the engines keep a copy of what they loaded, then forget it (noise) before the push
@@ -119,9 +131,12 @@ def _run(loop, args, plan) -> int:
             logger.log(-1, run.evaluate(0))  # the baseline, logged as rollout -1: before any RL update
         loop(args, run, logger)
         return run.start_rollout_id
+    except KeyboardInterrupt:  # a signal (ray/signals.py): stop without waiting for the work in flight
+        interrupted = True
+        raise
     finally:
         logger.close()
-        run.shutdown()
+        run.shutdown(interrupted=interrupted)
 
 
 def _argv(argv) -> list:

@@ -6,6 +6,7 @@ loop; the loops themselves stay in the entry scripts so they read top to bottom.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -85,15 +86,15 @@ class Run:
         actor = critic = None
         if plan.actor_slots:
             actor = TrainerGroup(role_args(args, "actor"), "actor", placement, plan.actor_slots, trainer_share)
-            started.append(actor.kill)
+            started.append(functools.partial(actor.kill, close_timeout=0))  # no sender yet: nothing to wait for
         reference = None
         if plan.reference_slots:  # a reference on GPUs of its own: its log-probs computed there
             reference = TrainerGroup(role_args(args, "actor"), "reference", placement, plan.reference_slots,
                                      trainer_share)
-            started.append(reference.kill)
+            started.append(functools.partial(reference.kill, close_timeout=0))
         if args.use_critic and plan.critic_slots:
             critic = TrainerGroup(role_args(args, "critic"), "critic", placement, plan.critic_slots, trainer_share / 2)
-            started.append(critic.kill)
+            started.append(functools.partial(critic.kill, close_timeout=0))
         engine_share = ENGINE_SHARE_COLOCATED if args.colocate else 1.0
         if args.rollout_external_engine_addrs:  # engines someone else runs: talk to them, start none
             engines = EngineGroup.external(args, args.rollout_external_engine_addrs)
@@ -331,15 +332,20 @@ class Run:
     def _trainers(self):
         return [g for g in (self.critic, self.actor) if g is not None]
 
-    def shutdown(self):
+    def shutdown(self, interrupted: bool = False):
         """Stop engines first (they are child processes), then the actors; leave no orphans. A fully async
-        worker is stopped before the engines (its requests are aborted), so it never waits on a stopped one."""
+        worker is stopped before the engines (its requests are aborted), so it never waits on a stopped one.
+        `interrupted` (SIGTERM / SIGINT): the rollout manager may be in the middle of a rollout, which its graceful
+        close would wait for (up to 30 s, measured); it is killed first instead, which ends its requests too."""
         groups = self._trainers() + ([self.reference] if self.reference is not None else [])
         close_rollout = lambda: ray.get(self.rollout.close.remote(), timeout=30)  # noqa: E731  (idempotent)
-        first = [close_rollout] if self.fully_async else []
-        for step in (*first, self.engines.stop, close_rollout,
-                     lambda: ray.kill(self.rollout), *(g.kill for g in groups),
-                     self.placement.remove):
+        kill_rollout = lambda: ray.kill(self.rollout)  # noqa: E731
+        if interrupted:
+            first, graceful = [kill_rollout], []
+        else:
+            first, graceful = ([close_rollout] if self.fully_async else []), [close_rollout, kill_rollout]
+        kill_trainers = [functools.partial(g.kill, close_timeout=2 if interrupted else 30) for g in groups]
+        for step in (*first, self.engines.stop, *graceful, *kill_trainers, self.placement.remove):
             try:
                 step()
             except Exception as e:  # keep tearing down the rest

@@ -189,7 +189,7 @@ class TrainerGroup:
             loaded = ray.get([a.init.remote(master_addr, master_port) for a in self.actors])
             self.info = ray.get([a.parallel_info.remote() for a in self.actors])
         except BaseException:
-            self.kill()  # a rank that failed to start must not keep its GPU slot
+            self.kill(close_timeout=0)  # a rank that failed to start must not keep its GPU slot (no sender yet)
             raise
         self.loaded_rollout_id = loaded[0]
         self.dp_size = self.info[0]["dp_size"]
@@ -263,13 +263,16 @@ class TrainerGroup:
         while it runs)."""
         return [a.update_weights.remote(weight_version) for a in self.actors]
 
-    def kill(self):
+    def kill(self, close_timeout: float = 30):
         """Release the weight-send buffers, kill the ranks, then unlink what a killed rank left in /dev/shm.
 
         Ray kills an actor with its children, torch's shared-memory manager among them, so a segment still
-        mapped then (torch names it /dev/shm/torch_<creator pid>_*) would stay until reboot."""
+        mapped then (torch names it /dev/shm/torch_<creator pid>_*) would stay until reboot. A rank busy in a
+        train step, push or save answers the release only when done: after a signal `close_timeout` is short and
+        the sweep below unlinks what it held."""
         try:
-            ray.get([a.close_weight_sender.remote() for a in self.actors], timeout=30)
+            if close_timeout > 0:
+                ray.get([a.close_weight_sender.remote() for a in self.actors], timeout=close_timeout)
         except Exception:  # a dead or hung rank: the sweep below still runs
             pass
         for a in self.actors:
