@@ -67,6 +67,9 @@ def add_vllm_group(parser):
 def add_weight_sync_flags(g):
     """(slime extras group) weight sync through the file system and its delta variant."""
     a = g.add_argument
+    a("--update-weight-mode", default="full", choices=["full", "delta"],
+      help="full (slime's default: every sync sends all weights) or delta (slime: only the changed bytes, patched "
+           "into engine-local checkpoints; not built here, refused at launch).")
     a("--update-weight-transport", default="nccl", choices=["nccl", "disk"],
       help="How weights reach the engines: nccl = tensors (shared memory when colocated, else a process group; gloo "
            "on CPU), disk = a full HF checkpoint per sync under --update-weight-disk-dir, loaded by each engine.")
@@ -82,6 +85,10 @@ def add_weight_sync_flags(g):
 
 
 def check_weight_transport(args, report):
+    if args.update_weight_mode == "delta":  # full, slime's default, is what every sync does here
+        report.refuse("--update-weight-mode delta: slime's delta weight sync (only the changed bytes, patched into "
+                      "engine-local checkpoints) is not built in slime_like; use --update-weight-mode full (slime's "
+                      "default), with --update-weight-transport disk if the engines must read a shared directory")
     if args.update_weight_transport == "disk":
         if not args.update_weight_disk_dir:
             raise ConfigError("--update-weight-transport disk needs --update-weight-disk-dir: a directory the trainer "

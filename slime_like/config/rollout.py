@@ -88,6 +88,9 @@ def add_rollout_source_flags(g):
       help="Do not sample prompts from --prompt-data (the rollout function manages data itself).")
     a("--load-forge-rollout-data", default=None, help="Replay dumped rollouts through slime's forge_load rollout.")
     a("--http-proxy", default=None, help="HTTP proxy for the rollout's requests.")
+    a("--rollout-data-transport", default="object-store", choices=["object-store", "nixl"],
+      help="How rollout data reaches the trainers: object-store (slime's default: Ray's object store; what runs "
+           "here) or nixl (slime: NIXL transfers of the tensors; not built here, refused at launch).")
     a("--rollout-health-check-first-wait", type=float, default=0, help="Seconds each rollout waits before its first engine health check (engines still compiling).")
 
 
@@ -125,6 +128,12 @@ def check_generation_limits(args, report):
     if args.rollout_greedy and args.n_samples_per_prompt > 1:
         report.warn(f"--rollout-greedy with --n-samples-per-prompt {args.n_samples_per_prompt}: the responses of a "
                     "group are identical, so group-relative advantages are all 0 (nothing is learned)")
+
+
+def check_data_transport(args, report) -> None:
+    if args.rollout_data_transport == "nixl":  # object-store, slime's default, is how rollout data moves here
+        report.refuse("--rollout-data-transport nixl: NIXL transfers of rollout data are not built in slime_like; "
+                      "use --rollout-data-transport object-store (slime's default, Ray's object store)")
 
 
 def check_forge(args, report) -> None:

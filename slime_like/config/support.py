@@ -177,6 +177,9 @@ NO_EFFECT_HERE = {
 
 INFORMATIONAL = {
     "megatron_config_path": "role_overrides.py reads the YAML into args.megatron_role_overrides",
+    "update_weight_mode": "engines.py: full (slime's default) is what every sync does; delta is refused at launch",
+    "rollout_data_transport": "rollout.py: object-store (slime's default) is how rollout data moves; nixl is "
+                              "refused at launch",
     "custom_config_path": "custom_config.py sets the YAML's keys on args (flags validated as flags)",
     "seq_length": "validate.py: --max-position-embeddings defaults to it (the length the model is built for)",
     "sglang_config": "sglang_passthrough.py merges the file into args.sglang_server_args",

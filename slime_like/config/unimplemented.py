@@ -12,8 +12,8 @@ import argparse
 # naming the feature (never silently ignored).
 SLIME_ONLY_FLAGS = {
     "--megatron-to-hf-mode": "Megatron-Bridge weight conversion", "--use-slime-router": "slime's own router",
-    "--prefill-num-servers": "prefill/decode disaggregation", "--rollout-data-transport": "straw / NIXL transport",
-    "--release-train": "releasing trainer actors between steps", "--update-weight-mode": "delta weight sync",
+    "--prefill-num-servers": "prefill/decode disaggregation",
+    "--release-train": "releasing trainer actors between steps",
     "--only-train-params-name-list": "partial-parameter training", "--freeze-params-name-list": "parameter freezing",
     "--pg-loss-type": "REINFORCE score centering", "--use-score-centering": "REINFORCE score centering",
     "--allgather-cp": "all-gather context parallelism",

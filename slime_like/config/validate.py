@@ -30,6 +30,7 @@ def validate_args(args, report, raise_path_problems: bool = True) -> None:
     data.apply_prompt_template(args)
     distillation.validate_opd(args, report)
     rollout.check_forge(args, report)
+    rollout.check_data_transport(args, report)
     trainer_megatron.check_keep_old_actor(args, report)
     engines.check_weight_update_check(args, report)
     _rollout_and_eval(args, report)

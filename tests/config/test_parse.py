@@ -97,12 +97,26 @@ def test_unimplemented_slime_flags_say_so(base):
     with pytest.raises(ConfigError, match="--use-slime-router is a slime flag for slime's own router, which slime_like "
                                           "does not"):
         refuse_at_launch(base + ["--use-slime-router"])
-    with pytest.raises(ConfigError, match="--update-weight-mode is a slime flag for delta weight sync"):
-        refuse_at_launch(base + ["--update-weight-mode", "delta"])
     refuse_at_launch(base)  # nothing refused: no error
     assert "--use-slime-router" not in build_parser()[0].format_help()
     with pytest.raises(ConfigError, match="--use-routing-replay needs an MoE model"):   # implemented: checked
         parse(base + ["--use-routing-replay"])
+
+
+def test_slime_defaults_of_weight_mode_and_data_transport_run(base):
+    """slime's defaults (full, object-store) are what runs here, whether written or not; only the values not built
+    (delta, nixl) are refused, at launch."""
+    args = parse(base)
+    assert (args.update_weight_mode, args.rollout_data_transport) == ("full", "object-store")
+    refuse_at_launch(base + ["--update-weight-mode", "full", "--rollout-data-transport", "object-store"])
+    with pytest.raises(ConfigError, match="--update-weight-mode delta: slime's delta weight sync .* is not built in "
+                                          "slime_like; use --update-weight-mode full"):
+        refuse_at_launch(base + ["--update-weight-mode", "delta"])
+    with pytest.raises(ConfigError, match="--rollout-data-transport nixl: NIXL transfers of rollout data are not "
+                                          "built in slime_like; use --rollout-data-transport object-store"):
+        refuse_at_launch(base + ["--rollout-data-transport", "nixl"])
+    with pytest.raises(ConfigError, match="invalid choice: 'straw'"):
+        parse(base + ["--rollout-data-transport", "straw"])
 
 
 def test_rope_and_rotary_scaling_factors_are_megatrons_two_flags(base):
