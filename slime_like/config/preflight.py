@@ -22,6 +22,7 @@ from slime_like.config.errors import ConfigError
 from slime_like.config.algorithm import reference_needed
 from slime_like.config.preflight_files import (check_data_file, check_hf_checkpoint, check_megatron_load,
                                                check_ref_load)
+from slime_like.config.rewards import rm_type_problem
 from slime_like.config.role_overrides import ROLES, apply_role
 from slime_like.config.schedule import schedule_steps
 from slime_like.config.install_extras import missing_extra
@@ -99,6 +100,10 @@ def _data(args, errors: list, notes: list) -> None:
         e, n = check_data_file(path, flag, keys)
         errors += e
         notes += n
+        if "rm_type" in o and not o.get("custom_rm_path"):  # its own reward type: checked like --rm-type
+            problem = rm_type_problem(o["rm_type"], args.rm_url)
+            if problem:
+                errors.append(f"{flag}: its rm_type: {problem}")
 
 
 def _checkpoints(args, errors: list) -> None:

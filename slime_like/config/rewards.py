@@ -2,7 +2,34 @@
 their checks."""
 from __future__ import annotations
 
+import difflib
+
 from slime_like.config.errors import ConfigError
+
+# The built-in reward types (rollout/rewards/ grades them; each also as boxed_<type> except remote_rm): named here so
+# the start-up checks of --rm-type and of every --eval-config dataset's rm_type need no rollout import.
+RULE_TYPES = ("math", "deepscaler", "dapo", "f1", "gpqa", "random")
+ALL_TYPES = RULE_TYPES + ("remote_rm",)
+IFBENCH_REFUSAL = ("--rm-type ifbench is not available in slime_like: slime grades IFBench by cloning "
+                   "github.com/allenai/IFBench when the run starts and importing its instruction checkers, which are "
+                   "not on PyPI and are not shipped here (nothing is downloaded at run time). Clone IFBench yourself "
+                   "and pass --custom-rm-path to a function of yours that calls its instructions_registry")
+
+
+def rm_type_problem(rm_type, rm_url) -> str | None:
+    """Why a reward type cannot run here (None: it can). Used for --rm-type and each eval dataset's rm_type."""
+    if not rm_type:
+        return None
+    base = rm_type.removeprefix("boxed_")
+    if base == "ifbench":
+        return IFBENCH_REFUSAL
+    if base not in ALL_TYPES or (base == "remote_rm" and rm_type != base):
+        close = difflib.get_close_matches(base, ALL_TYPES, n=1)
+        return (f"--rm-type {rm_type!r} is not a known reward type (known: {', '.join(ALL_TYPES)}, the rule types "
+                f"also as boxed_<type>){f'; did you mean {close[0]!r}?' if close else ''}")
+    if base == "remote_rm" and not rm_url:
+        return "--rm-type remote_rm needs --rm-url http://HOST:PORT/..."
+    return None
 
 
 def add_reward_group(parser):
@@ -55,12 +82,9 @@ def check_rewards_and_tools(args):
         raise ConfigError(f"--max-tool-turns {args.max_tool_turns}: must be >= 0")
     if not args.tool_call_end:
         raise ConfigError("--tool-call-end must be a non-empty stop string, e.g. '</tool>'")
-    if (args.rm_type or "").removeprefix("boxed_") == "ifbench":  # before any engine starts
-        raise ConfigError("--rm-type ifbench is not available in slime_like: slime clones github.com/allenai/IFBench "
-                          "at run time for its instruction checkers (not on PyPI, not shipped here). Clone it "
-                          "yourself and pass --custom-rm-path to a function calling its instructions_registry")
-    if args.rm_type == "remote_rm" and not args.rm_url:
-        raise ConfigError("--rm-type remote_rm needs --rm-url http://HOST:PORT/...")
+    problem = None if args.custom_rm_path else rm_type_problem(args.rm_type, args.rm_url)  # before any engine starts
+    if problem:
+        raise ConfigError(problem)
 
 
 def check_reward_scale(args):

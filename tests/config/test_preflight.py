@@ -109,3 +109,26 @@ def test_load_dirs(base, tmp_path, capsys):
     (save / "iter_0000003").mkdir(parents=True)
     assert main([*base, "--dry-run", "--load", str(save)]) == 2
     assert "has iter_0000003 but no latest_checkpointed_iteration.txt" in capsys.readouterr().err
+
+
+def test_eval_config_reward_types_are_checked_at_start(base, tmp_path, capsys):
+    """An --eval-config dataset's own rm_type is checked like --rm-type: ifbench (and a misspelt type) stop the
+    start, naming the file and the dataset, instead of passing start-up and raising at the first eval."""
+    import yaml
+
+    good = _write(tmp_path / "eval.jsonl", GOOD * 4)
+    cfg = tmp_path / "eval.yaml"
+    cfg.write_text(yaml.safe_dump({"eval": {"datasets": [
+        {"name": "ifeval", "path": good, "rm_type": "ifbench"},
+        {"name": "mathy", "path": good, "rm_type": "mth"},
+        {"name": "fine", "path": good, "rm_type": "boxed_math"},
+        {"name": "own", "path": good, "rm_type": "ifbench", "custom_rm_path": "os.path.join"}]}}))
+    train_data = _write(tmp_path / "train.jsonl", GOOD * 4)
+    assert main(base + ["--prompt-data", train_data, "--input-key", "prompt", "--label-key", "label",
+                        "--rm-type", "math", "--eval-config", str(cfg), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "2 problems, all found before starting" in err
+    assert (f"--eval-config {cfg} dataset ifeval: its rm_type: --rm-type ifbench is not available in slime_like"
+            in err)
+    assert f"--eval-config {cfg} dataset mathy: its rm_type: --rm-type 'mth' is not a known reward type" in err
+    assert "did you mean 'math'?" in err and "dataset fine" not in err and "dataset own" not in err

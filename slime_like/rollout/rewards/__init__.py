@@ -39,18 +39,12 @@ from .f1 import f1_reward
 from .gpqa import gpqa_reward
 from .math import math_reward
 from .remote import RemoteRewardError, remote_rm
+from slime_like.config.rewards import ALL_TYPES, IFBENCH_REFUSAL, RULE_TYPES  # the names, and the start-up check's
 
 logger = logging.getLogger(__name__)
-RULE_TYPES = ("math", "deepscaler", "dapo", "f1", "gpqa", "random")
-ALL_TYPES = RULE_TYPES + ("remote_rm",)
-
 
 # slime's ifbench grader clones github.com/allenai/IFBench at run time and imports its instruction checkers
 # (not a PyPI package; no data or code of it can ship here, and slime_like downloads nothing while running).
-IFBENCH_REFUSAL = ("--rm-type ifbench is not available in slime_like: slime grades IFBench by cloning "
-                   "github.com/allenai/IFBench when the run starts and importing its instruction checkers, which are "
-                   "not on PyPI and are not shipped here (nothing is downloaded at run time). Clone IFBench yourself "
-                   "and pass --custom-rm-path to a function of yours that calls its instructions_registry")
 
 
 class RewardFunctionError(RuntimeError):
