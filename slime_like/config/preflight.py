@@ -115,6 +115,9 @@ def _checkpoints(args, errors: list) -> None:
         errors += check_megatron_load(args.critic_load, "--critic-load", fresh_ok=True)
     if args.ref_load and reference_needed(args):
         errors += check_ref_load(args.ref_load)
+    teacher = args.opd_teacher_load if args.use_opd and args.opd_type == "megatron" else None
+    if teacher and os.path.exists(teacher):  # a missing one is already a path problem of distillation.py
+        errors += check_megatron_load(teacher, "--opd-teacher-load", fresh_ok=False)
 
 
 def _schedules(args) -> list:

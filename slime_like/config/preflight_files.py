@@ -135,8 +135,13 @@ def check_megatron_load(path: str, flag: str, fresh_ok: bool) -> list:
     files = os.listdir(path)
     if TRACKER in files:
         text = open(os.path.join(path, TRACKER)).read().strip()
+        if text == "release":  # Megatron-LM's weights-only checkpoint (read_metadata: iteration 0) in LOAD/release/
+            if not os.path.isfile(os.path.join(path, "release", "metadata.json")):
+                return [f"{flag} {path}: {TRACKER} says release but release/ holds no torch_dist checkpoint "
+                        "(metadata.json); Megatron-LM's legacy torch format is not read: convert it to torch_dist"]
+            return []
         if not text.isdigit():
-            return [f"{flag} {path}/{TRACKER}: expected an iteration number, found {text[:40]!r}"]
+            return [f"{flag} {path}/{TRACKER}: expected an iteration number or 'release', found {text[:40]!r}"]
         if not os.path.isdir(os.path.join(path, f"iter_{int(text):07d}")):
             return [f"{flag} {path}: {TRACKER} names iteration {text} but iter_{int(text):07d}/ is missing"]
         return []

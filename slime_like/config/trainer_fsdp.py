@@ -170,6 +170,8 @@ def _is_megatron_checkpoint(path) -> bool:
     if not os.path.isfile(tracker):
         return os.path.isfile(os.path.join(path, "common.pt"))  # an iter_* directory passed directly
     text = open(tracker).read().strip()
+    if text == "release":  # Megatron-LM's weights-only checkpoint lives in release/
+        return os.path.isfile(os.path.join(path, "release", "common.pt"))
     return text.isdigit() and os.path.isfile(os.path.join(path, f"iter_{int(text):07d}", "common.pt"))
 
 

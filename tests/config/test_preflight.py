@@ -132,3 +132,26 @@ def test_eval_config_reward_types_are_checked_at_start(base, tmp_path, capsys):
             in err)
     assert f"--eval-config {cfg} dataset mathy: its rm_type: --rm-type 'mth' is not a known reward type" in err
     assert "did you mean 'math'?" in err and "dataset fine" not in err and "dataset own" not in err
+
+
+def test_megatron_release_checkpoints_are_accepted(base, tmp_path, capsys):
+    """Megatron-LM's converter marks a weights-only checkpoint with the text 'release' (its read_metadata reads
+    it as iteration 0; the weights are in release/): accepted for --load, --ref-load, --critic-load and
+    --opd-teacher-load; a 'release' marker without release/ is a clear error."""
+    from slime_like.config.preflight_files import check_megatron_load, check_ref_load
+
+    release = tmp_path / "release_ckpt"
+    (release / "release").mkdir(parents=True)
+    (release / "release" / "metadata.json").write_text("{}")
+    (release / "release" / "common.pt").write_bytes(b"")
+    (release / "latest_checkpointed_iteration.txt").write_text("release\n")
+    for flag in ("--load", "--critic-load", "--opd-teacher-load"):
+        assert check_megatron_load(str(release), flag, fresh_ok=False) == [], flag
+    assert check_ref_load(str(release)) == []
+    assert main([*base, "--dry-run", "--load", str(release), "--ref-load", str(release), "--use-kl-loss"]) == 0
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "latest_checkpointed_iteration.txt").write_text("release")
+    assert main([*base, "--dry-run", "--load", str(broken)]) == 2
+    assert (f"--load {broken}: latest_checkpointed_iteration.txt says release but release/ holds no torch_dist "
+            "checkpoint") in capsys.readouterr().err

@@ -189,3 +189,37 @@ def test_optim_flags_atomic_publish_and_hf_dir(tiny_ckpts, tmp_path):
     assert r["after_kill"] == 7
     assert r["fallback"] == 7
     assert r["hf_it"] is None and r["hf_emb_diff"] == 0.0 and r["hf_fc2_diff"] == 0.0
+
+
+def release_rank(rank, world, port, hf_dir, save_dir):
+    """Megatron-LM's weights-only `release` layout (marker text 'release', weights in LOAD/release/), as its
+    converter writes it: loaded as weights, no iteration, no optimizer state read."""
+    from slime_like.backends.megatron import checkpoint
+
+    args, chunks, ddp, opt, sched = _setup(rank, world, port, hf_dir, 1, dropout=0.0)
+    _step(ddp, opt, sched)
+    checkpoint.save_checkpoint(save_dir, 3, chunks)  # weights only, as a converter writes them
+    os.rename(checkpoint.iteration_dir(save_dir, 3), os.path.join(save_dir, "release"))
+    with open(os.path.join(save_dir, checkpoint.TRACKER), "w") as f:
+        f.write("release\n")
+    saved = _params(chunks)
+    with torch.no_grad():
+        for p in chunks[0].parameters():
+            p.zero_()
+    out = {"release_dir": checkpoint.release_dir(save_dir),
+           # the trainer's --load path with an optimizer: a release checkpoint has none, and none is asked for
+           "it": checkpoint.load_checkpoint(save_dir, chunks, optimizer=opt, scheduler=sched)}
+    out["weights_restored"] = max((saved[n] - p).abs().max().item() for n, p in chunks[0].named_parameters())
+    try:
+        checkpoint.load_checkpoint(save_dir, chunks, load_optim=False, iteration=5)
+    except ValueError as e:
+        out["step_refused"] = str(e)
+    return out
+
+
+@pytest.mark.slow
+def test_megatron_release_checkpoint_loads_as_weights(tiny_ckpts, tmp_path):
+    (r,) = run_ranks(release_rank, 1, tiny_ckpts["qwen2"], str(tmp_path / "save"))
+    assert r["release_dir"] == str(tmp_path / "save" / "release")
+    assert r["it"] is None and r["weights_restored"] == 0.0
+    assert "a release checkpoint (marker 'release') has no iterations" in r["step_refused"]

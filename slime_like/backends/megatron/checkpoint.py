@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from slime_like.backends.training.publish import PUBLISHED, TRACKER, is_hf_dir, iteration_dir  # noqa: F401
-from slime_like.backends.training.publish import check_iteration, disk_space_checked, record_files
+from slime_like.backends.training.publish import check_iteration, disk_space_checked, record_files, release_dir
 from slime_like.backends.training.publish import latest_iteration as _latest_iteration
 from slime_like.backends.training.publish import publish as _publish
 
@@ -166,13 +166,36 @@ def latest_iteration(load_dir: str) -> int | None:
     return _latest_iteration(load_dir, _is_complete)
 
 
+def _load_release(load_dir: str, model_chunks, iteration) -> None:
+    """Megatron-LM's `release` checkpoint (its marker says release, the weights are in LOAD/release/): model weights
+    only, as Megatron-LM loads it (no optimizer, scheduler or RNG state; training starts at iteration 0)."""
+    from megatron.core import dist_checkpointing
+
+    from slime_like.backends.megatron import safe_load
+    from slime_like.backends.megatron.hf_weights import unwrap
+
+    path = release_dir(load_dir)
+    if iteration is not None:
+        raise ValueError(f"{load_dir}: a release checkpoint (marker 'release') has no iterations; drop the step "
+                         f"(--ckpt-step / --opd-teacher-ckpt-step {iteration})")
+    if not _is_complete(path):
+        raise FileNotFoundError(f"{load_dir}: {TRACKER} says release but {path} is not a complete torch_dist "
+                                "checkpoint (Megatron-LM's legacy torch format is not read: convert it to torch_dist)")
+    state = _sharded_state(model_chunks, None, None, is_loading=True, with_rng=False)
+    loaded = dist_checkpointing.load(state, path, **safe_load.strategies())
+    chunks = [unwrap(c) for c in model_chunks]
+    for i, chunk in enumerate(chunks):
+        chunk.load_state_dict(loaded["model" if len(chunks) == 1 else f"model{i}"], strict=True)
+    _barrier()
+
+
 def load_checkpoint(load_dir: str, model_chunks, optimizer=None, scheduler=None, load_optim: bool = True,
                     args=None, iteration: int | None = None) -> int | None:
     """Restore model (+ optimizer, scheduler, RNG when load_optim) from LOAD; return its iteration.
 
     `iteration` (--ckpt-step) picks a specific complete iteration instead of the published latest.
-    An HF directory loads HF weights instead (needs `args`: the model's flags) and returns None, as does a
-    directory without a published checkpoint.
+    An HF directory loads HF weights instead (needs `args`: the model's flags) and returns None, as do a
+    directory without a published checkpoint and Megatron-LM's `release` checkpoint (weights only).
     """
     from megatron.core import dist_checkpointing
 
@@ -188,6 +211,9 @@ def load_checkpoint(load_dir: str, model_chunks, optimizer=None, scheduler=None,
         return None
     if not load_dir or not os.path.isdir(load_dir):
         raise FileNotFoundError(f"--load {load_dir!r}: no such directory")
+    if release_dir(load_dir):
+        _load_release(load_dir, model_chunks, iteration)
+        return None  # weights to start from, as an HF directory: no iteration to resume
     if iteration is None:
         iteration = latest_iteration(load_dir)
         if iteration is None:

@@ -90,7 +90,9 @@ class MegatronTrainer(TrainerDistMixin, OldActorMixin, WeightSourcesMixin, RLTra
         if resume:
             from slime_like.backends.megatron import checkpoint
 
-            load_optim = not args.no_load_optim and not args.finetune
+            # Megatron-LM's release checkpoint holds weights only: no optimizer state, a fresh start from them
+            release = checkpoint.release_dir(args.load) is not None
+            load_optim = not args.no_load_optim and not args.finetune and not release
             self.loaded_rollout_id = checkpoint.load_checkpoint(
                 args.load, self.chunks, optimizer=self.optimizer if load_optim else None,
                 scheduler=self.scheduler if load_optim else None, load_optim=load_optim,

@@ -25,7 +25,8 @@ class WeightSourcesMixin:
 
         path, step = self.args.opd_teacher_load, self.args.opd_teacher_ckpt_step
         if self._has_megatron_checkpoint(path) or step is not None:
-            if checkpoint.load_checkpoint(path, chunks, load_optim=False, args=self.args, iteration=step) is None:
+            if checkpoint.load_checkpoint(path, chunks, load_optim=False, args=self.args, iteration=step) is None \
+                    and not checkpoint.release_dir(path):
                 raise FileNotFoundError(f"--opd-teacher-load {path}: no published checkpoint in it")
         else:
             self._load_weights_from(chunks, path)

@@ -22,6 +22,9 @@ from slime_like.backends.training import manifest
 
 TRACKER = "latest_checkpointed_iteration.txt"
 PUBLISHED = "PUBLISHED"
+# Megatron-LM's marker text for a weights-only checkpoint in LOAD/release/ (its converter writes it; read_metadata
+# reads it as iteration 0, and load_checkpoint then loads no optimizer or RNG state)
+RELEASE = "release"
 log = logging.getLogger(__name__)
 
 
@@ -32,6 +35,15 @@ def is_hf_dir(path) -> bool:
         return False
     files = os.listdir(path)
     return "config.json" in files and any(f.endswith(".safetensors") for f in files)
+
+
+def release_dir(root: str) -> str | None:
+    """LOAD/release when LOAD's marker says `release` (Megatron-LM's weights-only checkpoint), else None."""
+    tracker = os.path.join(root or "", TRACKER)
+    if not os.path.isfile(tracker):
+        return None
+    with open(tracker) as f:
+        return os.path.join(root, RELEASE) if f.read().strip() == RELEASE else None
 
 
 def iteration_dir(root: str, iteration: int) -> str:
