@@ -42,7 +42,7 @@ EXTRAS = {
     "wandb": pinned("wandb"),
     "tensorboard": pinned("tensorboard"),
     "plot": pinned("matplotlib"),
-    "test": pinned("pytest", "pytest-timeout", "matplotlib"),
+    "test": pinned("pytest", "pytest-timeout", "matplotlib", "openai"),
     # GPU engines: not installable on the CPU machine the pins were tested on, so ranges only
     "sglang": ["sglang>=0.5", "sglang-router"],
     "vllm": ["vllm"],

@@ -34,6 +34,7 @@ CALL_SHAPES = {
     "rollout_function_path": (("args", "rollout_id", "data_source"), {"evaluation": False}),
     "eval_function_path": (("args", "rollout_id", "data_source"), {"evaluation": True}),
     "custom_generate_function_path": (("args", "sample", "sampling_params"), {}),
+    "agent_function_path": (("args", "sample", "base_url", "api_key"), {}),
     "dynamic_sampling_filter_path": (("args", "group"), {}),
     "rollout_sample_filter_path": (("args", "groups"), {}),
     "rollout_all_samples_process_path": (("args", "groups", "data_source"), {}),

@@ -22,6 +22,10 @@ def add_rollout_group(parser):
       help="'module.function' with signature generate_rollout(args, rollout_id, data_source, evaluation=False).")
     a("--custom-generate-function-path", default=None,
       help="'module.function': async generate(args, sample, sampling_params) -> Sample, replacing the default one.")
+    a("--agent-function-path", default=None,
+      help="(slime_like) 'module.function': [async] agent(args, sample, base_url, api_key) driving a sample through "
+           "the rollout's OpenAI-compatible proxy (with --custom-generate-function-path "
+           "slime_like.rollout.openai_agent.generate).")
     a("--rollout-temperature", type=float, default=1.0, help="Sampling temperature (> 0).")
     a("--rollout-top-p", type=float, default=1.0, help="Top-p sampling.")
     a("--rollout-top-k", type=int, default=-1, help="Top-k sampling; -1 = off.")
