@@ -3,8 +3,9 @@
 Sources, most specific first: `YAML <file> megatron[i]` (a --megatron-config-path entry), `CLI` (named on the
 command line), `config.json` (model flags filled from --hf-checkpoint), `derived` (validation's defaults, e.g.
 --global-batch-size from the batch identity), `critic flag` (--critic-lr and friends).
-Only values that differ from the parser's defaults are listed, plus every value a YAML entry sets (even one
-equal to the default: the YAML still decided it).
+`shared` / `roles` list only values that differ from the parser's defaults, plus every value a YAML entry sets (even
+one equal to the default: the YAML still decided it). `all_values` then lists every flag's value, defaults
+included, so the run can be reproduced after a default changes (secrets masked).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from slime_like.config.parser import defaults_of, group_of, shared_parser
 from slime_like.config.role_overrides import ROLES, apply_role
 
 CONFIG_FILE = "config.yaml"
+SECRETS = ("engine_api_key", "wandb_key")  # written as <secret>: config.yaml is shared with results
 # role-view values that apply_role derives from the critic-* flags
 _CRITIC_FLAGS = {"lr": "--critic-lr", "lr_warmup_iters": "--critic-lr-warmup-iters", "save": "--critic-save",
                  "load": "--critic-load", "kl_coef": "(the critic never adds a KL term)"}
@@ -60,8 +62,14 @@ def shared_values(args, report) -> dict:
             source = "config.json"
         else:
             source = "derived"
-        out[dest] = {"value": _plain(value), "source": source}
+        out[dest] = {"value": "<secret>" if dest in SECRETS else _plain(value), "source": source}
     return out
+
+
+def all_values(args) -> dict:
+    """Every value of the shared namespace, defaults included (the parser's dests and derived ones), secrets masked."""
+    return {dest: "<secret>" if dest in SECRETS and value else _plain(value)
+            for dest, value in sorted(vars(args).items()) if not _skip(dest)}
 
 
 def role_values(args, report) -> dict:
@@ -113,7 +121,8 @@ def write_config(args, report, argv: list) -> str:
            "slime_like_version": __version__,  # which build produced the run (CHANGELOG.md)
            "command": shlex.join([os.path.basename(sys.argv[0] or "train.py"), *argv]),
            "warnings": list(report.warnings),
-           "shared": shared_values(args, report), "roles": role_values(args, report)}
+           "shared": shared_values(args, report), "roles": role_values(args, report),
+           "all_values": all_values(args)}
     resumed = os.path.exists(path) and os.path.getsize(path) > 0
     with open(path, "a") as f:
         f.write(("---\n# a later start in the same run directory (resume or re-run)\n" if resumed else "") +

@@ -29,6 +29,16 @@ def test_config_yaml_names_every_source_and_a_resume_appends(base, tmp_path):
     assert roles["actor"]["lr"] == {"value": 1e-6, "source": f"YAML {PPO_YAML} megatron[0], over the CLI's --lr 0.0001"}
     assert roles["critic"]["lr_warmup_iters"] == {"value": 10, "source": f"YAML {PPO_YAML} megatron[1]"}
     assert "--lr 1e-4" in doc["command"]
+    # every value, defaults included, so a later change of a default cannot change what a re-run means
+    from slime_like.config.dry_run import _INTERNAL
+    from slime_like.config.parser import defaults_of, shared_parser
+
+    everything = doc["all_values"]
+    assert everything["lr"] == 1e-4 and everything["global_batch_size"] == 8
+    assert everything["lr_decay_style"] == "linear" and everything["seed"] == 1234  # defaults, absent from `shared`
+    assert "lr_decay_style" not in shared and "seed" not in shared
+    dests = [d for d in defaults_of(shared_parser()) if d in vars(args) and not d.startswith("sglang_")]
+    assert [d for d in dests if d not in everything and d not in _INTERNAL] == []
     assert any(line.startswith("role actor: lr=1e-06 (YAML") for line in start_lines(args, report))
     write_config(*parse_report(argv), argv)  # the same run directory again (a resume): a 2nd document, the 1st kept
     docs = list(yaml.safe_load_all(open(path)))
