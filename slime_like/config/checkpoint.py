@@ -50,8 +50,33 @@ def check_checkpoints(args, report):
                              "config.json and the engines' initial weights)")
     if not args.hf_checkpoint:
         raise ConfigError("--hf-checkpoint DIR is required (tokenizer, config.json, engine weights)")
+    _quantized_checkpoint(args, report)
     if args.ckpt_step is not None:
         if args.ckpt_step < 0:
             raise ConfigError(f"--ckpt-step {args.ckpt_step}: must be an iteration number >= 0")
         if not args.load:
             raise ConfigError(f"--ckpt-step {args.ckpt_step} picks an iteration of --load; give --load DIR")
+
+
+def _quantized_checkpoint(args, report) -> None:
+    """An FP8 / INT4 --hf-checkpoint (config.json's quantization_config): slime trains in BF16 and re-quantizes the
+    weights it pushes into the layout the checkpoint declares (its BF16-train / FP8-rollout recipe); slime_like
+    pushes unquantized weights, which an engine started from this checkpoint would load into its quantized
+    layers wrongly. A launch refusal until quantize-on-push exists (the dry run still plans the run)."""
+    import json
+
+    path = os.path.join(args.hf_checkpoint, "config.json")
+    try:
+        with open(path) as f:
+            quant = json.load(f).get("quantization_config")
+    except (OSError, ValueError, AttributeError):
+        return  # missing or unreadable: the preflight / model checks say so
+    if not quant:
+        return
+    shown = ", ".join(f"{k}: {quant[k]}" for k in ("quant_method", "fmt", "bits", "weight_block_size")
+                      if isinstance(quant, dict) and k in quant) or str(quant)[:80]
+    report.refuse(f"--hf-checkpoint {args.hf_checkpoint} is a quantized checkpoint (config.json quantization_config: "
+                  f"{shown}): slime trains in BF16 and re-quantizes each weight push into that layout; slime_like "
+                  "pushes unquantized weights, which the engines' quantized layers would load wrongly, and its "
+                  "trainer does not dequantize the checkpoint. Quantize-on-push is not built: use the BF16 "
+                  "checkpoint the quantized one was made from as --hf-checkpoint")

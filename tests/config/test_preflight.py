@@ -155,3 +155,24 @@ def test_megatron_release_checkpoints_are_accepted(base, tmp_path, capsys):
     assert main([*base, "--dry-run", "--load", str(broken)]) == 2
     assert (f"--load {broken}: latest_checkpointed_iteration.txt says release but release/ holds no torch_dist "
             "checkpoint") in capsys.readouterr().err
+
+
+def test_quantized_hf_checkpoint_is_refused_at_launch(tmp_path):
+    """An FP8 checkpoint (config.json quantization_config, as DeepSeek-V3's / Qwen3-FP8's) was accepted silently
+    while the pushed weights were never re-quantized: now a launch refusal that names the layout and the fix."""
+    import json
+
+    from cfg_helpers import TINY_QWEN2, refuse_at_launch, write_hf_dir
+    from slime_like.config.errors import ConfigError
+
+    fp8 = {**TINY_QWEN2, "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                                   "weight_block_size": [128, 128]}}
+    hf = write_hf_dir(tmp_path / "fp8", fp8)
+    argv = ["--hf-checkpoint", hf, "--rollout-batch-size", "4", "--n-samples-per-prompt", "2", "--num-rollout", "2",
+            "--colocate"]
+    with pytest.raises(ConfigError, match=r"--hf-checkpoint .*fp8 is a quantized checkpoint \(config.json "
+                                          r"quantization_config: quant_method: fp8, fmt: e4m3, weight_block_size: "
+                                          r"\[128, 128\]\).*use the BF16 checkpoint"):
+        refuse_at_launch(argv)
+    refuse_at_launch(["--hf-checkpoint", write_hf_dir(tmp_path / "bf16"), *argv[2:]])  # unquantized: runs
+    assert json.load(open(tmp_path / "bf16" / "config.json")).get("quantization_config") is None
