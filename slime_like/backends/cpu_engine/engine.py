@@ -76,7 +76,7 @@ class CPUEngine:
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype, attn_implementation="sdpa")
         self.model.eval().requires_grad_(False)
         # the largest weight payload this engine maps (fixed at start: release_memory_occupation empties the params)
-        self.max_payload_bytes = model_bytes(self.model.named_parameters())
+        self.max_payload_bytes = model_bytes(t.numel() for t in self.model.state_dict().values())
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         cfg = self.model.config
         self.vocab_size = cfg.vocab_size

@@ -204,10 +204,10 @@ class _TensorOnlyUnpickler(pickle.Unpickler):
                              f"metadata; refusing {module}.{name}")
 
 
-def model_bytes(named_parameters) -> int:
-    """The bound of one payload: the model's parameter count x 4 bytes (a sender's fp32 copy of every weight;
-    buckets are smaller, and an fp32 trainer may push to a bf16 engine)."""
-    return 4 * sum(p.numel() for _, p in named_parameters)
+def model_bytes(numels) -> int:
+    """The bound of one payload from the numel of every weight the engine accepts (tied copies included): 4 bytes
+    each (a sender's fp32 copy; an fp32 trainer may push to a bf16 engine) plus the sender's 64-byte alignment."""
+    return sum(4 * int(n) + 64 for n in numels)
 
 
 def deserialize(data, max_bytes: int):

@@ -18,6 +18,7 @@ vLLM's own interpreter (bench/.venv-vllm), not ours.
 from __future__ import annotations
 
 import glob
+import math
 import os
 import time
 from datetime import timedelta
@@ -65,11 +66,7 @@ class SlimeWorkerExtension:
         """SGLang's ``serialized_named_tensors``: one shared-memory (CPU) or CUDA IPC (GPU) payload per TP rank."""
         from slime_like.backends.engine_api import tensor_serializer
 
-        limit = self.__dict__.get("_slime_payload_bytes")
-        if limit is None:  # fixed at the first push (a sleeping engine's params may be empty later)
-            limit = self.__dict__["_slime_payload_bytes"] = tensor_serializer.model_bytes(
-                self.model_runner.get_model().named_parameters())
-        payload = tensor_serializer.deserialize(serialized[_tp_rank(self)], limit)
+        payload = tensor_serializer.deserialize(serialized[_tp_rank(self)], _checkpoint_names(self)["payload_bytes"])
         if load_format == "flattened_bucket":
             named = _unflatten(payload)
         elif load_format in (None, "", "direct"):
@@ -169,13 +166,20 @@ def _checkpoint_names(worker) -> dict:
     if path not in cache:
         from safetensors import safe_open
 
-        names = set()
+        from slime_like.backends.engine_api import tensor_serializer
+
+        numels = {}
         for f in sorted(glob.glob(os.path.join(path, "*.safetensors"))):
             with safe_open(f, framework="pt") as st:
-                names.update(st.keys())
+                numels.update((k, math.prod(st.get_slice(k).get_shape())) for k in st.keys())
+        names = set(numels)
         tied = bool(getattr(worker.vllm_config.model_config.hf_config, "tie_word_embeddings", False))
-        names_all = names | ({"lm_head.weight"} if tied else set())   # a trainer may send the tied head
-        cache[path] = {"all": names_all, "required": names - {"lm_head.weight"} if tied else names}
+        if tied and "lm_head.weight" not in numels:   # a trainer may send the tied head
+            numels["lm_head.weight"] = numels.get("model.embed_tokens.weight", 0)
+        cache[path] = {"all": set(numels), "required": names - {"lm_head.weight"} if tied else names,
+                       # the payload bound, from the checkpoint: vLLM's own parameters are repacked (on CPU nearly
+                       # empty), so they cannot say how big a push may be
+                       "payload_bytes": tensor_serializer.model_bytes(numels.values())}
     return cache[path]
 
 
