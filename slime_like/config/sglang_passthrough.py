@@ -10,7 +10,8 @@ Two modes, chosen when the parser is built:
   each value is read as int, then float, else kept as a string; several values make a list.
 
 Either way the result is `args.sglang_server_args = {name: value}` holding only what the user set (on the
-CLI, or in `--sglang-config FILE`, a YAML/JSON mapping of ServerArgs fields; the CLI wins), plus one
+CLI, or in `--sglang-config FILE`, a YAML/JSON mapping of ServerArgs fields, or slime's engine-layout file:
+sglang_layout.py; the CLI wins), plus one
 attribute `args.sglang_<name>` per entry. The launcher passes exactly `sglang_server_args` to the server.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ import importlib.util
 import os
 
 from slime_like.config.errors import ConfigError, did_you_mean
+from slime_like.config.sglang_layout import apply_slime_layout, is_slime_layout
 from slime_like.config.yaml_mapping import load_yaml_mapping
 
 PREFIX = "--sglang-"
@@ -148,7 +150,7 @@ def _coerce(text: str):
 
 def collect(args, parser, generated_fields, generic_values: dict) -> None:
     """Fill args.sglang_server_args (user-set passthrough values) and the sglang_<name> attributes."""
-    from_file = _load_sglang_config(args.sglang_config, generated_fields) if args.sglang_config else {}
+    from_file = _load_sglang_config(args, parser, generated_fields) if args.sglang_config else {}
     chosen = dict(from_file)
     if generated_fields:
         for name in generated_fields:
@@ -163,9 +165,13 @@ def collect(args, parser, generated_fields, generic_values: dict) -> None:
     args.sglang_passthrough_mode = "generated" if generated_fields else "generic"
 
 
-def _load_sglang_config(path: str, generated_fields) -> dict:
+def _load_sglang_config(args, parser, generated_fields) -> dict:
+    """A flat mapping of ServerArgs fields, or slime's engine-layout file (`sglang:` list, sglang_layout.py)."""
+    path = args.sglang_config
     data = load_yaml_mapping("--sglang-config", path, "SGLang ServerArgs fields")
     _refuse_framework_config(path, data)
+    if is_slime_layout(data):
+        data = apply_slime_layout(args, parser, path, data)  # the layout set on args; its groups' overrides here
     out = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")

@@ -89,3 +89,48 @@ def test_generated_from_server_args(base, stub_sglang):
         parse(base + ["--sglang-tp-size", "2"])
     # A run that cannot use SGLang never imports it: generic mode.
     assert parse(base + ["--rollout-engine", "cpu", "--sglang-foo", "1"]).sglang_passthrough_mode == "generic"
+
+
+def test_slime_engine_layout_file(base, tmp_path):
+    """slime's --sglang-config engine layout (sglang: [{name, server_groups: [...]}]): its regular groups become
+    the engines (GPUs summed, engine size, shared overrides as server settings); what is not built is refused by
+    the key that asks for it, instead of a bogus --sglang-sglang server argument."""
+    import yaml
+
+    def layout(*groups, **model):
+        cfg = tmp_path / f"layout{len(list(tmp_path.iterdir()))}.yaml"
+        cfg.write_text(yaml.safe_dump({"sglang": [{"name": "actor", **model, "server_groups": list(groups)}]}))
+        return str(cfg)
+
+    disagg = [a for a in base if a != "--colocate"]  # engines on GPUs of their own
+    args = parse(disagg + ["--sglang-config", layout(
+        {"worker_type": "regular", "num_gpus": 2, "num_gpus_per_engine": 2, "overrides": {"mem_fraction_static": 0.6}},
+        {"worker_type": "regular", "num_gpus": 4, "num_gpus_per_engine": 2, "overrides": {"mem_fraction_static": 0.6}}),
+        "--num-gpus-per-node", "8"])
+    assert (args.rollout_num_gpus, args.rollout_num_gpus_per_engine) == (6, 2)
+    assert args.sglang_server_args == {"mem_fraction_static": 0.6} and "sglang" not in args.sglang_server_args
+    colocated = parse(base + ["--sglang-config", layout({"worker_type": "regular", "num_gpus": 2})])
+    assert colocated.rollout_num_gpus_per_engine == 1
+    refused = {
+        r"server_groups\[0\].worker_type: prefill: prefill / decode disaggregation is not built":
+            layout({"worker_type": "prefill", "num_gpus": 1}, {"worker_type": "decode", "num_gpus": 1}),
+        r"server_groups\[0\].worker_type: placeholder: GPU slots reserved without engines are not built":
+            layout({"worker_type": "placeholder", "num_gpus": 2}),
+        "engines of \\[1, 2\\] GPUs; the engines here are all one size":
+            layout({"worker_type": "regular", "num_gpus": 2, "num_gpus_per_engine": 1},
+                   {"worker_type": "regular", "num_gpus": 2, "num_gpus_per_engine": 2}),
+        "server_groups hold 4 GPUs, but --colocate puts the engines on the actor's 2":
+            layout({"worker_type": "regular", "num_gpus": 4}),
+        "sglang\\[0\\].update_weights: false":
+            layout({"worker_type": "regular", "num_gpus": 2}, update_weights=False),
+    }
+    for message, path in refused.items():
+        with pytest.raises(ConfigError, match=message):
+            parse(base + ["--sglang-config", path])
+    two = tmp_path / "two.yaml"
+    two.write_text(yaml.safe_dump({"sglang": [{"name": "actor", "server_groups": [{"worker_type": "regular",
+                                                                                   "num_gpus": 2}]},
+                                              {"name": "ref", "update_weights": False,
+                                               "server_groups": [{"worker_type": "regular", "num_gpus": 2}]}]}))
+    with pytest.raises(ConfigError, match=r"sglang: 2 models \(actor, ref\); one is served here"):
+        parse(base + ["--sglang-config", str(two)])
