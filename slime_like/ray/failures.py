@@ -116,6 +116,7 @@ def report_actor_failure(exc: BaseException, run_dir: str, prog: str) -> str:
 
 
 _WORKER_DIED = "A worker died or was killed while executing a task"
+_diverted_to = {"run_dir": None}  # the current run's: one driver process may run several (tests, notebooks)
 
 
 def divert_worker_death_notices(run_dir: str) -> None:
@@ -123,6 +124,7 @@ def divert_worker_death_notices(run_dir: str) -> None:
     the error the driver then reports; write those to RUN_DIR/error.log instead. Other raylet messages print."""
     import ray._private.worker as ray_worker
 
+    _diverted_to["run_dir"] = run_dir
     printer = ray_worker.print_to_stdstream
     if getattr(printer, "diverts_worker_deaths", False):
         return
@@ -130,6 +132,7 @@ def divert_worker_death_notices(run_dir: str) -> None:
     def print_or_divert(data, ignore_prefix):
         lines = data.get("lines") or []
         if data.get("pid") == "raylet" and any(_WORKER_DIED in str(line) for line in lines):
+            run_dir = _diverted_to["run_dir"]
             os.makedirs(run_dir, exist_ok=True)
             with open(os.path.join(run_dir, "error.log"), "a") as f:
                 f.write("".join(f"(raylet) {line}\n" for line in lines))

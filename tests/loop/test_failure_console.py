@@ -35,3 +35,23 @@ def test_a_trainer_rank_killed_mid_run_is_one_block_naming_it(tiny_ckpt, toy_pro
         assert noise not in out, (noise, out[-3000:])
     text = log.read_text()
     assert "ActorDiedError" in text and "Traceback (most recent call last)" in text
+
+
+def test_raylet_death_notices_go_to_the_current_runs_log(tmp_path, monkeypatch, capsys):
+    """Ray's driver-side printer, wrapped once per process: each run's notices go to its own error.log (a driver
+    may run several runs, as the tests do), any other raylet message still prints."""
+    import ray._private.worker as ray_worker
+
+    from slime_like.ray.failures import divert_worker_death_notices
+
+    monkeypatch.setattr(ray_worker, "print_to_stdstream", ray_worker.print_to_stdstream)  # restored afterwards
+    divert_worker_death_notices(str(tmp_path / "first"))
+    divert_worker_death_notices(str(tmp_path / "second"))
+    death = "A worker died or was killed while executing a task by an unexpected system error. Worker PID: 7"
+    ray_worker.print_to_stdstream({"lines": [death], "pid": "raylet", "is_err": False}, ignore_prefix=False)
+    ray_worker.print_to_stdstream({"lines": ["the node is low on disk"], "pid": "raylet", "is_err": False},
+                                  ignore_prefix=False)
+    printed = capsys.readouterr().out
+    assert "low on disk" in printed and "A worker died" not in printed
+    assert (tmp_path / "second" / "error.log").read_text() == f"(raylet) {death}\n"
+    assert not (tmp_path / "first").exists()
