@@ -166,4 +166,6 @@ def translation_lines(t) -> list:
         for role, values in t.roles.items():
             out.append(f"      - role: {role}")
             out.append("        overrides: {" + ", ".join(f"{k}: {_fmt(v)}" for k, v in values.items()) + "}")
-    return out
+    from slime_like.config.frontends.defaults import defaults_lines
+
+    return out + defaults_lines(t)

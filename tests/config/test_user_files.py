@@ -99,9 +99,14 @@ def test_both_files_under_omegaconf(user, version):
         assert out.returncode == 0, out.stderr[-3000:]
         assert out.stdout.splitlines()[0].startswith(f"omegaconf {version}.")
         assert "== slime_like dry run: configuration valid ==" in out.stdout
+        assert "'s defaults for keys the file leaves out --" in out.stdout  # the dry run's own section
         assert "take RLinf's defaults" in out.stderr or "take ROLL's defaults" in out.stderr
         if argv[1] == RLINF:
             assert "--rollout-max-response-len 27648" in out.stdout  # 28672 - 1024, resolved by the resolver
+            assert "    actor.model.context_parallel_size = 1    [--context-parallel-size]" in out.stdout
+            assert "    runner.output_dir: ../results -> " in out.stdout
+        else:
+            assert "    max_steps = 500    [--num-rollout]" in out.stdout
 
 
 def test_three_independent_mistakes_in_one_dry_run(user):

@@ -96,3 +96,18 @@ def defaults_note(t) -> str | None:
         shown = [f"{k} {p} -> {r}" for k, p, r in t.paths]
         parts.append(f"relative paths resolve against the working directory {os.getcwd()}: {'; '.join(shown)}")
     return f"{t.path}: " + "; ".join(parts) if parts else None
+
+
+def defaults_lines(t) -> list:
+    """--dry-run's sections: the framework's defaults applied for keys the file leaves out (with the flag each
+    became), and the relative paths with the directory they resolved against."""
+    out = []
+    if t.defaults:
+        flags = {key.split(" (")[0]: flag for flag, key in t.origin.items()}
+        out.append(f"\n-- {t.framework}'s defaults for keys the file leaves out --")
+        out += [f"    {key} = {value}" + (f"    [{flags[key]}]" if key in flags else "    (read by the translation)")
+                for key, value in t.defaults]
+    if t.paths:
+        out.append(f"\n-- relative paths of the file, resolved against the working directory {os.getcwd()} --")
+        out += [f"    {key}: {path} -> {resolved}" for key, path, resolved in t.paths]
+    return out
