@@ -62,6 +62,18 @@ def test_garbage_metadata_json_of_a_checkpoint_without_a_record_names_the_file(t
     assert "iter_0000001/metadata.json: not readable as JSON" in caplog.text
 
 
+def test_the_fsdp_layout_is_checked_the_same_way(tmp_path, caplog):
+    """The FSDP trainer's iterations hold fsdp_meta.json and DCP's .metadata, no metadata.json."""
+    actor = _role(tmp_path / "a", 0, 1, record=False)
+    for it in (0, 1):
+        d = tmp_path / "a" / f"iter_{it:07d}"
+        (d / "metadata.json").rename(d / "fsdp_meta.json")
+    assert resume_iteration(actor, None) == 1
+    (tmp_path / "a" / "iter_0000001" / "fsdp_meta.json").write_bytes(GARBAGE)
+    assert resume_iteration(actor, None) == 0
+    assert "iter_0000001/fsdp_meta.json: not readable as JSON" in caplog.text
+
+
 def test_an_unreadable_run_marker_is_named_and_the_roles_decide(tmp_path, caplog):
     actor = _role(tmp_path / "a", 0, 1)
     (tmp_path / "a" / "latest_run_iteration.json").write_bytes(GARBAGE)
