@@ -14,7 +14,8 @@ Layout rules
   multi-node SGLang engines, GPUs per engine a multiple of GPUs per node; refused at launch here).
 * --debug-rollout-only: engines only; --debug-train-only / external engines: trainers only.
 * explicit (--placement, or the placement of an RLinf / ROLL --config): each component on exactly its GPU ids
-  (validated in config/placement_spec.py); colocated when the engines sit on the actor's exact set.
+  (parsed and checked in config/placement_spec.py, the counts derived in config/cluster.py); colocated when the
+  engines sit on the actor's exact set; a reference placed apart is its own worker (Plan.reference).
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ class Plan:
     num_nodes: int
     gpus_per_node: int
     colocate: bool
-    engine_kind: str                                     # "sglang" or "cpu"
+    engine_kind: str                                     # the resolved --rollout-engine (slime_like/registry.py)
     actor: list = field(default_factory=list)            # list[Slot], one per actor rank
     critic: list = field(default_factory=list)           # list[Slot], one per critic rank
     engines: list = field(default_factory=list)          # list[list[Slot]], one list per engine

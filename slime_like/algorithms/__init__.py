@@ -27,6 +27,7 @@ from .registry import (
     get_estimator,
     register_estimator,
     unknown_choice_error,
+    unregister_estimator,
 )
 
 __all__ = [
@@ -44,6 +45,6 @@ __all__ = [
     "AGGREGATION_MODES",
     "step_token_weights", "importance_ratio_exceeds",
     # registries
-    "EstimatorSpec", "register_estimator", "get_estimator", "estimator_names", "UnknownChoiceError",
-    "unknown_choice_error",
+    "EstimatorSpec", "register_estimator", "unregister_estimator", "get_estimator", "estimator_names",
+    "UnknownChoiceError", "unknown_choice_error",
 ]

@@ -1,4 +1,5 @@
-"""The built-in `--advantage-estimator`s, each registered as one spec (registry.EstimatorSpec).
+"""The built-in `--advantage-estimator`s, each registered as one spec (registry.EstimatorSpec); their traits
+(critic, reward-side KL, whitening, the policy loss kind) are their entries in slime_like/registry.py.
 
 The rollout side applies the estimator's *group* step to the rewards (`spec.group_step`: GRPO / GSPO
 normalise within the prompt's group, REINFORCE++-baseline subtracts the group mean, PPO / REINFORCE++ keep
@@ -96,9 +97,9 @@ def _token_rewards(valid, r, kl_term, zero):
 
 
 # ------------------------------------------------------------------ token steps (trainer side)
-@register_estimator("cispo", group_step=group_normalized_rewards, normalizes_group_std=True, policy_loss_kind="cispo")
-@register_estimator("gspo", group_step=group_normalized_rewards, normalizes_group_std=True, policy_loss_kind="gspo")
-@register_estimator("grpo", group_step=group_normalized_rewards, normalizes_group_std=True)
+@register_estimator("cispo", group_step=group_normalized_rewards)
+@register_estimator("gspo", group_step=group_normalized_rewards)
+@register_estimator("grpo", group_step=group_normalized_rewards)
 def outcome_broadcast_estimator(*, rewards, mask, values=None, kl=None, kl_coef=0.0, gamma=1.0, lam=1.0,
                                 whiten=True):
     """grpo / gspo / cispo: the sample's (group-normalised) reward on each of its valid tokens; returns = advantages.
@@ -110,8 +111,7 @@ def outcome_broadcast_estimator(*, rewards, mask, values=None, kl=None, kl_coef=
     return adv, adv.clone()
 
 
-@register_estimator("reinforce_plus_plus_baseline", group_step=group_mean_subtracted_rewards, uses_reward_kl=True,
-                    needs_normalize_advantages=True)
+@register_estimator("reinforce_plus_plus_baseline", group_step=group_mean_subtracted_rewards)
 def reinforce_plus_plus_baseline_estimator(*, rewards, mask, values=None, kl=None, kl_coef=0.0, gamma=1.0,
                                            lam=1.0, whiten=True):
     """reinforce_plus_plus_baseline: A_t = (r - group mean) - kl_coef * kl_t on valid tokens; returns = A."""
@@ -120,8 +120,7 @@ def reinforce_plus_plus_baseline_estimator(*, rewards, mask, values=None, kl=Non
     return adv, adv.clone()
 
 
-@register_estimator("reinforce_plus_plus", group_step=raw_rewards, uses_reward_kl=True, whitens_returns=True,
-                    needs_normalize_advantages=True)
+@register_estimator("reinforce_plus_plus", group_step=raw_rewards)
 def reinforce_plus_plus_estimator(*, rewards, mask, values=None, kl=None, kl_coef=0.0, gamma=1.0, lam=1.0,
                                   whiten=True):
     """reinforce_plus_plus: discounted returns of the KL-shaped token rewards; A = whitened returns."""
@@ -131,7 +130,7 @@ def reinforce_plus_plus_estimator(*, rewards, mask, values=None, kl=None, kl_coe
     return adv, returns
 
 
-@register_estimator("ppo", group_step=raw_rewards, uses_reward_kl=True, needs_critic=True)
+@register_estimator("ppo", group_step=raw_rewards)
 def ppo_gae_estimator(*, rewards, mask, values=None, kl=None, kl_coef=0.0, gamma=1.0, lam=1.0, whiten=True):
     """ppo: GAE of the KL-shaped token rewards against the critic's values (no whitening here)."""
     if values is None:

@@ -6,15 +6,15 @@ Every method that runs collectives must be called on every rank of the role's gr
 per-sample lists (`rollout/batch.py` builds them); per-token outputs are 1-D float32 CPU tensors over each
 response, in batch order, identical on every rank of one model replica.
 
-A new backend implements `TrainerBackend` and registers its class under its flag value (`register_backend`,
-or an entry of `_BUILTIN`, imported lazily so `--dry-run` stays free of torch).
+A new backend implements `TrainerBackend` and registers its class under its flag value (`register_backend`, or
+an entry of slime_like/registry.py's TRAINER_BACKENDS, imported lazily so `--dry-run` stays free of torch).
 """
 from __future__ import annotations
 
-import importlib
 from typing import Iterator, Protocol, runtime_checkable
 
 from slime_like.config.role_overrides import ROLES
+from slime_like.registry import TRAINER_BACKENDS
 
 # Roles a backend runs: the YAML overlay roles, plus "reference", a frozen forward-only copy placed on GPUs of its
 # own (--placement reference:...); its compute_log_probs returns {"ref_log_probs": ...} and nothing else is called
@@ -62,31 +62,24 @@ class TrainerBackend(Protocol):
         """Inverse of offload()."""
 
 
-# flag value -> "module:Class" whose constructor takes (args, role=, rank=, world_size=, master_addr=, master_port=)
-_BUILTIN = {"megatron": "slime_like.backends.megatron.trainer:MegatronTrainer",
-            "fsdp": "slime_like.backends.fsdp.trainer:FSDPTrainer"}
-_REGISTRY: dict[str, str | type] = dict(_BUILTIN)
+# --train-backend value -> "module:Class" whose constructor takes (args, role=, rank=, world_size=, master_addr=,
+# master_port=): slime_like/registry.py's TRAINER_BACKENDS, the table the parser's choices come from.
 
 
-def register_backend(name: str, target: str | type) -> None:
-    """Add a trainer backend under its `--train-backend` value (a class or a lazy "module:Class" path)."""
-    if name in _REGISTRY and _REGISTRY[name] != target:
-        raise ValueError(f"trainer backend {name!r} is already registered ({_REGISTRY[name]})")
-    _REGISTRY[name] = target
+def register_backend(name: str, target: str | type, **entry) -> None:
+    """Add a trainer backend under its `--train-backend` value (a class or a lazy "module:Class" path); `entry`:
+    capabilities, flag_group, add_flags, validator (slime_like/registry.py). It is a valid choice from then on."""
+    TRAINER_BACKENDS.register(name, target, **entry)
 
 
 def backend_names() -> list[str]:
-    return sorted(_REGISTRY)
+    return sorted(TRAINER_BACKENDS.names())
 
 
 def backend_class(name: str) -> type:
-    if name not in _REGISTRY:
+    if name not in TRAINER_BACKENDS:
         raise ValueError(f"unknown --train-backend {name!r}; registered: {backend_names()}")
-    target = _REGISTRY[name]
-    if isinstance(target, str):
-        module, _, cls = target.partition(":")
-        target = getattr(importlib.import_module(module), cls)
-    return target
+    return TRAINER_BACKENDS.load(name)
 
 
 def build(args, *, role: str, rank: int, world_size: int, master_addr: str, master_port: int) -> TrainerBackend:

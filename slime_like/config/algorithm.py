@@ -4,47 +4,26 @@ distillation.py; rewards: rewards.py."""
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
-
 from slime_like.config.errors import ConfigError
+from slime_like.registry import ADVANTAGE_ESTIMATORS, TRAINER_BACKENDS
 
 
-class EstimatorTraits(NamedTuple):
-    """What validation needs to know of an --advantage-estimator (the full spec lives in algorithms/)."""
-    needs_critic: bool = False
-    uses_reward_kl: bool = False
-    needs_normalize_advantages: bool = False
-    normalizes_group_std: bool = False
-    policy_loss_kind: str = "ppo"        # algorithms.losses.policy_loss's kind: ppo, gspo or cispo
-
-
-CLIPPED_WEIGHT_KIND = "cispo"   # the policy loss that clips a detached importance weight (its lower bound is optional)
-
-
-# The registered estimators (slime_like/algorithms/estimators.py), kept here as a light copy because config/
-# imports nothing else of ours (and stays torch-free); tests/algorithms/test_estimator_specs.py checks that it
-# matches the registry name for name and trait for trait. A new estimator adds its line here too.
-ESTIMATOR_TRAITS = {
-    "grpo": EstimatorTraits(normalizes_group_std=True),
-    "gspo": EstimatorTraits(normalizes_group_std=True, policy_loss_kind="gspo"),
-    "cispo": EstimatorTraits(normalizes_group_std=True, policy_loss_kind=CLIPPED_WEIGHT_KIND),
-    "reinforce_plus_plus": EstimatorTraits(uses_reward_kl=True, needs_normalize_advantages=True),
-    "reinforce_plus_plus_baseline": EstimatorTraits(uses_reward_kl=True, needs_normalize_advantages=True),
-    "ppo": EstimatorTraits(needs_critic=True, uses_reward_kl=True),
-}
-ADVANTAGE_ESTIMATORS = list(ESTIMATOR_TRAITS)
+# the policy loss that clips a detached importance weight (its lower bound is optional): a policy_loss_kind of
+# slime_like/registry.py's estimator entries (algorithms.losses.policy_loss)
+CLIPPED_WEIGHT_KIND = "cispo"
 
 
 def reference_needed(args) -> bool:
     """Whether anything reads a reference model: the KL loss, or --kl-coef with an estimator that folds KL
     into the reward (grpo / gspo ignore it: no reference model, no reference pass for it)."""
-    return bool(args.use_kl_loss or (args.kl_coef and ESTIMATOR_TRAITS[args.advantage_estimator].uses_reward_kl))
+    return bool(args.use_kl_loss or (args.kl_coef and ADVANTAGE_ESTIMATORS.has(args.advantage_estimator,
+                                                                                  "uses_reward_kl")))
 
 
 def add_algorithm_group(parser):
     g = parser.add_argument_group("algorithm (GRPO/PPO)", "Advantages, policy / value losses, KL, importance sampling")
     a = g.add_argument
-    a("--advantage-estimator", default="grpo", choices=ADVANTAGE_ESTIMATORS, help="Advantage estimator.")
+    a("--advantage-estimator", default="grpo", choices=ADVANTAGE_ESTIMATORS.choices(), help="Advantage estimator.")
     a("--loss-type", default="policy_loss", choices=["policy_loss", "sft_loss", "custom_loss"],
       help="policy_loss (PPO-clip), sft_loss, or custom_loss (--custom-loss-function-path).")
     a("--custom-loss-function-path", default=None, help="'module.function' for --loss-type custom_loss.")
@@ -111,16 +90,16 @@ def check_algorithm(args, report):
     if not args.compute_advantages_and_returns and args.loss_type == "policy_loss":
         raise ConfigError(f"--disable-compute-advantages-and-returns with --loss-type {args.loss_type}: the policy "
                           "loss needs advantages; it is for --loss-type sft_loss or custom_loss")
-    traits = ESTIMATOR_TRAITS[est]
-    critic_users = [name for name, t in ESTIMATOR_TRAITS.items() if t.needs_critic]
-    if args.use_critic and not traits.needs_critic:
+    trait = lambda name: ADVANTAGE_ESTIMATORS.has(est, name)  # noqa: E731 (the estimator's capabilities)
+    critic_users = ADVANTAGE_ESTIMATORS.with_capability("needs_critic")
+    if args.use_critic and not trait("needs_critic"):
         raise ConfigError(f"--use-critic with --advantage-estimator {est}: only {', '.join(critic_users)} use(s) "
                           f"critic values (GAE); use --advantage-estimator {critic_users[0]} or drop --use-critic")
-    if traits.needs_critic and not args.use_critic:
+    if trait("needs_critic") and not args.use_critic:
         args.use_critic = True  # slime: the ppo estimator always trains a critic
     if args.eps_clip_high is None:
         args.eps_clip_high = args.eps_clip
-    if traits.policy_loss_kind == CLIPPED_WEIGHT_KIND and args.eps_clip < 1.0:
+    if ADVANTAGE_ESTIMATORS.fact(est, "policy_loss_kind") == CLIPPED_WEIGHT_KIND and args.eps_clip < 1.0:
         report.warn(f"--advantage-estimator cispo with --eps-clip {args.eps_clip}: the lower bound "
                     f"{1.0 - args.eps_clip:g} of the importance weight stays active; canonical CISPO is single-sided "
                     "(--eps-clip 1.0, and a wide --eps-clip-high such as 4.0), as slime warns")
@@ -134,19 +113,19 @@ def check_algorithm(args, report):
     if args.kl_coef != 0 and args.kl_loss_coef != 0:
         raise ConfigError(f"--kl-coef {args.kl_coef} (KL in the reward) and --kl-loss-coef {args.kl_loss_coef} "
                           "(KL in the loss) are both set; use one of them")
-    if args.kl_coef != 0 and not traits.uses_reward_kl:
+    if args.kl_coef != 0 and not trait("uses_reward_kl"):
         report.warn(f"--kl-coef {args.kl_coef} has no effect with --advantage-estimator {est}: it ignores the "
                     "reward-side KL, so no reference model and no reference forward pass are run for it "
                     "(regularise with --use-kl-loss --kl-loss-coef instead)")
     # with LoRA (--train-backend fsdp) the reference is the base (--ref-load or --hf-checkpoint), adapters disabled
-    lora_reference = args.train_backend == "fsdp" and args.lora_rank
+    lora_reference = TRAINER_BACKENDS.has(args.train_backend, "supports_lora") and args.lora_rank
     if reference_needed(args) and not lora_reference:
         if not args.ref_load:
             which = "--use-kl-loss" if args.use_kl_loss else f"--kl-coef {args.kl_coef}"
             raise ConfigError(f"{which} needs a reference model: set --ref-load to its checkpoint")
         if not os.path.exists(args.ref_load):
             report.path_problem(f"--ref-load {args.ref_load}: no such file or directory (the KL reference model)")
-    if traits.needs_normalize_advantages and not args.normalize_advantages:
+    if trait("needs_normalize_advantages") and not args.normalize_advantages:
         raise ConfigError(f"--advantage-estimator {est} needs --normalize-advantages (REINFORCE++ whitens "
                           "advantages over the batch); add the flag")
     if args.loss_type == "custom_loss" and not args.custom_loss_function_path:
@@ -154,12 +133,13 @@ def check_algorithm(args, report):
     if args.use_rollout_logprobs and args.use_tis:
         raise ConfigError("--use-rollout-logprobs and --use-tis exclude each other: TIS corrects between rollout "
                           "and trainer log-probs, which --use-rollout-logprobs makes identical")
-    if args.n_samples_per_prompt == 1 and args.grpo_std_normalization and traits.normalizes_group_std:
+    if args.n_samples_per_prompt == 1 and args.grpo_std_normalization and trait("normalizes_group_std"):
         args.grpo_std_normalization = False  # slime: the std of a one-sample group is undefined
         report.warn("--n-samples-per-prompt 1: GRPO std normalisation turned off (a group of one has no std)")
     if args.num_critic_only_steps and not args.use_critic:
         raise ConfigError(f"--num-critic-only-steps {args.num_critic_only_steps} needs a critic "
                           "(--advantage-estimator ppo)")
+    ADVANTAGE_ESTIMATORS.run_validator(est, args, report)  # the estimator's own checks (registry.py)
 
 
 def check_loss_shaping(args):

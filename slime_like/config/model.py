@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from slime_like.config.errors import ConfigError
 from slime_like.config.types import moe_layer_freq
+from slime_like.registry import ROLLOUT_ENGINES, TRAINER_BACKENDS
 
 
 def add_model_group(parser):
@@ -145,15 +146,18 @@ def check_routing_replay(args) -> None:
                         "--use-rollout-routing-replay (replay the engine's)")
     if not args.num_experts:
         problems.append(f"{flags[0]} needs an MoE model (--num-experts, or an MoE --hf-checkpoint)")
-    if args.train_backend != "megatron":
+    if not TRAINER_BACKENDS.has(args.train_backend, "routing_replay"):
         problems.append(f"{flags[0]} with --train-backend {args.train_backend}: routing replay runs in the Megatron "
                         "trainer (megatron-core's RouterReplay)")
     if args.pipeline_model_parallel_size > 1 or args.sequence_parallel or args.recompute_granularity:
         problems.append(f"{flags[0]} with pipeline parallelism, --sequence-parallel or --recompute-granularity: the "
                         "replayed routing is laid out for whole sequences in one stage, forward passes only")
-    if args.use_rollout_routing_replay and args.rollout_engine == "vllm":
-        problems.append("--use-rollout-routing-replay with --rollout-engine vllm: vLLM does not return the routed "
-                        "experts (SGLang and the CPU engine do)")
+    engine = args.rollout_engine
+    if args.use_rollout_routing_replay and engine in ROLLOUT_ENGINES \
+            and not ROLLOUT_ENGINES.has(engine, "returns_routed_experts"):
+        having = " and ".join(map(ROLLOUT_ENGINES.display, ROLLOUT_ENGINES.with_capability("returns_routed_experts")))
+        problems.append(f"--use-rollout-routing-replay with --rollout-engine {engine}: "
+                        f"{ROLLOUT_ENGINES.display(engine)} does not return the routed experts ({having} do)")
     if problems:
         raise ConfigError("\n".join(problems))
 

@@ -16,6 +16,8 @@ from slime_like.config import (algorithm, checkpoint, cluster, custom_config, da
                                logging_debug, model, optimizer, rewards, rollout, sglang_passthrough, trainer_fsdp,
                                trainer_megatron, unimplemented, vllm_passthrough)
 from slime_like.config.errors import ConfigError, did_you_mean
+from slime_like.registry import ADVANTAGE_ESTIMATORS, ROLLOUT_ENGINES, TRAINER_BACKENDS, load
+from slime_like.registry import version as registry_version
 
 # slime's flags outside its core loop keep their own --help section (as slime's recipes and docs know them);
 # each concern module adds its own flags to it, in this order.
@@ -57,6 +59,10 @@ def build_parser(prog: str = "train.py", generated_sglang: bool = False, vllm_sp
     logging_debug.add_logging_group(p)
     logging_debug.add_debug_group(p)
     _add_slime_extras(p)
+    for table in (TRAINER_BACKENDS, ROLLOUT_ENGINES, ADVANTAGE_ESTIMATORS):  # a plugged-in entry's own flags
+        for entry in table.entries():
+            if entry.add_flags is not None:
+                load(entry.add_flags)(p)
     unimplemented.add_unsupported_group(p)
     fields = set()
     p.vllm_options = {}
@@ -86,8 +92,14 @@ def _add_slime_extras(p):
     logging_debug.add_profiling_flags(g)
 
 
-@functools.lru_cache(maxsize=1)
 def shared_parser():
+    """The plain parser, built once per state of slime_like/registry.py (a registration adds choices and may add
+    flags), so once per process in practice."""
+    return _shared_parser(registry_version())
+
+
+@functools.lru_cache(maxsize=1)
+def _shared_parser(version: int):
     """The plain parser (no SGLang / vLLM flags generated from an installed engine), built once per process.
 
     What parses a plain command line, and what the layers that read defaults, groups or option strings use (the

@@ -19,8 +19,8 @@ import argparse
 import copy
 
 from slime_like.config.errors import ConfigError, did_you_mean
-from slime_like.config.algorithm import ESTIMATOR_TRAITS
 from slime_like.config.safe_yaml import read_yaml
+from slime_like.registry import ADVANTAGE_ESTIMATORS
 
 ROLES = ("actor", "critic")
 ENTRY_FIELDS = ("name", "role", "overrides", "args")
@@ -61,7 +61,7 @@ def load_role_overrides(args, report, parser) -> None:
         args.megatron_role_overrides[role] = _converted_overrides(args, report, overrides, actions, where, role)
         args.megatron_role_entries[role] = i
     _check_topology(args, path)
-    if not (args.use_critic or ESTIMATOR_TRAITS[args.advantage_estimator].needs_critic):
+    if not (args.use_critic or ADVANTAGE_ESTIMATORS.has(args.advantage_estimator, "needs_critic")):
         report.warn(f"--megatron-config-path {path} is used without a critic (no --use-critic, estimator "
                     f"{args.advantage_estimator}); only the actor entry has an effect")
 

@@ -22,6 +22,7 @@ import os
 from slime_like.config.errors import ConfigError, did_you_mean
 from slime_like.config.sglang_layout import apply_slime_layout, is_slime_layout
 from slime_like.config.yaml_mapping import load_yaml_mapping
+from slime_like.registry import ROLLOUT_ENGINES
 
 PREFIX = "--sglang-"
 # ServerArgs fields the launcher owns (model, topology, ports): never user-settable through the passthrough.
@@ -39,10 +40,15 @@ def want_generated(argv) -> bool:
         return False
     if any(tok in _NO_SGLANG_IMPORT_FLAGS or tok.startswith("--load-debug-rollout-data=") for tok in argv):
         return False
-    for i, tok in enumerate(argv):
-        if tok == "--rollout-engine=cpu" or (tok == "--rollout-engine" and argv[i + 1:i + 2] == ["cpu"]):
-            return False
+    if any(ROLLOUT_ENGINES.has(engine, "embedded") for engine in named_engines(argv)):
+        return False  # our own server: SGLang's ServerArgs do not apply to it
     return importlib.util.find_spec("sglang") is not None
+
+
+def named_engines(argv) -> list:
+    """The --rollout-engine values an (unparsed) command line names."""
+    out = [tok.split("=", 1)[1] for tok in argv if tok.startswith("--rollout-engine=")]
+    return out + [argv[i + 1] for i, tok in enumerate(argv[:-1]) if tok == "--rollout-engine"]
 
 
 class _Prefixing:

@@ -33,6 +33,8 @@ import functools
 from slime_like.config.errors import ConfigError
 from slime_like.config.slime_paths import BUILT_SPECS, foreign
 from slime_like.config.unimplemented import SLIME_ONLY_FLAGS
+from slime_like.registry import TRAINER_BACKENDS
+from slime_like.registry import version as registry_version
 
 _MEGATRON = "the Megatron trainer does not implement it"
 _ARCH = "the Megatron trainer builds the model without it, so the weights would be used wrongly"
@@ -230,7 +232,7 @@ APPLIES_WHEN = {
     and not (a.use_rope_scaling and v == a.rope_scaling_factor),
     "mscale": lambda a, v: not a.multi_latent_attention,
     "mscale_all_dim": lambda a, v: not a.multi_latent_attention,
-    "save_hf": lambda a, v: a.train_backend != "fsdp",
+    "save_hf": lambda a, v: not TRAINER_BACKENDS.has(a.train_backend, "saves_hf"),
     "spec": lambda a, v: tuple(v) not in BUILT_SPECS,
     "add_position_embedding": lambda a, v: a.position_embedding_type == "learned_absolute"
     and not a.use_rotary_position_embeddings,
@@ -242,9 +244,13 @@ _ABSENT = object()
 
 
 
-@functools.lru_cache(maxsize=1)
 def _flag_info() -> dict:
     """dest -> (option string users type, parser default, is a boolean switch, argparse group title)."""
+    return _flag_info_at(registry_version())
+
+
+@functools.lru_cache(maxsize=1)
+def _flag_info_at(version: int) -> dict:
     import argparse
 
     from slime_like.config.parser import defaults_of, group_of, shared_parser  # late: built on first use

@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import os
 
+from slime_like.config.checkpoint import is_megatron_checkpoint
 from slime_like.config.cluster import cuda_visible
 from slime_like.config.errors import ConfigError
+from slime_like.registry import TRAINER_BACKENDS
 
 SHARDING = ("full_shard", "shard_grad_op", "hybrid_shard", "no_shard")
 DTYPES = ("fp32", "bf16", "fp16")
@@ -70,26 +72,19 @@ def add_fsdp_group(parser):
     return parser
 
 
-def validate_fsdp(args, report) -> None:
-    """Backend-specific input checks, before Ray starts."""
-    if args.train_backend == "fsdp":
-        _fsdp_only(args, report)
-    else:
-        for dest, flag in (("load", "--load"), ("ref_load", "--ref-load"), ("critic_load", "--critic-load")):
-            path = getattr(args, dest, None)
-            if path and _is_fsdp_checkpoint(path):
-                raise ConfigError(f"{flag} {path} is a --train-backend fsdp (DCP) checkpoint; the Megatron trainer "
-                                  "reads torch_dist and HF directories: add --train-backend fsdp, or export HF "
-                                  "weights with --save-hf and load those")
-    if args.train_backend != "fsdp" and args.lora_rank:
-        raise ConfigError(f"--lora-rank {args.lora_rank} needs --train-backend fsdp: the Megatron trainer has no "
-                          "LoRA (its fused layers and distributed optimizer are not wired for adapters); use "
-                          "--train-backend fsdp --hf-checkpoint DIR, or drop --lora-rank")
+def check_lora(args, report) -> None:
+    """The LoRA flags, after the trainer backend's own checks (registry validators, validate.py)."""
+    backend, lora = args.train_backend, " or ".join(TRAINER_BACKENDS.with_capability("supports_lora"))
+    if not TRAINER_BACKENDS.has(backend, "supports_lora") and args.lora_rank:
+        why = TRAINER_BACKENDS.fact(backend, "why_no_lora")
+        raise ConfigError(f"--lora-rank {args.lora_rank} needs --train-backend {lora}: "
+                          f"{TRAINER_BACKENDS.display(backend)} has no LoRA{f' ({why})' if why else ''}; use "
+                          f"--train-backend {lora} --hf-checkpoint DIR, or drop --lora-rank")
     if args.lora_rank < 0:
         raise ConfigError(f"--lora-rank {args.lora_rank} must be >= 0 (0 = no LoRA)")
     if not 0.0 <= args.lora_dropout < 1.0:
         raise ConfigError(f"--lora-dropout {args.lora_dropout} must be in [0, 1)")
-    if args.lora_rank and args.train_backend == "fsdp":
+    if args.lora_rank and TRAINER_BACKENDS.has(backend, "supports_lora"):
         _check_lora_targets(args)
     if args.lora_save_merged and not args.lora_rank:
         raise ConfigError("--lora-save-merged needs --lora-rank > 0 (without LoRA --save-hf writes the full model)")
@@ -103,7 +98,9 @@ MEGATRON_HOOKS = ("custom_megatron_init_path", "custom_megatron_before_log_prob_
                   "custom_loss_function_path", "custom_pg_loss_reducer_function_path")
 
 
-def _fsdp_only(args, report):
+def check_fsdp_backend(args, report):
+    """--train-backend fsdp's own checks (its registry validator): Megatron-only hooks, parallelism, checkpoints
+    and performance flags."""
     for dest in MEGATRON_HOOKS:
         if getattr(args, dest, None):
             flag = "--" + dest.replace("_", "-")
@@ -146,7 +143,7 @@ def _fsdp_weight_sources(args):
     """--ref-load / --load / --opd-teacher-load must be HF directories (or, --load, the FSDP trainer's DCP)."""
     for dest, flag in (("ref_load", "--ref-load"), ("load", "--load"), ("opd_teacher_load", "--opd-teacher-load")):
         path = getattr(args, dest, None)
-        if path and _is_megatron_checkpoint(path):
+        if path and is_megatron_checkpoint(path):
             raise ConfigError(f"{flag} {path} is a Megatron torch_dist checkpoint; --train-backend fsdp reads HF "
                               f"directories and its own DCP checkpoints: convert it with python "
                               f"tools/convert_megatron_to_hf.py --load {path} --save-hf DIR and pass {flag} DIR")
@@ -161,18 +158,6 @@ def _fsdp_weight_sources(args):
         raise ConfigError(f"--opd-teacher-ckpt-step {args.opd_teacher_ckpt_step} picks an iteration of a torch_dist "
                           "teacher; --train-backend fsdp loads the teacher from an HF directory (--opd-teacher-load "
                           "DIR): drop the flag")
-
-
-def _is_megatron_checkpoint(path) -> bool:
-    """A torch_dist directory: Megatron's iteration marker and a `common.pt` in the iteration it names (the
-    FSDP trainer's DCP checkpoints use the same marker but have no common.pt)."""
-    tracker = os.path.join(path, "latest_checkpointed_iteration.txt")
-    if not os.path.isfile(tracker):
-        return os.path.isfile(os.path.join(path, "common.pt"))  # an iter_* directory passed directly
-    text = open(tracker).read().strip()
-    if text == "release":  # Megatron-LM's weights-only checkpoint lives in release/
-        return os.path.isfile(os.path.join(path, "release", "common.pt"))
-    return text.isdigit() and os.path.isfile(os.path.join(path, f"iter_{int(text):07d}", "common.pt"))
 
 
 def _check_lora_targets(args):
@@ -197,12 +182,3 @@ def _check_lora_targets(args):
     if missing:
         raise ConfigError(f"--lora-target-modules {' '.join(missing)}: {args.hf_checkpoint} has no such linear "
                           f"module; its linear modules are: {' '.join(names)} (or use all-linear)")
-
-
-def _is_fsdp_checkpoint(path) -> bool:
-    """A checkpoint root written by the FSDP trainer: its published iteration holds fsdp_meta.json."""
-    tracker = os.path.join(path, "latest_checkpointed_iteration.txt")
-    if not os.path.isfile(tracker):
-        return False
-    text = open(tracker).read().strip()
-    return text.isdigit() and os.path.isfile(os.path.join(path, f"iter_{int(text):07d}", "fsdp_meta.json"))

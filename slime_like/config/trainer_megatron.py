@@ -5,8 +5,10 @@ and says which Megatron-only ones change nothing for it (trainer_fsdp.py).
 """
 from __future__ import annotations
 
+from slime_like.config.checkpoint import is_fsdp_checkpoint
 from slime_like.config.errors import ConfigError
 from slime_like.config.types import json_value
+from slime_like.registry import TRAINER_BACKENDS
 
 
 def add_perf_group(parser):
@@ -106,10 +108,22 @@ def add_kernel_flags(g):
     a("--qwen-gdn-backend", default="fla", choices=["fla", "flashqla"], help="Gated-delta-net kernel backend.")
 
 
+def check_megatron_backend(args, report):
+    """--train-backend megatron's own checks (its registry validator): checkpoints it cannot read."""
+    for dest, flag in (("load", "--load"), ("ref_load", "--ref-load"), ("critic_load", "--critic-load")):
+        path = getattr(args, dest, None)
+        if path and is_fsdp_checkpoint(path):
+            raise ConfigError(f"{flag} {path} is a --train-backend fsdp (DCP) checkpoint; the Megatron trainer "
+                              "reads torch_dist and HF directories: add --train-backend fsdp, or export HF "
+                              "weights with --save-hf and load those")
+
+
 def check_keep_old_actor(args, report):
-    if args.keep_old_actor and args.train_backend != "megatron":
-        report.refuse(f"--keep-old-actor with --train-backend {args.train_backend}: only the Megatron "
-                      "trainer keeps the pushed weights; use --train-backend megatron")
+    keepers = TRAINER_BACKENDS.with_capability("keeps_pushed_weights")
+    if args.keep_old_actor and not TRAINER_BACKENDS.has(args.train_backend, "keeps_pushed_weights"):
+        report.refuse(f"--keep-old-actor with --train-backend {args.train_backend}: only "
+                      f"{' / '.join(map(TRAINER_BACKENDS.display, keepers))} keeps the pushed weights; use "
+                      f"--train-backend {' or '.join(keepers)}")
     if args.keep_old_actor and args.use_rollout_logprobs:
         raise ConfigError("--keep-old-actor scores the old policy with the pushed weights, --use-rollout-logprobs "
                           "takes the engine's log-probs as the old policy instead: use one of them")
@@ -128,7 +142,7 @@ def check_precision(args, gpu_visible: bool):
         return
     if not args.fp16:
         args.bf16 = True
-    if args.train_backend == "megatron":
+    if TRAINER_BACKENDS.has(args.train_backend, "distributed_optimizer"):
         args.use_distributed_optimizer = True
 
 
@@ -142,9 +156,10 @@ def precision_line(args) -> str:
         why = "a GPU is visible: slime's default (bf16 unless --fp16)"
     else:
         why = "no GPU visible: fp32 unless --bf16 / --fp16"
-    if args.train_backend == "fsdp" and dtype != "fp32":
+    sharded = TRAINER_BACKENDS.has(args.train_backend, "fp32_sharded_params")
+    if sharded and dtype != "fp32":
         detail = f"{dtype} compute over fp32 sharded parameters (FSDP2 mixed precision)"
-    elif args.train_backend == "fsdp":
+    elif sharded:
         detail = "fp32"
     else:
         detail = dtype + (" parameters, fp32 main weights in the optimizer" if dtype != "fp32" else "") + \

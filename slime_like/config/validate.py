@@ -9,6 +9,7 @@ from __future__ import annotations
 from slime_like.config import (algorithm, checkpoint, cluster, data, distillation, engines, logging_debug, model,
                                optimizer, rewards, rollout, support, trainer_fsdp, trainer_megatron)
 from slime_like.config.hf_config import check_model_against_hf, fill_model_from_hf
+from slime_like.registry import TRAINER_BACKENDS
 
 
 def validate_args(args, report, raise_path_problems: bool = True) -> None:
@@ -35,7 +36,8 @@ def validate_args(args, report, raise_path_problems: bool = True) -> None:
     engines.check_weight_update_check(args, report)
     _rollout_and_eval(args, report)
     checkpoint.check_checkpoints(args, report)
-    trainer_fsdp.validate_fsdp(args, report)
+    TRAINER_BACKENDS.run_validator(args.train_backend, args, report)  # the backend's own checks (registry.py)
+    trainer_fsdp.check_lora(args, report)
     logging_debug.check_debug(args)
     trainer_megatron.check_precision(args, cluster.cuda_visible())
     fill_model_from_hf(args)

@@ -23,7 +23,9 @@ import os
 import sys
 
 from slime_like.config.errors import ConfigError, did_you_mean
+from slime_like.config.sglang_passthrough import named_engines
 from slime_like.config.yaml_mapping import load_yaml_mapping
+from slime_like.registry import ROLLOUT_ENGINES
 
 PREFIX = "--vllm-"
 SPEC_FILE = "slime_like_vllm_cli.json"
@@ -117,8 +119,8 @@ def want_generated(argv) -> bool:
     for --help) and does not pick another engine: a plain start parses with the one shared parser."""
     if not any(t.startswith(PREFIX) or t in ("-h", "--help") for t in argv):
         return False
-    return not any(t == "--rollout-engine=cpu" or (t == "--rollout-engine" and argv[i + 1:i + 2] in (["cpu"], ["sglang"]))
-                   for i, t in enumerate(argv))
+    return not any(engine in ROLLOUT_ENGINES and not ROLLOUT_ENGINES.has(engine, "vllm_server_args")
+                   for engine in named_engines(argv))
 
 
 def extract_generic(argv, known_options) -> tuple[list, dict]:

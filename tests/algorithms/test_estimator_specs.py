@@ -1,4 +1,4 @@
-"""Estimator specs: one registration per name, traits the config layer mirrors, a new estimator in a few lines."""
+"""Estimator specs: one registration per name, traits read from slime_like/registry.py, a new estimator in a few lines."""
 import ast
 import pathlib
 
@@ -7,16 +7,19 @@ import torch
 
 from slime_like import algorithms as alg
 from slime_like.algorithms import registry
-from slime_like.config.algorithm import ADVANTAGE_ESTIMATORS, ESTIMATOR_TRAITS
+from slime_like.registry import ADVANTAGE_ESTIMATORS
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def test_config_light_table_matches_the_registry():
-    assert sorted(ADVANTAGE_ESTIMATORS) == sorted(alg.estimator_names())
-    for name, traits in ESTIMATOR_TRAITS.items():
+def test_every_estimator_of_the_table_has_its_steps_and_reads_its_traits_there():
+    assert ADVANTAGE_ESTIMATORS.names() == alg.estimator_names()
+    for name in alg.estimator_names():
         spec = alg.get_estimator(name)
-        assert traits._asdict() == {k: getattr(spec, k) for k in traits._fields}, name
+        assert {t for t in registry.TRAITS if getattr(spec, t)} == set(ADVANTAGE_ESTIMATORS.get(name).capabilities)
+        assert spec.policy_loss_kind == ADVANTAGE_ESTIMATORS.fact(name, "policy_loss_kind")
+    with pytest.raises(ValueError, match="traits are slime_like/registry.py's entry"):
+        alg.register_estimator("ppo", group_step=alg.raw_rewards, needs_critic=False)
 
 
 def test_double_registration_is_refused():
@@ -40,12 +43,12 @@ def test_a_registered_estimator_is_all_it_takes():
         adv, _ = alg.compute_advantages_and_returns("test_signed_reward", rewards=[-1.0, 2.0], mask=torch.ones(2, 2))
         assert adv.tolist() == [[-1.0, -1.0], [1.0, 1.0]]
     finally:
-        registry._ESTIMATORS.pop("test_signed_reward")
+        alg.unregister_estimator("test_signed_reward")
 
 
 def test_no_estimator_name_is_compared_as_a_string_outside_algorithms():
     """Rollout, trainer, loss and config read the spec (or config's trait table), never `est == "ppo"`."""
-    names = set(ADVANTAGE_ESTIMATORS)
+    names = set(ADVANTAGE_ESTIMATORS.names())
     offenders = []
     for f in ROOT.glob("slime_like/**/*.py"):
         if "slime_like/algorithms/" in f.as_posix():

@@ -62,11 +62,11 @@ def test_a_start_builds_the_parser_once_and_the_plan_once(tmp_path, monkeypatch)
     real_build, real_plan = P.build_parser, A.build_plan
     monkeypatch.setattr(P, "build_parser", lambda *a, **k: builds.append(a) or real_build(*a, **k))
     monkeypatch.setattr(A, "build_plan", lambda args: plans.append(args) or real_plan(args))
-    P.shared_parser.cache_clear()  # as in a fresh process
+    P._shared_parser.cache_clear()  # as in a fresh process
     out = io.StringIO()
     with redirect_stdout(out):
         assert entry.launch(None, _placeholder_run(tmp_path), prog="train.py") == 0
-    P.shared_parser.cache_clear()  # the next test's parser is built without the counter
+    P._shared_parser.cache_clear()  # the next test's parser is built without the counter
     assert "configuration valid" in out.getvalue() and "placement" in out.getvalue().lower()
     assert len(builds) == 1, f"the parser was built {len(builds)} times in one start"
     assert len(plans) == 1, f"the plan was computed {len(plans)} times in one start"

@@ -1,12 +1,13 @@
-"""The import rule of DESIGN.md, checked on the source (ast, nothing executed): no cycle between our modules,
-and every import points down the data flow
+"""The import rule of docs/architecture.md, checked on the source (ast, nothing executed): no cycle between our
+modules, and every import points down the data flow
 
     __main__ -> cli -> demo/ -> loops/ (and the entry scripts) -> tools/ -> ray/ -> args.py -> rollout/
-    -> backends/ -> plan.py -> config/, algorithms/, sample.py, utils/
+    -> backends/ -> plan.py -> config/, algorithms/, sample.py, utils/ -> registry.py
 
 (args.py, the parse with its role views, is the drivers' business: rollout/ and backends/ get a Namespace.)
 
-with config/ and algorithms/ importing nothing else of ours. Imports inside functions count too: a lazy import
+with config/ and algorithms/ importing nothing else of ours but the ground-floor table registry.py (which imports
+nothing of ours). Imports inside functions count too: a lazy import
 hides a dependency from start-up time, not from the design.
 """
 import ast
@@ -17,8 +18,9 @@ PKG = ROOT / "slime_like"
 
 # higher may import lower (or its own layer's package); see the module docstring
 LAYER = {"__main__": 8, "cli": 7, "demo": 6.5, "loops": 6, "tools": 5.5, "ray": 5, "args": 4.5, "rollout": 4,
-         "backends": 3, "plan": 2, "config": 1, "algorithms": 1, "sample": 0, "utils": 0}
-SELF_CONTAINED = ("config", "algorithms")  # import nothing of ours outside themselves
+         "backends": 3, "plan": 2, "config": 1, "algorithms": 1, "sample": 0, "utils": 0, "registry": -1}
+SELF_CONTAINED = ("config", "algorithms", "registry")  # import nothing of ours outside themselves but GROUND
+GROUND = ("registry",)
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -114,9 +116,9 @@ def test_imports_follow_the_data_flow():
             there = _area(t)
             if there == area or there == "__init__":
                 continue
-            if area in SELF_CONTAINED or LAYER[there] >= LAYER[area]:
+            if (area in SELF_CONTAINED and there not in GROUND) or LAYER[there] >= LAYER[area]:
                 bad.append(f"{me} imports {t}")
-    assert bad == [], "imports against the data flow of DESIGN.md:\n" + "\n".join(bad)
+    assert bad == [], "imports against the data flow of docs/architecture.md:\n" + "\n".join(bad)
 
 
 def test_every_area_has_a_layer():

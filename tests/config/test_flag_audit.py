@@ -20,6 +20,7 @@ import yaml
 
 from cfg_helpers import parse, parse_report, refuse_at_launch
 from slime_like.config import engines, support
+from slime_like.registry import ROLLOUT_ENGINES
 from slime_like.config.errors import ConfigError
 from slime_like.config.parser import build_parser
 from slime_like.config.types import json_value
@@ -264,6 +265,6 @@ def test_cpu_engine_keys_agree_with_the_launcher(base):
     args = parse(base + ["--rollout-engine", "cpu", "--sglang-dtype", "bfloat16", "--sglang-max-running-requests", "3",
                          "--sglang-context-length", "512", "--sglang-mem-fraction-static", "0.7"])
     cmd = " ".join(build_cpu_engine_command(args, port=1))
-    for key in engines.CPU_ENGINE_SGLANG_KEYS:
+    for key in ROLLOUT_ENGINES.fact("cpu", "sglang_keys"):
         assert "--" + key.replace("_", "-") in cmd, key
     assert "mem-fraction" not in cmd

@@ -10,14 +10,15 @@ engine is two things:
   `resume_memory`, and the weight-update routes listed in `weight_update_routes`.
 
 A new engine subclasses `Engine`, lists the weight-update routes it serves, and registers itself under its
-flag value with `register_engine` (or an entry in `_BUILTIN` below, imported lazily so `--dry-run` stays free
-of torch and of every engine's package).
+flag value with `register_engine` (or an entry of slime_like/registry.py's ROLLOUT_ENGINES, imported lazily so
+`--dry-run` stays free of torch and of every engine's package).
 """
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from typing import ClassVar
+
+from slime_like.registry import ROLLOUT_ENGINES
 
 # SGLang's weight-update routes (what TrainerGroup's weight senders post to)
 FROM_TENSOR = "/update_weights_from_tensor"
@@ -32,9 +33,13 @@ class Engine(ABC):
     # seconds a fresh server may take to answer /health_generate (loading weights, compiling kernels)
     health_timeout_s: ClassVar[float] = 300.0
     weight_update_routes: ClassVar[frozenset] = frozenset({FROM_TENSOR, FROM_DISTRIBUTED, FROM_DISK})
-    # several engines of this kind sit behind a started sglang-router (as slime runs SGLang); otherwise the
-    # rollout client spreads requests over the engine URLs itself (rollout/engines.py)
-    uses_router: ClassVar[bool] = False
+
+    @property
+    def uses_router(self) -> bool:
+        """Several engines of this kind sit behind a started sglang-router (as slime runs SGLang); otherwise the
+        rollout client spreads requests over the engine URLs itself (rollout/engines.py). The registry's
+        capability, so the configuration layer's router checks and the driver agree."""
+        return ROLLOUT_ENGINES.has(self.name, "uses_router")
 
     @abstractmethod
     def launch_command(self, args, *, host: str, port: int, gpu_ids: list[int]) -> list[str]:
@@ -57,32 +62,22 @@ class Engine(ABC):
                              f"{sorted(self.weight_update_routes)}")
 
 
-# flag value -> "module:Class"; imported only when that engine is asked for
-_BUILTIN = {
-    "sglang": "slime_like.backends.sglang.engine:SGLangEngine",
-    "cpu": "slime_like.backends.cpu_engine.launch:CPUEngineServer",
-    "vllm": "slime_like.backends.vllm.engine:VLLMEngine",
-}
-_REGISTRY: dict[str, str | type] = dict(_BUILTIN)
+# --rollout-engine value -> "module:Class", imported only when that engine is asked for: slime_like/registry.py's
+# ROLLOUT_ENGINES, the table the parser's choices and the configuration layer's capability questions come from.
 
 
-def register_engine(name: str, target: str | type) -> None:
-    """Add an engine under its `--rollout-engine` value (a class or a lazy "module:Class" path)."""
-    if name in _REGISTRY and _REGISTRY[name] != target:
-        raise ValueError(f"rollout engine {name!r} is already registered ({_REGISTRY[name]})")
-    _REGISTRY[name] = target
+def register_engine(name: str, target: str | type, **entry) -> None:
+    """Add an engine under its `--rollout-engine` value (a class or a lazy "module:Class" path); `entry`:
+    capabilities, flag_group, add_flags, validator (slime_like/registry.py). It is a valid choice from then on."""
+    ROLLOUT_ENGINES.register(name, target, **entry)
 
 
 def engine_names() -> list[str]:
-    return sorted(_REGISTRY)
+    return sorted(ROLLOUT_ENGINES.names())
 
 
 def get_engine(name: str) -> Engine:
     """The engine registered under `name` (a resolved --rollout-engine value: not "auto")."""
-    if name not in _REGISTRY:
+    if name not in ROLLOUT_ENGINES:
         raise ValueError(f"unknown rollout engine {name!r}; registered: {engine_names()}")
-    target = _REGISTRY[name]
-    if isinstance(target, str):
-        module, _, cls = target.partition(":")
-        target = getattr(importlib.import_module(module), cls)
-    return target()
+    return ROLLOUT_ENGINES.load(name)()

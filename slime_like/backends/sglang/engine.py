@@ -18,7 +18,6 @@ from slime_like.backends.engine_api.launcher import sglang_server_args
 class SGLangEngine(Engine):
     name = "sglang"
     health_timeout_s = 900.0  # weights from disk, CUDA graphs: minutes for a large model
-    uses_router = True
 
     def launch_command(self, args, *, host: str, port: int, gpu_ids: list[int]) -> list[str]:
         return build_sglang_command(args, port=port, host=host, base_gpu_id=int(gpu_ids[0]), tp_size=len(gpu_ids))

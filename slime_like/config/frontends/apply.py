@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from slime_like.config.errors import ConfigError
-from slime_like.config.algorithm import ESTIMATOR_TRAITS
 from slime_like.config.role_overrides import _convert
+from slime_like.registry import ADVANTAGE_ESTIMATORS
 
 
 def apply_translation(args, report, parser, t) -> None:
@@ -21,7 +21,8 @@ def apply_translation(args, report, parser, t) -> None:
             merged[dest] = _convert(actions[dest], value, f"{t.path} ({role} {dest})")
         # --megatron-config-path, when also given, is the more specific file: its values win
         overlay[role] = {**merged, **overlay.get(role, {})}
-        if role == "critic" and not (args.use_critic or ESTIMATOR_TRAITS[args.advantage_estimator].needs_critic):
+        critic_runs = args.use_critic or ADVANTAGE_ESTIMATORS.has(args.advantage_estimator, "needs_critic")
+        if role == "critic" and not critic_runs:
             raise ConfigError(f"{t.path}: a critic section is given but no critic runs; set the PPO estimator "
                               "(adv_estimator: gae / adv_type: ppo) or remove the section")
     from slime_like.config.frontends.defaults import defaults_note
