@@ -89,12 +89,17 @@ class Sample:
         if text is not None:
             self.response += text
         before = self.response_length
-        mask, lps = list(self.loss_mask or []), list(self.rollout_log_probs or [])
-        self.loss_mask = mask + [1] * (before - len(mask))          # slime: a response without a mask is trained
-        if len(lps) < before and tokens and trainable:
+        # in place, as slime's: callers keep references to these lists (retool's `loss_masks = sample.loss_mask`)
+        if self.loss_mask is None:
+            self.loss_mask = []
+        if self.rollout_log_probs is None:
+            self.rollout_log_probs = []
+        self.loss_mask += [1] * (before - len(self.loss_mask))      # slime: a response without a mask is trained
+        if len(self.rollout_log_probs) < before and tokens and trainable:
             raise ValueError("cannot append trainable log-probs to a response that has tokens but no "
                              "rollout_log_probs")
-        self.rollout_log_probs = lps + [0.0] * (before - len(lps) if tokens else 0)
+        if tokens:
+            self.rollout_log_probs += [0.0] * (before - len(self.rollout_log_probs))
         self.tokens += tokens
         self.response_length += len(tokens)
         self.loss_mask += [1 if trainable else 0] * len(tokens)
