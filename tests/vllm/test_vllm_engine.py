@@ -322,3 +322,21 @@ def test_answers_have_the_fields_sglangs_own_code_builds(served, vllm_env, vllm_
     assert lines, out.stderr[-3000:]
     r = json.loads(lines[-1][len("RESULT "):])
     assert r["checked"] == 6 and r["differences"] == [], r["differences"]
+
+
+def test_a_refused_weight_payload_is_a_400(served):
+    """Issue 31 item 2: the worker's deserializer refuses the 70-byte probe; the adapter answers 400 with its reason,
+    not vLLM's 500."""
+    import base64
+    import pickle
+
+    class Call:
+        def __reduce__(self):
+            return torch.UntypedStorage, (3_000_000,)
+
+    blob = base64.b64encode(pickle.dumps([("weight", Call())], protocol=4)).decode()
+    with pytest.raises(urllib.error.HTTPError) as info:
+        post(served.url, "/update_weights_from_tensor", {"serialized_named_tensors": [blob]})
+    text = info.value.read().decode()
+    assert info.value.code == 400, text
+    assert "weight payload refused: serialized_named_tensors is not a tensor payload" in text

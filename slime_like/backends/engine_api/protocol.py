@@ -42,6 +42,11 @@ _DEFAULT_ONLY = {"top_logprobs_num": (None, 0), "lora_path": (None,),
                  "log_metrics": (True, False), "no_logs": (False, True)}   # logging switches: no effect here
 
 
+# Starts the message of a weight payload the engine's deserializer refused (tensor_serializer.PayloadRefused), so a
+# server that relays only a worker's error text (the vllm adapter) still answers 400.
+PAYLOAD_REFUSED = "weight payload refused: "
+
+
 class BadRequest(ValueError):
     """A request the engine refuses before doing any work (answered with HTTP 400)."""
 

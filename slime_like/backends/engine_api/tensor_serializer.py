@@ -25,6 +25,8 @@ import torch
 import torch.multiprocessing as tmp  # registers torch's ForkingPickler reductions
 import torch.multiprocessing.reductions  # noqa: F401  (tmp.reductions)
 
+from slime_like.backends.engine_api import protocol
+
 
 def _file_system_strategy() -> None:
     if torch.multiprocessing.get_sharing_strategy() != "file_system":
@@ -51,7 +53,12 @@ def serialize(obj, output_str: bool = True):
 
 
 class PayloadRefused(pickle.UnpicklingError):
-    """A payload that names a global outside the allow-list or a size beyond the engine's model (HTTP 400)."""
+    """A payload that names a global outside the allow-list or a size beyond the engine's model (HTTP 400). The
+    message starts with protocol.PAYLOAD_REFUSED, so a server that only sees the text (vLLM relays a worker's
+    error) can tell."""
+
+    def __init__(self, message: str):
+        super().__init__(protocol.PAYLOAD_REFUSED + message)
 
 
 class _ClassRef:

@@ -34,6 +34,7 @@ import uuid
 import aiohttp
 from aiohttp import web
 
+from slime_like.backends.engine_api import protocol
 from slime_like.backends.vllm import translate
 from slime_like.backends.vllm.child import VLLMChild
 from slime_like.utils import auth
@@ -139,7 +140,14 @@ class Adapter:
         if len(entries) != self.tp_size:
             raise translate.BadRequest(f"/update_weights_from_tensor: {len(entries)} serialized entries for an engine "
                                        f"of TP size {self.tp_size} (one per rank)")
-        result = await self.rpc("slime_update_from_tensor", entries, body.get("load_format"))
+        try:
+            result = await self.rpc("slime_update_from_tensor", entries, body.get("load_format"))
+        except UpstreamError as e:   # the worker's deserializer refused the payload: the caller's error (400)
+            mark = e.message.find(protocol.PAYLOAD_REFUSED)
+            if mark < 0:
+                raise
+            raise translate.BadRequest("/update_weights_from_tensor: " + e.message[mark:].split("', please")[0]) \
+                from None
         return await self._after_update(body, result)
 
     async def update_from_disk(self, request: web.Request):
