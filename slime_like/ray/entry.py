@@ -72,16 +72,18 @@ def _launch(loop, argv, allow_colocate: bool, allow_fully_async: bool, prog: str
     except ConfigError as e:
         print(f"{prog or 'train'}: error: {e}", file=sys.stderr)
         return 2
+    # Both checks are torch-free and independent: one start reports both (what this GPU machine's kernels allow,
+    # and the extras a run needs beyond the light core that `--dry-run` runs on).
+    kernel_errors, kernel_note = launch_check(args)
     install = extras_missing_for_a_run(args.train_backend)
-    if install:  # the light core (`pip install slime_like`) dry-runs; a run needs the extras
-        print(f"{prog or 'train'}: error: {install}", file=sys.stderr)
-        return 2
-    kernel_errors, kernel_note = launch_check(args)  # what this GPU machine's kernels allow (torch-free probes)
-    if kernel_errors:
-        print(f"{prog or 'train'}: error: this run cannot start: " + "; ".join(kernel_errors), file=sys.stderr)
-        return 2
-    if kernel_note:
+    if kernel_note and not kernel_errors:
         print(f"[slime_like] {kernel_note}", file=sys.stderr)
+    if kernel_errors or install:
+        if kernel_errors:
+            print(f"{prog or 'train'}: error: this run cannot start: " + "; ".join(kernel_errors), file=sys.stderr)
+        if install:
+            print(f"{prog or 'train'}: error: {install}", file=sys.stderr)
+        return 2
     from slime_like.config.provenance import start_lines, write_config
 
     print(f"[slime_like] resolved configuration: {write_config(args, report, _argv(argv))}", file=sys.stderr)
