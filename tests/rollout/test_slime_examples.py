@@ -159,3 +159,19 @@ def test_retool_runs_a_rollout_with_its_own_sandbox(in_slime, monkeypatch, long_
     for s in samples:
         assert s.status in (Status.COMPLETED, Status.TRUNCATED) and isinstance(s.reward, dict)
         assert s.response_length == len(s.loss_mask) == len(s.rollout_log_probs) > 0
+
+
+def test_multi_agent_runs_a_rollout(in_slime, long_context_engine, make_args, prompt_file):
+    """multi_agent: solver / rewriter / selector agents through post(), graded by batched_async_rm (--rm-type
+    deepscaler, as its run script), several trainable samples per prompt (a list returned)."""
+    ckpt, engine_url = long_context_engine
+    rows = [{"prompt": f"What is {i} + {i}?", "label": str(2 * i)} for i in range(2)]
+    args = make_args(prompt_file(rows), "--hf-checkpoint", ckpt, "--input-key", "prompt", "--label-key", "label",
+                     "--rm-type", "deepscaler", "--rollout-batch-size", 1, "--n-samples-per-prompt", 1,
+                     "--rollout-max-context-len", 2000, "--rollout-max-response-len", 8,
+                     "--custom-generate-function-path",
+                     "examples.multi_agent.rollout_with_multi_agents.generate_with_multi_agents")
+    samples, _ = RolloutController(args, [engine_url]).generate(0)
+    assert len(samples) > 1                                       # the agents' samples of one prompt
+    for s in samples:
+        assert s.response_length == len(s.loss_mask) == len(s.rollout_log_probs) > 0 and s.reward is not None
