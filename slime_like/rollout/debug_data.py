@@ -55,7 +55,7 @@ def _load_slime_dump(path: str):
 
 
 def _known_fields(d: dict) -> dict:
-    """slime's Sample has fields ours does not (e.g. `rollout_routed_experts`); they go to metadata, not lost."""
+    """slime's Sample has fields ours does not (e.g. `rollout_top_p_token_ids`); they go to metadata, not lost."""
     import dataclasses
 
     from ..sample import Sample

@@ -32,10 +32,10 @@ def test_slime_torch_dumps_load_with_the_restricted_loader_only(tmp_path):
     good = str(tmp_path / "slime_0.pt")
     row = {k: v for k, v in vars(_samples()[0]).items()}
     row["status"] = "completed"
-    row["rollout_routed_experts"] = [[3]]           # a slime-only field lands in metadata
+    row["rollout_top_p_token_ids"] = [3]            # a slime-only field lands in metadata
     torch.save({"rollout_id": 0, "samples": [row]}, good)
     (s,) = load_rollout(str(tmp_path / "slime_{rollout_id}.pt"), 0)
-    assert s.tokens == [1, 2, 3] and s.metadata["slime_fields"] == {"rollout_routed_experts": [[3]]}
+    assert s.tokens == [1, 2, 3] and s.metadata["slime_fields"] == {"rollout_top_p_token_ids": [3]}
 
     _Boom.marker = str(tmp_path / "pwned")
     torch.save({"rollout_id": 1, "samples": [], "x": _Boom()}, str(tmp_path / "slime_1.pt"))
