@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from slime_like.config.errors import ConfigError
 from slime_like.registry import ADVANTAGE_ESTIMATORS, TRAINER_BACKENDS
+from slime_like.config.types import Float, Int, SEED_MAX
 
 
 # the policy loss that clips a detached importance weight (its lower bound is optional): a policy_loss_kind of
@@ -30,19 +31,20 @@ def add_algorithm_group(parser):
     a("--custom-advantage-function-path", default=None, help="'module.function' replacing the advantage computation.")
     a("--disable-compute-advantages-and-returns", action="store_false", dest="compute_advantages_and_returns",
       help="Skip advantages/returns (SFT or custom losses).")
-    a("--eps-clip", type=float, default=0.2, help="PPO clip range (lower side: ratio >= 1 - eps_clip).")
-    a("--eps-clip-high", type=float, default=None, help="Upper clip range; default = --eps-clip (symmetric).")
-    a("--eps-clip-c", type=float, default=None, help="Dual-clip PPO lower bound c (> 1) for negative advantages.")
-    a("--value-clip", type=float, default=0.2, help="Clip range of the value loss.")
-    a("--kl-coef", type=float, default=0.0, help="KL penalty folded into the reward (needs a reference model).")
+    a("--eps-clip", type=Float(0), default=0.2, help="PPO clip range (lower side: ratio >= 1 - eps_clip).")
+    a("--eps-clip-high", type=Float(0), default=None, help="Upper clip range; default = --eps-clip (symmetric).")
+    a("--eps-clip-c", type=Float(1, lo_open=True), default=None,
+      help="Dual-clip PPO lower bound c (> 1) for negative advantages.")
+    a("--value-clip", type=Float(0), default=0.2, help="Clip range of the value loss.")
+    a("--kl-coef", type=Float(0), default=0.0, help="KL penalty folded into the reward (needs a reference model).")
     a("--use-kl-loss", action="store_true", help="Compute KL to the reference model as a loss term / metric.")
-    a("--kl-loss-coef", type=float, default=0.0, help="Weight of the KL loss (0 = monitor only).")
+    a("--kl-loss-coef", type=Float(0), default=0.0, help="Weight of the KL loss (0 = monitor only).")
     a("--kl-loss-type", default="k1", choices=["k1", "k2", "k3", "low_var_kl"], help="KL estimator.")
     a("--use-unbiased-kl", action="store_true", help="Importance-weighted (unbiased) KL estimate.")
-    a("--ref-update-interval", type=int, default=None, help="Copy the actor into the reference every N rollouts.")
-    a("--entropy-coef", type=float, default=0.0, help="Entropy bonus weight.")
-    a("--gamma", type=float, default=1.0, help="Discount (PPO GAE).")
-    a("--lambd", type=float, default=1.0, help="GAE lambda.")
+    a("--ref-update-interval", type=Int(1), default=None, help="Copy the actor into the reference every N rollouts.")
+    a("--entropy-coef", type=Float(), default=0.0, help="Entropy bonus weight.")
+    a("--gamma", type=Float(0, 1), default=1.0, help="Discount (PPO GAE).")
+    a("--lambd", type=Float(0, 1), default=1.0, help="GAE lambda.")
     a("--normalize-advantages", action="store_true", help="Whiten advantages over the batch.")
     a("--disable-grpo-std-normalization", action="store_false", dest="grpo_std_normalization",
       help="GRPO without dividing by the group std (Dr. GRPO).")
@@ -57,22 +59,22 @@ def add_algorithm_group(parser):
     a("--loss-micro-batch-mean", action="store_true",
       help="(slime_like) Aggregate within each micro-batch and weigh micro-batches equally, as RLinf does with "
            "use_valid_token_scale: false (default: aggregate over the whole step).")
-    a("--early-stop-imp-ratio", type=float, default=None,
+    a("--early-stop-imp-ratio", type=Float(0, lo_open=True), default=None,
       help="(slime_like) Skip a micro-batch's policy update when its mean importance ratio exp(logp - old_logp) "
            "over valid tokens (all data-parallel ranks) exceeds this (RLinf early_stop_imp_ratio); "
            "metric actor/early_stopped_frac.")
     a("--calculate-per-token-loss", action="store_true", help="Average the loss over tokens instead of samples.")
     a("--use-tis", action="store_true", help="Truncated importance sampling against the rollout log-probs.")
-    a("--tis-clip", type=float, default=2.0, help="Upper clip of the TIS ratio.")
-    a("--tis-clip-low", type=float, default=0.0, help="Lower clip of the TIS ratio.")
+    a("--tis-clip", type=Float(0), default=2.0, help="Upper clip of the TIS ratio.")
+    a("--tis-clip-low", type=Float(0), default=0.0, help="Lower clip of the TIS ratio.")
     a("--custom-tis-function-path", default=None, help="'module.function' computing TIS weights.")
     a("--use-rollout-logprobs", action="store_true", help="Use the engine's log-probs as the old policy.")
     a("--use-rollout-entropy", action="store_true", help="Compute entropy alongside log-probs.")
     a("--get-mismatch-metrics", action="store_true", help="Log train/rollout log-prob mismatch metrics.")
-    a("--num-critic-only-steps", type=int, default=0, help="First N rollouts train only the critic.")
+    a("--num-critic-only-steps", type=Int(0), default=0, help="First N rollouts train only the critic.")
     a("--megatron-config-path", default=None,
       help="YAML with per-role (actor / critic) overrides of these flags; see docs/configuration.md.")
-    a("--seed", type=int, default=1234, help="Trainer random seed (slime default 1234).")
+    a("--seed", type=Int(0, SEED_MAX), default=1234, help="Trainer random seed (slime default 1234).")
     return parser
 
 
@@ -82,7 +84,7 @@ def add_opsm_flag(g):
     a("--use-opsm", action="store_true",
       help="Off-policy sequence masking: drop the policy loss of a sequence with a negative advantage whose mean "
            "log-ratio old - new exceeds --opsm-delta (slime's OPSM).")
-    a("--opsm-delta", type=float, default=1e-4, help="Threshold of off-policy sequence masking.")
+    a("--opsm-delta", type=Float(0), default=1e-4, help="Threshold of off-policy sequence masking.")
 
 
 def check_algorithm(args, report):

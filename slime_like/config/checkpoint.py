@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 from slime_like.config.errors import ConfigError
+from slime_like.config.types import Int
 
 
 def add_checkpoint_group(parser):
@@ -16,10 +17,10 @@ def add_checkpoint_group(parser):
     a("--hf-checkpoint", default=None,
       help="HF checkpoint dir: tokenizer, config.json (checked against the model flags) and engine weights.")
     a("--ref-load", default=None, help="Reference model checkpoint; also the initial weights when --load is empty.")
-    a("--ref-ckpt-step", type=int, default=None, help="Checkpoint step of --ref-load.")
+    a("--ref-ckpt-step", type=Int(0), default=None, help="Checkpoint step of --ref-load.")
     a("--load", default=None, help="Actor checkpoint to resume from; falls back to --ref-load.")
     a("--save", default=None, help="Directory for actor checkpoints.")
-    a("--save-interval", type=int, default=None, help="Save every N rollouts (needs --save).")
+    a("--save-interval", type=Int(1), default=None, help="Save every N rollouts (needs --save).")
     a("--no-save-optim", action="store_true", default=False, help="Do not save optimizer state.")
     a("--no-save-rng", action="store_true", default=None, help="Do not save RNG state.")
     a("--no-load-optim", action="store_true", default=None, help="Do not load optimizer state.")
@@ -27,7 +28,7 @@ def add_checkpoint_group(parser):
     a("--finetune", action="store_true", help="Load weights only; reset iteration, optimizer and RNG.")
     a("--ckpt-format", default="torch_dist", choices=["torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor"],
       help="Megatron checkpoint format.")
-    a("--ckpt-step", type=int, default=None,
+    a("--ckpt-step", type=Int(), default=None,  # >= 0: checked below with "must be an iteration"
       help="Resume from this iteration of --load (every role) instead of the latest complete one; refused if its "
            "files do not match their record.")
     a("--async-save", action="store_true", help="Save checkpoints asynchronously.")

@@ -21,6 +21,7 @@ from slime_like.config.errors import ConfigError
 from slime_like.config.placement_spec import parse_placement, per_node_counts
 from slime_like.config.trainer_megatron import check_model_divisibility, check_parallel_sizes
 from slime_like.registry import ROLLOUT_ENGINES, TRAINER_BACKENDS
+from slime_like.config.types import Int
 
 
 # Flags honoured on CUDA only: accepted everywhere, but said out loud on a CPU machine. Flags that are not
@@ -32,17 +33,17 @@ CPU_SPEC = {"transformer_impl": ("local",), "attention_backend": ("auto", "local
 def add_cluster_group(parser):
     g = parser.add_argument_group("cluster", "Ray placement: which GPU slots the trainers and the engines get")
     a = g.add_argument
-    a("--actor-num-nodes", type=int, default=1, help="Nodes for the actor trainer.")
-    a("--actor-num-gpus-per-node", type=int, default=8, help="GPUs per node for the actor trainer.")
-    a("--critic-num-nodes", type=int, default=None, help="Nodes for the critic; default = --actor-num-nodes.")
-    a("--critic-num-gpus-per-node", type=int, default=None,
+    a("--actor-num-nodes", type=Int(1), default=1, help="Nodes for the actor trainer.")
+    a("--actor-num-gpus-per-node", type=Int(0), default=8, help="GPUs per node for the actor trainer.")
+    a("--critic-num-nodes", type=Int(1), default=None, help="Nodes for the critic; default = --actor-num-nodes.")
+    a("--critic-num-gpus-per-node", type=Int(0), default=None,
       help="GPUs per node for the critic; default = --actor-num-gpus-per-node.")
     a("--use-critic", action="store_true",
       help="Train a critic (value model); implied by --advantage-estimator ppo, which is the only estimator using it.")
-    a("--rollout-num-gpus", type=int, default=None,
+    a("--rollout-num-gpus", type=Int(0), default=None,
       help="GPUs for the rollout engines; with --colocate it is the actor's GPU count.")
-    a("--rollout-num-gpus-per-engine", type=int, default=1, help="GPUs per engine (SGLang tp_size).")
-    a("--num-gpus-per-node", type=int, default=8,
+    a("--rollout-num-gpus-per-engine", type=Int(1), default=1, help="GPUs per engine (SGLang tp_size).")
+    a("--num-gpus-per-node", type=Int(1), default=8,
       help="GPU slots per node (on a CPU machine: declared Ray GPU resources).")
     a("--colocate", action="store_true",
       help="Trainers and engines share the same GPUs, taking turns; implies --offload-train/--offload-rollout.")
@@ -60,7 +61,7 @@ def add_cluster_group(parser):
       help="(slime_like) Explicit GPU ids per component, RLinf style: 'actor,rollout:0-3' (colocated) or "
            "'actor:0-3' 'critic:4-5' 'rollout:6-7' (disaggregated); components actor, critic, reference, rollout; "
            "ids are global (node * --num-gpus-per-node + GPU). Replaces --actor-num-*, --rollout-num-gpus, --colocate.")
-    a("--num-nodes", type=int, default=None,
+    a("--num-nodes", type=Int(1), default=None,
       help="(slime_like) Nodes of the cluster for --placement ('all', range checks); default: the nodes the ids reach.")
     a("--train-backend", default="megatron", choices=TRAINER_BACKENDS.choices(),
       help="Trainer backend: megatron (megatron-core, torch_dist checkpoints) or (slime_like) fsdp (the HF model "

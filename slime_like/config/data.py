@@ -11,7 +11,7 @@ import os
 
 from slime_like.config.errors import ConfigError
 from slime_like.config.eval_config import read_eval_config
-from slime_like.config.types import json_value
+from slime_like.config.types import Float, Int, json_value
 
 # ChatML, the layout of ROLL's qwen2_5 template (and Qwen2.5's own): one user turn, then the assistant's.
 CHATML = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
@@ -37,16 +37,18 @@ def add_data_group(parser):
     a("--apply-chat-template", action="store_true", help="Prompts are OpenAI message lists; apply the chat template.")
     a("--apply-chat-template-kwargs", type=json_value, default="{}", help="JSON kwargs for apply_chat_template.")
     a("--data-source-path", default=None, help="'module.Class' of a custom data source.")
-    a("--num-rollout", type=int, default=None, help="Number of rollouts (training iterations of the RL loop).")
-    a("--num-epoch", type=int, default=None,
+    a("--num-rollout", type=Int(0), default=None, help="Number of rollouts (training iterations of the RL loop).")
+    a("--num-epoch", type=Int(1), default=None,
       help="Epochs over --prompt-data; sets --num-rollout = epochs * prompts // rollout_batch_size if that is unset.")
-    a("--start-rollout-id", type=int, default=None, help="First rollout id; default = from the loaded checkpoint or 0.")
-    a("--rollout-batch-size", type=int, default=None, help="Prompts per rollout (required).")
-    a("--n-samples-per-prompt", type=int, default=1, help="Responses per prompt (the GRPO group size).")
-    a("--global-batch-size", type=int, default=None,
+    a("--start-rollout-id", type=Int(0), default=None,
+      help="First rollout id; default = from the loaded checkpoint or 0.")
+    a("--rollout-batch-size", type=Int(1), default=None, help="Prompts per rollout (required).")
+    a("--n-samples-per-prompt", type=Int(1), default=1, help="Responses per prompt (the GRPO group size).")
+    a("--global-batch-size", type=Int(1), default=None,
       help="Samples per optimizer step; default = rollout_batch_size * n_samples_per_prompt / num_steps_per_rollout.")
-    a("--num-steps-per-rollout", type=int, default=None, help="Optimizer steps per rollout; default 1.")
-    a("--micro-batch-size", type=int, default=1, help="Samples per micro-batch (ignored with --use-dynamic-batch-size).")
+    a("--num-steps-per-rollout", type=Int(1), default=None, help="Optimizer steps per rollout; default 1.")
+    a("--micro-batch-size", type=Int(1), default=1,
+      help="Samples per micro-batch (ignored with --use-dynamic-batch-size).")
     return parser
 
 
@@ -54,7 +56,7 @@ def add_eval_group(parser):
     g = parser.add_argument_group("eval", "Evaluation (unset overrides inherit the rollout settings)")
     a = g.add_argument
     a("--eval-function-path", default=None, help="'module.function' for eval generation; default = rollout's.")
-    a("--eval-interval", type=int, default=None, help="Evaluate every N rollouts (needs --eval-prompt-data).")
+    a("--eval-interval", type=Int(1), default=None, help="Evaluate every N rollouts (needs --eval-prompt-data).")
     a("--eval-prompt-data", nargs="+", default=None, metavar="NAME PATH", help="Eval datasets as NAME PATH pairs.")
     a("--eval-config", default=None,
       help="slime's OmegaConf YAML / JSON file of eval datasets (eval.datasets, eval.defaults) with per-dataset "
@@ -66,14 +68,14 @@ def add_eval_group(parser):
     a("--eval-input-key", default=None, help="Prompt key of eval data; default = --input-key.")
     a("--eval-label-key", default=None, help="Label key of eval data; default = --label-key.")
     a("--eval-tool-key", default=None, help="Tools key of eval data; default = --tool-key.")
-    a("--n-samples-per-eval-prompt", type=int, default=1, help="Responses per eval prompt (pass@k up to this).")
-    a("--eval-temperature", type=float, default=None, help="Eval temperature; default = rollout's.")
-    a("--eval-top-p", type=float, default=None, help="Eval top-p; default = rollout's.")
-    a("--eval-top-k", type=int, default=None, help="Eval top-k; default = rollout's.")
-    a("--eval-max-response-len", type=int, default=None, help="Eval max new tokens; default = rollout's.")
-    a("--eval-max-prompt-len", type=int, default=None, help="Eval prompt length limit.")
-    a("--eval-min-new-tokens", type=int, default=None, help="Eval minimum new tokens.")
-    a("--eval-max-context-len", type=int, default=None, help="Eval context limit; default = rollout's.")
+    a("--n-samples-per-eval-prompt", type=Int(1), default=1, help="Responses per eval prompt (pass@k up to this).")
+    a("--eval-temperature", type=Float(0), default=None, help="Eval temperature; default = rollout's.")
+    a("--eval-top-p", type=Float(0, 1, lo_open=True), default=None, help="Eval top-p; default = rollout's.")
+    a("--eval-top-k", type=Int(-1), default=None, help="Eval top-k; default = rollout's.")
+    a("--eval-max-response-len", type=Int(1), default=None, help="Eval max new tokens; default = rollout's.")
+    a("--eval-max-prompt-len", type=Int(1), default=None, help="Eval prompt length limit.")
+    a("--eval-min-new-tokens", type=Int(0), default=None, help="Eval minimum new tokens.")
+    a("--eval-max-context-len", type=Int(1), default=None, help="Eval context limit; default = rollout's.")
     return parser
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 from slime_like.config.errors import ConfigError
+from slime_like.config.types import Float, Int
 
 
 def add_opd_flags(g):
@@ -20,7 +21,7 @@ def add_opd_flags(g):
       help="sglang: teacher log-probs from a teacher engine during the rollout (--rm-url, the reward function "
            "slime.rollout.on_policy_distillation.reward_func); megatron: a frozen teacher model in the trainer "
            "(--opd-teacher-load).")
-    a("--opd-kl-coef", type=float, default=1.0,
+    a("--opd-kl-coef", type=Float(0), default=1.0,
       help="Weight of the OPD reverse-KL term (in the advantages, or in the loss with --opd-kl-mode full).")
     a("--opd-kl-mode", default="sampled", choices=["sampled", "full"],
       help="sampled (slime's): the sampled token's student - teacher log-prob, subtracted from its advantage; "
@@ -28,7 +29,8 @@ def add_opd_flags(g):
            "computed against the teacher model on each micro-batch (--opd-type megatron, one pipeline stage).")
     a("--opd-teacher-load", default=None,
       help="Teacher checkpoint for --opd-type megatron (torch_dist; an HF directory also works here).")
-    a("--opd-teacher-ckpt-step", type=int, default=None, help="Iteration of --opd-teacher-load to load (default: latest).")
+    a("--opd-teacher-ckpt-step", type=Int(0), default=None,
+      help="Iteration of --opd-teacher-load to load (default: latest).")
 
 
 def validate_opd(args, report) -> None:

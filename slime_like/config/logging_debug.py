@@ -6,6 +6,7 @@ import os
 import time
 
 from slime_like.config.errors import ConfigError
+from slime_like.config.types import Float, Int
 
 
 def add_logging_group(parser):
@@ -13,7 +14,7 @@ def add_logging_group(parser):
     a = g.add_argument
     a("--run-dir", default=None,
       help="(slime_like) Where metrics.jsonl, plots and logs go; default runs/<UTC timestamp>.")
-    a("--log-interval", type=int, default=100, help="Console log every N optimizer steps (Megatron default 100).")
+    a("--log-interval", type=Int(1), default=100, help="Console log every N optimizer steps (Megatron default 100).")
     a("--use-wandb", action="store_true", help="Log to Weights & Biases.")
     a("--wandb-project", default=None, help="wandb project.")
     a("--wandb-group", default=None, help="wandb group.")
@@ -54,7 +55,8 @@ def add_debug_group(parser):
     a("--save-debug-rollout-data", default=None, help="Save each rollout to this path ('{rollout_id}' substituted).")
     a("--load-debug-rollout-data", default=None, help="Train on saved rollouts instead of generating (implies "
       "--debug-train-only).")
-    a("--load-debug-rollout-data-subsample", type=float, default=None, help="Use this fraction of the saved rollout.")
+    a("--load-debug-rollout-data-subsample", type=Float(0, 1, lo_open=True), default=None,
+      help="Use this fraction of the saved rollout.")
     a("--save-debug-train-data", default=None, help="Save each training batch to this path.")
     a("--dump-details", default=None, help="Save rollout and train data under this directory.")
     a("--check-weight-update-equal", action="store_true", help="Verify engine weights equal the trainer's after sync.")
@@ -70,7 +72,7 @@ def add_ci_flags(g):
     a("--ci-disable-kl-checker", action="store_true", help="Skip the CI KL check.")
     a("--ci-save-grad-norm", default=None, help="Save grad norms for a later CI comparison.")
     a("--ci-load-grad-norm", default=None, help="Compare grad norms with a saved CI run.")
-    a("--ci-train-rollout-logprob-abs-diff-threshold", type=float, default=0.1,
+    a("--ci-train-rollout-logprob-abs-diff-threshold", type=Float(0), default=0.1,
       help="Bound on |train - rollout log-prob| under --ci-test.")
 
 
@@ -78,7 +80,7 @@ def add_profiling_flags(g):
     """(slime extras group) memory recording and profiling."""
     a = g.add_argument
     a("--memory-recorder", default="torch", choices=["torch", "memray"], help="Memory recorder.")
-    a("--memory-snapshot-num-steps", type=int, default=None, help="Steps recorded per memory snapshot.")
+    a("--memory-snapshot-num-steps", type=Int(1), default=None, help="Steps recorded per memory snapshot.")
     a("--profile-target", nargs="+", default=["train_overall"],
       choices=["train_overall", "train_actor", "train_log_probs"], help="What the profiler records.")
 

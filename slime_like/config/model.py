@@ -8,39 +8,44 @@ from __future__ import annotations
 from slime_like.config.errors import ConfigError
 from slime_like.config.types import moe_layer_freq
 from slime_like.registry import ROLLOUT_ENGINES, TRAINER_BACKENDS
+from slime_like.config.types import Float, Int, moe_layer_freq
 
 
 def add_model_group(parser):
     g = parser.add_argument_group("model", "Model architecture (Megatron-LM flags; set by scripts/models/*.sh)")
     a = g.add_argument
-    a("--num-layers", type=int, default=None, help="Number of transformer layers.")
-    a("--hidden-size", type=int, default=None, help="Transformer hidden size.")
-    a("--ffn-hidden-size", type=int, default=None,
+    a("--num-layers", type=Int(1), default=None, help="Number of transformer layers.")
+    a("--hidden-size", type=Int(1), default=None, help="Transformer hidden size.")
+    a("--ffn-hidden-size", type=Int(1), default=None,
       help="MLP intermediate size; Megatron derives 4*hidden (or 8/3*hidden rounded to 64 with --swiglu) if unset.")
-    a("--num-attention-heads", type=int, default=None, help="Number of attention (query) heads.")
-    a("--kv-channels", type=int, default=None, help="Per-head dimension; defaults to hidden_size // num_attention_heads.")
+    a("--num-attention-heads", type=Int(1), default=None, help="Number of attention (query) heads.")
+    a("--kv-channels", type=Int(1), default=None,
+      help="Per-head dimension; defaults to hidden_size // num_attention_heads.")
     a("--group-query-attention", action="store_true", help="Use grouped-query attention (with --num-query-groups).")
-    a("--num-query-groups", type=int, default=1, help="Number of key/value heads under --group-query-attention.")
-    a("--max-position-embeddings", type=int, default=None, help="Maximum sequence length the positions cover.")
+    a("--num-query-groups", type=Int(1), default=1, help="Number of key/value heads under --group-query-attention.")
+    a("--max-position-embeddings", type=Int(1), default=None, help="Maximum sequence length the positions cover.")
     a("--position-embedding-type", default="learned_absolute",
       choices=["learned_absolute", "rope", "mrope", "relative", "none"], help="Position embedding type.")
     a("--use-rotary-position-embeddings", action="store_true",
       help="Use rotary position embeddings (older spelling of --position-embedding-type rope).")
-    a("--rotary-base", type=int, default=10000, help="RoPE theta (HF rope_theta).")
-    a("--rotary-percent", type=float, default=1.0, help="Fraction of each head's dims that get RoPE (HF partial_rotary_factor).")
+    a("--rotary-base", type=Int(1), default=10000, help="RoPE theta (HF rope_theta).")
+    a("--rotary-percent", type=Float(0, 1, lo_open=True), default=1.0,
+      help="Fraction of each head's dims that get RoPE (HF partial_rotary_factor).")
     a("--rotary-interleaved", action="store_true", help="Interleaved (GPT-J style) rotary embedding.")
-    a("--rotary-seq-len-interpolation-factor", type=int, default=None, help="Linear RoPE position interpolation factor.")
+    a("--rotary-seq-len-interpolation-factor", type=Int(1), default=None,
+      help="Linear RoPE position interpolation factor.")
     a("--use-rope-scaling", action="store_true", help="Llama-3.1 style RoPE frequency scaling.")
     # two flags as in Megatron-LM: Llama 3.x frequency scaling reads --rope-scaling-factor, MLA's YaRN
     # --rotary-scaling-factor (slime's llama files pass the latter; config/support.py says when that is ignored)
-    a("--rope-scaling-factor", type=float, default=8.0, help="Llama 3.x RoPE scaling factor for --use-rope-scaling.")
-    a("--rotary-scaling-factor", type=float, default=1.0,
+    a("--rope-scaling-factor", type=Float(0, lo_open=True), default=8.0,
+      help="Llama 3.x RoPE scaling factor for --use-rope-scaling.")
+    a("--rotary-scaling-factor", type=Float(0, lo_open=True), default=1.0,
       help="YaRN RoPE scaling factor of multi-latent attention (HF rope_scaling factor); 1 = no scaling.")
     a("--no-rope-fusion", action="store_false", dest="apply_rope_fusion", help="Disable the fused RoPE kernel.")
     a("--no-position-embedding", action="store_false", dest="add_position_embedding",
       help="Do not add learned absolute position embeddings.")
     a("--normalization", default="LayerNorm", choices=["LayerNorm", "RMSNorm"], help="Normalisation layer type.")
-    a("--norm-epsilon", type=float, default=1e-5, help="Epsilon of the normalisation layers (HF rms_norm_eps).")
+    a("--norm-epsilon", type=Float(0), default=1e-5, help="Epsilon of the normalisation layers (HF rms_norm_eps).")
     a("--apply-layernorm-1p", action="store_true", help="LayerNorm with zero-centred gamma (weight + 1).")
     a("--apply-residual-connection-post-layernorm", action="store_true",
       help="Residual taken after the layernorm (BERT style).")
@@ -55,22 +60,24 @@ def add_model_group(parser):
       help="No bias in the linear layers (dest add_bias_linear).")
     a("--add-qkv-bias", action="store_true", dest="add_qkv_bias", help="Bias in the QKV projection only (Qwen2).")
     a("--qk-layernorm", action="store_true", help="RMSNorm on queries and keys per head (Qwen3).")
-    a("--vocab-size", type=int, default=None, help="Vocabulary size (HF vocab_size).")
-    a("--padded-vocab-size", type=int, default=None, help="Use this padded vocabulary size instead of deriving it.")
-    a("--make-vocab-size-divisible-by", type=int, default=128,
+    a("--vocab-size", type=Int(1), default=None, help="Vocabulary size (HF vocab_size).")
+    a("--padded-vocab-size", type=Int(1), default=None, help="Use this padded vocabulary size instead of deriving it.")
+    a("--make-vocab-size-divisible-by", type=Int(1), default=128,
       help="Pad the vocabulary to a multiple of this times the TP size.")
-    a("--seq-length", type=int, default=None, help="Maximum training sequence length.")
-    a("--init-method-std", type=float, default=0.02, help="Std of the normal weight initialisation.")
-    a("--attention-dropout", type=float, default=0.1, help="Dropout after the attention softmax (Megatron default 0.1).")
-    a("--hidden-dropout", type=float, default=0.1, help="Dropout on the hidden states (Megatron default 0.1).")
+    a("--seq-length", type=Int(1), default=None, help="Maximum training sequence length.")
+    a("--init-method-std", type=Float(0), default=0.02, help="Std of the normal weight initialisation.")
+    a("--attention-dropout", type=Float(0, 1, hi_open=True), default=0.1,
+      help="Dropout after the attention softmax (Megatron default 0.1).")
+    a("--hidden-dropout", type=Float(0, 1, hi_open=True), default=0.1,
+      help="Dropout on the hidden states (Megatron default 0.1).")
     a("--multi-latent-attention", action="store_true", help="Multi-latent attention (DeepSeek-V2/V3).")
-    a("--q-lora-rank", type=int, default=None, help="MLA query low-rank dimension.")
-    a("--kv-lora-rank", type=int, default=32, help="MLA key/value low-rank dimension.")
-    a("--qk-head-dim", type=int, default=128, help="MLA q/k head dimension without RoPE.")
-    a("--qk-pos-emb-head-dim", type=int, default=64, help="MLA q/k RoPE head dimension.")
-    a("--v-head-dim", type=int, default=128, help="MLA value head dimension.")
-    a("--mscale", type=float, default=1.0, help="MLA YaRN attention-scale factor (HF rope_scaling mscale).")
-    a("--mscale-all-dim", type=float, default=0.0, help="MLA YaRN mscale_all_dim (HF rope_scaling mscale_all_dim).")
+    a("--q-lora-rank", type=Int(1), default=None, help="MLA query low-rank dimension.")
+    a("--kv-lora-rank", type=Int(1), default=32, help="MLA key/value low-rank dimension.")
+    a("--qk-head-dim", type=Int(1), default=128, help="MLA q/k head dimension without RoPE.")
+    a("--qk-pos-emb-head-dim", type=Int(1), default=64, help="MLA q/k RoPE head dimension.")
+    a("--v-head-dim", type=Int(1), default=128, help="MLA value head dimension.")
+    a("--mscale", type=Float(0), default=1.0, help="MLA YaRN attention-scale factor (HF rope_scaling mscale).")
+    a("--mscale-all-dim", type=Float(0), default=0.0, help="MLA YaRN mscale_all_dim (HF rope_scaling mscale_all_dim).")
     a("--attention-output-gate", action="store_true",
       help="Sigmoid gate on the attention output (Qwen3-Next / Qwen3.5 full-attention layers).")
     a("--use-gated-attention", action="store_true",
@@ -87,37 +94,40 @@ def add_model_group(parser):
 
     m = parser.add_argument_group("model (MoE)", "Mixture-of-experts architecture (Megatron-LM flags)")
     a = m.add_argument
-    a("--num-experts", type=int, default=None, help="Number of routed experts (HF num_experts / n_routed_experts).")
+    a("--num-experts", type=Int(1), default=None, help="Number of routed experts (HF num_experts / n_routed_experts).")
     a("--moe-layer-freq", type=moe_layer_freq, default=1,
       help="Int N (every N-th layer is MoE) or a list expression like '([0]*3+[1]*45)'.")
-    a("--moe-ffn-hidden-size", type=int, default=None, help="Intermediate size of each routed expert.")
-    a("--moe-shared-expert-intermediate-size", type=int, default=None, help="Total intermediate size of shared experts.")
+    a("--moe-ffn-hidden-size", type=Int(1), default=None, help="Intermediate size of each routed expert.")
+    a("--moe-shared-expert-intermediate-size", type=Int(1), default=None,
+      help="Total intermediate size of shared experts.")
     a("--moe-shared-expert-overlap", action="store_true", help="Overlap shared-expert compute with dispatch.")
     a("--moe-shared-expert-gate", action="store_true", help="Sigmoid gate on the shared experts' output (Qwen-MoE).")
-    a("--moe-router-topk", type=int, default=2, help="Experts per token (HF num_experts_per_tok).")
+    a("--moe-router-topk", type=Int(1), default=2, help="Experts per token (HF num_experts_per_tok).")
     a("--moe-router-load-balancing-type", default="aux_loss",
       choices=["aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none"], help="Router load balancing.")
     a("--moe-router-score-function", default="softmax", choices=["softmax", "sigmoid"], help="Router score function.")
     a("--moe-router-pre-softmax", action="store_true", help="Softmax before top-k (Mixtral-style is after).")
     a("--moe-router-dtype", default=None, choices=["fp32", "fp64"], help="Router computation dtype.")
-    a("--moe-router-num-groups", type=int, default=None, help="Expert groups for group-limited routing.")
-    a("--moe-router-group-topk", type=int, default=None, help="Groups selected per token in group-limited routing.")
-    a("--moe-router-topk-scaling-factor", type=float, default=None, help="Scale applied to the top-k routing weights.")
+    a("--moe-router-num-groups", type=Int(1), default=None, help="Expert groups for group-limited routing.")
+    a("--moe-router-group-topk", type=Int(1), default=None, help="Groups selected per token in group-limited routing.")
+    a("--moe-router-topk-scaling-factor", type=Float(0), default=None,
+      help="Scale applied to the top-k routing weights.")
     a("--moe-router-enable-expert-bias", action="store_true", help="Aux-loss-free expert bias (DeepSeek-V3).")
-    a("--moe-router-bias-update-rate", type=float, default=1e-3, help="Update rate of the expert bias.")
-    a("--moe-aux-loss-coeff", type=float, default=0.0, help="Auxiliary load-balancing loss coefficient.")
-    a("--moe-z-loss-coeff", type=float, default=None, help="Router z-loss coefficient.")
-    a("--moe-input-jitter-eps", type=float, default=None, help="Jitter added to router inputs.")
+    a("--moe-router-bias-update-rate", type=Float(0), default=1e-3, help="Update rate of the expert bias.")
+    a("--moe-aux-loss-coeff", type=Float(0), default=0.0, help="Auxiliary load-balancing loss coefficient.")
+    a("--moe-z-loss-coeff", type=Float(0), default=None, help="Router z-loss coefficient.")
+    a("--moe-input-jitter-eps", type=Float(0), default=None, help="Jitter added to router inputs.")
     a("--moe-grouped-gemm", action="store_true", help="Grouped GEMM for the experts (CUDA).")
     a("--moe-token-dispatcher-type", default="allgather", choices=["allgather", "alltoall", "flex"],
       help="Token dispatcher.")
     a("--moe-enable-deepep", action="store_true", help="DeepEP dispatcher (CUDA, with --moe-token-dispatcher-type flex).")
     a("--moe-permute-fusion", action="store_true", help="Fused token permutation (CUDA).")
     a("--moe-token-drop-policy", default="probs", choices=["probs", "position"], help="Which tokens to drop.")
-    a("--moe-expert-capacity-factor", type=float, default=None, help="Expert capacity factor; None = no dropping.")
+    a("--moe-expert-capacity-factor", type=Float(0, lo_open=True), default=None,
+      help="Expert capacity factor; None = no dropping.")
     a("--moe-pad-expert-input-to-capacity", action="store_true", help="Pad expert inputs to capacity.")
-    a("--mtp-num-layers", type=int, default=None, help="Number of multi-token-prediction layers.")
-    a("--mtp-loss-scaling-factor", type=float, default=0.2, help="Scale of the MTP loss.")
+    a("--mtp-num-layers", type=Int(0), default=None, help="Number of multi-token-prediction layers.")
+    a("--mtp-loss-scaling-factor", type=Float(0), default=0.2, help="Scale of the MTP loss.")
     a("--enable-mtp-training", action="store_true", help="Train the MTP layers too (slime).")
     return parser
 

@@ -21,7 +21,7 @@ import sys
 from slime_like.config.errors import ConfigError
 from slime_like.config.algorithm import reference_needed
 from slime_like.config.preflight_files import (check_data_file, check_hf_checkpoint, check_megatron_load,
-                                               check_ref_load)
+                                               check_ref_load, check_save_dir)
 from slime_like.config.rewards import rm_type_problem
 from slime_like.config.role_overrides import ROLES, apply_role
 from slime_like.config.schedule import schedule_steps
@@ -80,6 +80,8 @@ def run_preflight(args) -> list:
 def _data(args, errors: list, notes: list) -> None:
     if args.debug_train_only:
         return  # trains on saved rollouts: no prompt is read
+    if args.prompt_data == "":
+        errors.append("--prompt-data '': an empty path; give the JSONL / JSON / Parquet file of prompts")
     if args.prompt_data and args.data_source_path is None:
         keys = {"--input-key": args.input_key}
         if args.label_key:
@@ -110,6 +112,8 @@ def _data(args, errors: list, notes: list) -> None:
 def _checkpoints(args, errors: list) -> None:
     if args.hf_checkpoint and not args.debug_train_only:
         errors += check_hf_checkpoint(args.hf_checkpoint)
+    if args.save is not None:
+        errors += check_save_dir(args.save, "--save")
     if args.load:
         errors += check_megatron_load(args.load, "--load", fresh_ok=True)  # slime: --load = --save on a fresh run
     if args.critic_load and args.use_critic:

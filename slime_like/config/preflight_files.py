@@ -163,3 +163,25 @@ def check_ref_load(path: str) -> list:
         return [f"--ref-load {path}: empty directory (the KL reference model: a torch_dist checkpoint or an HF "
                 "model directory)"]
     return check_megatron_load(path, "--ref-load", fresh_ok=False)
+
+
+def check_save_dir(path: str, flag: str) -> list:
+    """The run can create and write `path` (an existing directory, or one it can create): found before Ray, not
+    when the first save fails 10-20 s after it (`--save /proc/self/x`). Nothing is left behind: the test
+    directory made in the nearest existing ancestor is removed at once."""
+    import tempfile
+
+    if path == "":
+        return [f"{flag} '': an empty path; give the checkpoint directory"]
+    if os.path.exists(path) and not os.path.isdir(path):
+        return [f"{flag} {path}: exists and is not a directory"]
+    parent = os.path.abspath(path)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return [f"{flag} {path}: {parent} is not a directory, so the checkpoint directory cannot be created"]
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".slime_like_write_check_", dir=parent))
+    except OSError as e:
+        return [f"{flag} {path}: cannot create directories in {parent} ({e.strerror}); give a writable directory"]
+    return []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 
 from slime_like.config.errors import ConfigError
+from slime_like.config.types import Float, Int
 
 # The built-in reward types (rollout/rewards/ grades them; each also as boxed_<type> except remote_rm): named here so
 # the start-up checks of --rm-type and of every --eval-config dataset's rm_type need no rollout import.
@@ -39,7 +40,7 @@ def add_reward_group(parser):
       help="Built-in reward: math, deepscaler, dapo, f1, gpqa, boxed_<type>, remote_rm.")
     a("--custom-rm-path", default=None, help="'module.function' reward (args, sample) -> float; overrides --rm-type.")
     a("--rm-url", default=None, help="Reward service URL for --rm-type remote_rm.")
-    a("--reward-scale", type=float, default=None,
+    a("--reward-scale", type=Float(0, lo_open=True), default=None,
       help="(slime_like) RLinf reward_scale S: a reward r in [0, 1] becomes S * (2r - 1), so correct = +S and "
            "wrong = -S for a 0/1 reward.")
     a("--reward-key", default=None, help="Key selecting the reward from dict-valued rewards.")
@@ -56,16 +57,16 @@ def add_reward_group(parser):
     a("--custom-reward-post-process-path", default=None, help="'module.function' post-processing rewards.")
     a("--custom-convert-samples-to-train-data-path", default=None,
       help="'module.function' turning samples into the training batch.")
-    a("--rm-timeout", type=float, default=60.0,
+    a("--rm-timeout", type=Float(0, lo_open=True), default=60.0,
       help="(slime_like) Seconds per HTTP attempt of --rm-type remote_rm before it counts as failed.")
-    a("--rm-max-retries", type=int, default=10,
+    a("--rm-max-retries", type=Int(1), default=10,
       help="(slime_like) HTTP attempts per sample for --rm-type remote_rm, the first included (1 = no retry).")
-    a("--rm-retry-budget", type=int, default=None,
+    a("--rm-retry-budget", type=Int(0), default=None,
       help="(slime_like) Retries of remote_rm per rollout, all samples together; default 2 x the rollout's samples.")
-    a("--rm-circuit-breaker", type=int, default=20,
+    a("--rm-circuit-breaker", type=Int(1), default=20,
       help="(slime_like) remote_rm failures in a row (no success between them) that stop the rollout: the server "
            "is down.")
-    a("--rm-retry-backoff", type=float, default=0.5,
+    a("--rm-retry-backoff", type=Float(0, lo_open=True), default=0.5,
       help="(slime_like) First retry delay of remote_rm in seconds; doubles per attempt, capped at 30 s.")
     return parser
 

@@ -11,6 +11,7 @@ import os
 
 from slime_like.config.errors import ConfigError
 from slime_like.config.slime_paths import is_fully_async
+from slime_like.config.types import Float, Int, SEED_MAX
 
 DEFAULT_ROLLOUT_FUNCTION = "slime_like.rollout.generate.generate_rollout"
 
@@ -26,34 +27,35 @@ def add_rollout_group(parser):
       help="(slime_like) 'module.function': [async] agent(args, sample, base_url, api_key) driving a sample through "
            "the rollout's OpenAI-compatible proxy (with --custom-generate-function-path "
            "slime_like.rollout.openai_agent.generate).")
-    a("--rollout-temperature", type=float, default=1.0, help="Sampling temperature (> 0).")
-    a("--rollout-top-p", type=float, default=1.0, help="Top-p sampling.")
-    a("--rollout-top-k", type=int, default=-1, help="Top-k sampling; -1 = off.")
-    a("--rollout-max-context-len", type=int, default=None, help="Maximum prompt + response length.")
-    a("--rollout-max-prompt-len", type=int, default=None, help="Drop prompts longer than this (tokens).")
+    a("--rollout-temperature", type=Float(0), default=1.0, help="Sampling temperature (> 0).")
+    a("--rollout-top-p", type=Float(0, 1, lo_open=True), default=1.0, help="Top-p sampling.")
+    a("--rollout-top-k", type=Int(-1), default=-1, help="Top-k sampling; -1 = off.")
+    a("--rollout-max-context-len", type=Int(1), default=None, help="Maximum prompt + response length.")
+    a("--rollout-max-prompt-len", type=Int(1), default=None, help="Drop prompts longer than this (tokens).")
     a("--skip-over-long-prompts", action="store_true", default=False,
       help="(slime_like) Drop prompts of no tokens or of the engine's context length or more (counted in the log); "
            "by default the run refuses to start, naming the first rows.")
-    a("--rollout-max-response-len", type=int, default=None, help="Maximum new tokens per response (SGLang max_new_tokens).")
+    a("--rollout-max-response-len", type=Int(1), default=None,
+      help="Maximum new tokens per response (SGLang max_new_tokens).")
     a("--rollout-greedy", action="store_true",
       help="(slime_like) Greedy decoding for the rollout (temperature 0 at the engine; RLinf use_greedy). The trainer "
            "still scores with --rollout-temperature.")
-    a("--rollout-repetition-penalty", type=float, default=1.0,
+    a("--rollout-repetition-penalty", type=Float(0, 2, lo_open=True), default=1.0,
       help="(slime_like) SGLang repetition_penalty (> 0; 1.0 = off): logits of tokens already in the prompt or "
            "response are divided by it when positive, multiplied when negative.")
-    a("--rollout-min-new-tokens", type=int, default=None,
+    a("--rollout-min-new-tokens", type=Int(0), default=None,
       help="(slime_like) SGLang min_new_tokens: stop tokens are impossible before this many new tokens.")
     a("--rollout-skip-special-tokens", action="store_true", help="Strip special tokens from the response text.")
     a("--rollout-stop", nargs="+", default=None, help="Stop strings.")
-    a("--rollout-stop-token-ids", type=int, nargs="+", default=None, help="Stop token ids.")
+    a("--rollout-stop-token-ids", type=Int(0), nargs="+", default=None, help="Stop token ids.")
     a("--rollout-shuffle", action="store_true", help="Shuffle the prompts (each epoch).")
-    a("--rollout-seed", type=int, default=42, help="Seed for prompt shuffling and sampling.")
-    a("--over-sampling-batch-size", type=int, default=None,
+    a("--rollout-seed", type=Int(0, SEED_MAX), default=42, help="Seed for prompt shuffling and sampling.")
+    a("--over-sampling-batch-size", type=Int(1), default=None,
       help="Prompts per sampling round (>= --rollout-batch-size); default = --rollout-batch-size.")
     a("--dynamic-sampling-filter-path", default=None,
       help="'module.function' keeping or dropping a group of samples (DAPO dynamic sampling).")
     a("--partial-rollout", action="store_true", help="Aborted generations return to the buffer and continue later.")
-    a("--max-staleness", type=int, default=None,
+    a("--max-staleness", type=Int(0), default=None,
       help="(slime_like; AReaL's max_head_offpolicyness) fully async rollout: the most policy versions a trained "
            "sample may be behind the trainer (default 1); staler groups are generated again.")
     a("--mask-offpolicy-in-partial-rollout", action="store_true",
@@ -68,7 +70,7 @@ def add_rollout_group(parser):
     a("--custom-eval-rollout-log-function-path", default=None, help="'module.function' logging eval rollout data.")
     a("--tool-call-end", default="</tool>",
       help="(slime_like) Stop string closing a tool call in slime_like.rollout.multi_turn_example.generate.")
-    a("--max-tool-turns", type=int, default=4,
+    a("--max-tool-turns", type=Int(0), default=4,
       help="(slime_like) Tool calls per sample before slime_like.rollout.multi_turn_example.generate stops.")
     return g
 
@@ -84,9 +86,10 @@ def add_rollout_source_flags(g):
     """(slime extras group) slime's external rollout buffer (agent examples) and rollout data sources."""
     a = g.add_argument
     a("--rollout-buffer-url", default=None, help="URL of an external rollout buffer.")
-    a("--fetch-trajectory-retry-times", type=int, default=-1, help="Retries fetching trajectories (-1: forever).")
+    a("--fetch-trajectory-retry-times", type=Int(-1), default=-1, help="Retries fetching trajectories (-1: forever).")
     a("--rollout-task-type", default="math", help="Task type sent to the rollout buffer.")
-    a("--min-batch-collection-ratio", type=float, default=1, help="Fraction of a batch to collect before training.")
+    a("--min-batch-collection-ratio", type=Float(0, 1), default=1,
+      help="Fraction of a batch to collect before training.")
     a("--use-distributed-post", action="store_true", help="Post rollout requests from several processes.")
     a("--disable-rollout-global-dataset", action="store_false", dest="rollout_global_dataset",
       help="Do not sample prompts from --prompt-data (the rollout function manages data itself).")
@@ -95,7 +98,8 @@ def add_rollout_source_flags(g):
     a("--rollout-data-transport", default="object-store", choices=["object-store", "nixl"],
       help="How rollout data reaches the trainers: object-store (slime's default: Ray's object store; what runs "
            "here) or nixl (slime: NIXL transfers of the tensors; not built here, refused at launch).")
-    a("--rollout-health-check-first-wait", type=float, default=0, help="Seconds each rollout waits before its first engine health check (engines still compiling).")
+    a("--rollout-health-check-first-wait", type=Float(0), default=0,
+      help="Seconds each rollout waits before its first engine health check (engines still compiling).")
 
 
 def check_sampling(args):

@@ -15,6 +15,7 @@ from slime_like.config.checkpoint import is_megatron_checkpoint
 from slime_like.config.cluster import cuda_visible
 from slime_like.config.errors import ConfigError
 from slime_like.registry import TRAINER_BACKENDS
+from slime_like.config.types import Float, Int
 
 SHARDING = ("full_shard", "shard_grad_op", "hybrid_shard", "no_shard")
 DTYPES = ("fp32", "bf16", "fp16")
@@ -42,7 +43,7 @@ def add_fsdp_group(parser):
       help="full_shard: params, grads, optimizer state sharded over all ranks, re-gathered per layer. "
            "shard_grad_op: same, but params stay gathered from forward to backward. hybrid_shard: shard within "
            "groups of --fsdp-size ranks, replicate across groups. no_shard: every rank holds everything (DDP).")
-    a("--fsdp-size", type=int, default=None,
+    a("--fsdp-size", type=Int(1), default=None,
       help="Ranks per shard group for hybrid_shard (ROLL's fsdp_size); default: all ranks.")
     a("--fsdp-reshard-after-forward", action=argparse.BooleanOptionalAction, default=None,
       help="Free gathered params after each layer's forward (default: on for full_shard / hybrid_shard).")
@@ -61,9 +62,10 @@ def add_fsdp_group(parser):
            "(RLinf enable_gradient_accumulation; more memory, less communication; same result).")
     a("--fsdp-autocast", default=None, choices=("bf16", "fp16"),
       help="Run forward/backward under torch.autocast with this dtype (RLinf amp_autocast).")
-    a("--lora-rank", type=int, default=0, help="LoRA rank (peft); 0 = train all weights. FSDP trainer only.")
-    a("--lora-alpha", type=float, default=16.0, help="LoRA scaling numerator: updates are scaled by alpha / rank.")
-    a("--lora-dropout", type=float, default=0.0, help="Dropout on the LoRA branch input.")
+    a("--lora-rank", type=Int(0), default=0, help="LoRA rank (peft); 0 = train all weights. FSDP trainer only.")
+    a("--lora-alpha", type=Float(0, lo_open=True), default=16.0,
+      help="LoRA scaling numerator: updates are scaled by alpha / rank.")
+    a("--lora-dropout", type=Float(0, 1, hi_open=True), default=0.0, help="Dropout on the LoRA branch input.")
     a("--lora-target-modules", nargs="+", default=["all-linear"],
       help="Module names (suffixes, e.g. q_proj v_proj) that get adapters; 'all-linear' = every linear layer "
            "except the output head.")

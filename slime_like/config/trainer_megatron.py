@@ -9,21 +9,22 @@ from slime_like.config.checkpoint import is_fsdp_checkpoint
 from slime_like.config.errors import ConfigError
 from slime_like.config.types import json_value
 from slime_like.registry import TRAINER_BACKENDS
+from slime_like.config.types import Int, json_value
 
 
 def add_perf_group(parser):
     g = parser.add_argument_group("perf/parallelism",
                                   "Megatron parallelism, recomputation, dynamic batching and precision")
     a = g.add_argument
-    a("--tensor-model-parallel-size", type=int, default=1, help="Tensor parallel size (TP).")
-    a("--pipeline-model-parallel-size", type=int, default=1, help="Pipeline parallel size (PP).")
-    a("--context-parallel-size", type=int, default=1, help="Context parallel size (CP).")
-    a("--expert-model-parallel-size", type=int, default=1, help="Expert parallel size (EP).")
-    a("--expert-tensor-parallel-size", type=int, default=None, help="Expert tensor parallel size; default = TP.")
+    a("--tensor-model-parallel-size", type=Int(1), default=1, help="Tensor parallel size (TP).")
+    a("--pipeline-model-parallel-size", type=Int(1), default=1, help="Pipeline parallel size (PP).")
+    a("--context-parallel-size", type=Int(1), default=1, help="Context parallel size (CP).")
+    a("--expert-model-parallel-size", type=Int(1), default=1, help="Expert parallel size (EP).")
+    a("--expert-tensor-parallel-size", type=Int(1), default=None, help="Expert tensor parallel size; default = TP.")
     a("--sequence-parallel", action="store_true", help="Megatron sequence parallelism (needs TP > 1).")
-    a("--num-layers-per-virtual-pipeline-stage", type=int, default=None, help="Interleaved pipeline schedule.")
-    a("--decoder-first-pipeline-num-layers", type=int, default=None, help="Layers on the first pipeline stage.")
-    a("--decoder-last-pipeline-num-layers", type=int, default=None, help="Layers on the last pipeline stage.")
+    a("--num-layers-per-virtual-pipeline-stage", type=Int(1), default=None, help="Interleaved pipeline schedule.")
+    a("--decoder-first-pipeline-num-layers", type=Int(0), default=None, help="Layers on the first pipeline stage.")
+    a("--decoder-last-pipeline-num-layers", type=Int(0), default=None, help="Layers on the last pipeline stage.")
     a("--account-for-embedding-in-pipeline-split", action="store_true", help="Count the embedding as a layer.")
     a("--account-for-loss-in-pipeline-split", action="store_true", help="Count the loss as a layer.")
     a("--cp-comm-type", nargs="+", default=["p2p"], choices=["p2p", "a2a", "allgather", "a2a+p2p"],
@@ -33,18 +34,19 @@ def add_perf_group(parser):
     a("--overlap-param-gather", action="store_true", help="Overlap parameter all-gather with forward.")
     a("--distributed-backend", default="nccl", choices=["nccl", "gloo"],
       help="torch.distributed backend for the trainers (gloo is used automatically on CPU).")
-    a("--distributed-timeout-minutes", type=int, default=10, help="torch.distributed timeout (minutes).")
+    a("--distributed-timeout-minutes", type=Int(1), default=10, help="torch.distributed timeout (minutes).")
     a("--recompute-granularity", default=None, choices=["full", "selective"], help="Activation recomputation.")
     a("--recompute-method", default=None, choices=["uniform", "block"], help="How layers are recomputed.")
-    a("--recompute-num-layers", type=int, default=None, help="Layers per recompute unit.")
+    a("--recompute-num-layers", type=Int(1), default=None, help="Layers per recompute unit.")
     a("--recompute-modules", nargs="*", default=None, help="Modules to recompute with selective granularity.")
     a("--recompute-loss-function", action="store_true", help="Recompute the loss function to save memory (slime).")
     a("--use-dynamic-batch-size", action="store_true",
       help="Pack micro-batches by token count (up to --max-tokens-per-gpu) instead of --micro-batch-size.")
-    a("--max-tokens-per-gpu", type=int, default=None, help="Token budget per GPU per micro-batch (dynamic batching).")
-    a("--log-probs-max-tokens-per-gpu", type=int, default=None,
+    a("--max-tokens-per-gpu", type=Int(1), default=None,
+      help="Token budget per GPU per micro-batch (dynamic batching).")
+    a("--log-probs-max-tokens-per-gpu", type=Int(1), default=None,
       help="Token budget for log-prob forward passes; default = --max-tokens-per-gpu.")
-    a("--log-probs-chunk-size", type=int, default=-1, help="Chunk size for log-prob computation; -1 = no chunking.")
+    a("--log-probs-chunk-size", type=Int(-1), default=-1, help="Chunk size for log-prob computation; -1 = no chunking.")
     a("--balance-data", action="store_true",
       help="Balance tokens across data-parallel ranks (karmarkar-karp partitioning).")
     a("--bf16", action="store_true", help="bfloat16 parameters and compute.")
@@ -93,16 +95,16 @@ def add_batching_flags(g):
     """(slime extras group) optimizer / batching."""
     a = g.add_argument
     a("--balance-by-flops", action="store_true", help="Partition micro-batches by estimated FLOPs, not tokens.")
-    a("--data-pad-size-multiplier", type=int, default=128, help="Pad packed sequences to a multiple of this.")
+    a("--data-pad-size-multiplier", type=Int(1), default=128, help="Pad packed sequences to a multiple of this.")
 
 
 def add_kernel_flags(g):
     """(slime extras group) kernels."""
     a = g.add_argument
-    a("--megatron-deepgemm-forward-layers", nargs="+", type=int, default=None,
+    a("--megatron-deepgemm-forward-layers", nargs="+", type=Int(0), default=None,
       help="Layers whose linears use SGLang's block-FP8 DeepGEMM forward.")
     a("--megatron-deepgemm-forward-modules", nargs="+", default=None, help="Module suffixes for the DeepGEMM forward.")
-    a("--megatron-deepgemm-moe-forward-layers", nargs="+", type=int, default=None,
+    a("--megatron-deepgemm-moe-forward-layers", nargs="+", type=Int(0), default=None,
       help="MoE layers whose grouped MLP uses DeepGEMM.")
     a("--megatron-deepgemm-moe-forward-modules", nargs="+", default=None, help="Grouped-MLP module suffixes.")
     a("--qwen-gdn-backend", default="fla", choices=["fla", "flashqla"], help="Gated-delta-net kernel backend.")

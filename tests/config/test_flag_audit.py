@@ -22,6 +22,7 @@ from cfg_helpers import parse, parse_report, refuse_at_launch
 from slime_like.config import engines, support
 from slime_like.registry import ROLLOUT_ENGINES
 from slime_like.config.errors import ConfigError
+from slime_like.config.types import ranged
 from slime_like.config.parser import build_parser
 from slime_like.config.types import json_value
 
@@ -124,13 +125,21 @@ def _non_default_tokens(action) -> list:
         value = next(c for c in action.choices if c != default and [c] != default)
     elif action.type is json_value:
         value = '{"A": "1"}'
-    elif action.type is int:
-        value = (default or 1) + 1
-    elif action.type is float:
-        value = (default or 0.25) * 2
+    elif ranged(action) is not None:  # a valid number other than the default
+        candidates = [(default or 1) + 1, 2, 1, 0] if ranged(action).kind == "int" else \
+            [(default or 0.25) * 2, (default or 0.25) / 2, 0.5, 1.5]
+        value = next(v for v in candidates if v != default and _accepts(ranged(action), v))
     else:
         value = "x"
     return [flag, str(value)]
+
+
+def _accepts(converter, value) -> bool:
+    try:
+        converter(value)
+        return True
+    except argparse.ArgumentTypeError:
+        return False
 
 
 def _action(dest):
@@ -227,10 +236,10 @@ def test_rollout_flags_are_real_flags_with_the_rollout_defaults(base):
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--rm-max-retries", "0"], "--rm-max-retries 0: must be >= 1"),
-    (["--rm-timeout", "0"], "--rm-timeout 0.0: must be > 0"),
-    (["--rm-retry-backoff", "-1"], "--rm-retry-backoff -1.0: must be > 0"),
-    (["--max-tool-turns", "-1"], "--max-tool-turns -1: must be >= 0"),
+    (["--rm-max-retries", "0"], "--rm-max-retries: 0: must be >= 1"),   # the flag's range (config/types.py)
+    (["--rm-timeout", "0"], "--rm-timeout: 0: must be > 0"),
+    (["--rm-retry-backoff", "-1"], "--rm-retry-backoff: -1: must be > 0"),
+    (["--max-tool-turns", "-1"], "--max-tool-turns: -1: must be >= 0"),
     (["--tool-call-end", ""], "--tool-call-end must be a non-empty"),
 ])
 def test_rollout_flag_values_are_checked(base, extra, message):

@@ -82,7 +82,7 @@ def test_no_abbreviations(base):
 def test_bad_choice_and_bad_type(base):
     with pytest.raises(ConfigError, match="invalid choice: 'grp'"):
         parse(base + ["--advantage-estimator", "grp"])
-    with pytest.raises(ConfigError, match="--lr: invalid float value"):
+    with pytest.raises(ConfigError, match="--lr: fast: not a number"):
         parse(base + ["--lr", "fast"])
 
 

@@ -34,11 +34,11 @@ RULES = [
                                              "not a multiple of it"),
     (["--advantage-estimator", "reinforce_plus_plus"], r"reinforce_plus_plus needs --normalize-advantages"),
     (["--use-dynamic-batch-size"], r"--use-dynamic-batch-size needs --max-tokens-per-gpu"),
-    (["--eps-clip-c", "0.5"], r"--eps-clip-c 0.5: dual-clip PPO needs c > 1"),
+    (["--eps-clip-c", "0.5"], r"--eps-clip-c: 0.5: must be > 1"),
     (["--bf16", "--fp16"], r"--bf16 and --fp16 exclude each other"),
     (["--debug-rollout-only", "--debug-train-only"], r"--debug-rollout-only and --debug-train-only"),
     (["--rm-type", "remote_rm"], r"--rm-type remote_rm needs --rm-url"),
-    (["--rollout-function-path", "slime.rollout.fully_async_rollout.generate_rollout_fully_async", "--max-staleness", "-1"], r"--max-staleness -1: must be >= 0"),
+    (["--rollout-function-path", "slime.rollout.fully_async_rollout.generate_rollout_fully_async", "--max-staleness", "-1"], r"--max-staleness: -1: must be >= 0"),
     (["--rollout-function-path", "slime.rollout.fully_async_rollout.generate_rollout_fully_async", "--update-weights-interval", "3"], r"--max-staleness 1 with --update-weights-interval 3: .* >= 2"),
     (["--loss-type", "custom_loss"], r"--loss-type custom_loss needs --custom-loss-function-path"),
     (["--disable-compute-advantages-and-returns"], r"--disable-compute-advantages-and-returns with --loss-type "
@@ -51,7 +51,7 @@ RULES = [
     (["--rollout-max-context-len", "10", "--rollout-max-prompt-len", "10"],
      r"--rollout-max-prompt-len 10 must be < --rollout-max-context-len 10"),
     (["--micro-batch-size", "3"], r"--global-batch-size 8 is not a multiple of --micro-batch-size 3"),
-    (["--rollout-top-p", "1.5"], r"--rollout-top-p 1.5: must be in \(0, 1\]"),
+    (["--rollout-top-p", "1.5"], r"--rollout-top-p: 1.5: must be in \(0, 1\]"),
     # on-policy distillation (slime's rules)
     (["--use-opd"], r"--use-opd needs --opd-type: 'megatron' .* or 'sglang'"),
     (["--use-opd", "--opd-type", "megatron"], r"--opd-type megatron needs --opd-teacher-load DIR"),
@@ -60,7 +60,7 @@ RULES = [
     (["--use-opd", "--opd-type", "sglang", "--opd-teacher-load", "/tmp"], r"--opd-teacher-load /tmp with --opd-type "
                                                                           "sglang: .* drop --opd-teacher-load"),
     (["--opd-teacher-load", "/tmp"], r"--opd-teacher-load /tmp is set but --use-opd is not"),
-    (["--use-opd", "--opd-type", "sglang", "--opd-kl-coef", "-1"], r"--opd-kl-coef -1.0: must be >= 0"),
+    (["--use-opd", "--opd-type", "sglang", "--opd-kl-coef", "-1"], r"--opd-kl-coef: -1: must be >= 0"),
 ]
 
 

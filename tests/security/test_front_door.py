@@ -35,6 +35,10 @@ BAD_BODIES = [
     ("stop_token_ids strings", {"input_ids": [1, 2], "sampling_params": {"stop_token_ids": ["a"]}}),
     ("ignore_eos a number", {"input_ids": [1, 2], "sampling_params": {"ignore_eos": 1}}),
     ("body a list", [1, 2, 3]),
+    # values float32 cannot hold (issue 31 item 5: repetition_penalty 1e-45 is 0 there and gave NaN log-probs)
+    ("repetition_penalty 1e-45", {"input_ids": [1, 2], "sampling_params": {"repetition_penalty": 1e-45}}),
+    ("temperature 1e39", {"input_ids": [1, 2], "sampling_params": {"temperature": 1e39}}),
+    ("top_p 1e-40", {"input_ids": [1, 2], "sampling_params": {"top_p": 1e-40}}),
 ]
 
 

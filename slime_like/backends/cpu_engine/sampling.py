@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from slime_like.backends.engine_api.protocol import BadRequest
+from slime_like.config.types import FLOAT32_MAX, FLOAT32_TINY
 
 # SGLang's SamplingParams keys. The ones in _UNSUPPORTED are accepted by SGLang but not implemented here;
 # a request that sets them to a non-default value gets a clear error instead of being silently ignored.
@@ -109,6 +110,9 @@ def _real(v, name: str, low: float, high: float | None, low_open: bool = False) 
     v = float(v)
     if v != v or v in (float("inf"), float("-inf")):
         raise BadRequest(f"sampling_params.{name} must be finite, got {v}")
+    if v != 0 and not FLOAT32_TINY <= abs(v) <= FLOAT32_MAX:  # the tensors are float32: 1e-45 is 0 there
+        raise BadRequest(f"sampling_params.{name}={v!r} is not representable in float32 (it would be "
+                         f"{'inf' if abs(v) > FLOAT32_MAX else '0 or subnormal'})")
     if (v <= low if low_open else v < low) or (high is not None and v > high):
         span = f"{'(' if low_open else '['}{low}, {high if high is not None else 'inf'}]"
         raise BadRequest(f"sampling_params.{name} must be in {span}, got {v}")
