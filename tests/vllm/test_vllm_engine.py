@@ -340,3 +340,35 @@ def test_a_refused_weight_payload_is_a_400(served):
     text = info.value.read().decode()
     assert info.value.code == 400, text
     assert "weight payload refused: serialized_named_tensors is not a tensor payload" in text
+
+
+def test_rendezvous_with_an_unreachable_master_is_one_at_a_time_and_times_out(served):
+    """Issue 31 item 8 on the vllm engine: wrong types are a 400; a second rendezvous while one waits is a 409; the
+    waiting one gives up after the worker's 60 s rendezvous timeout; the engine then generates."""
+    import threading
+
+    body = {"master_address": "127.0.0.1", "master_port": free_port(), "rank_offset": 1, "world_size": 2,
+            "backend": "gloo"}
+    with pytest.raises(urllib.error.HTTPError) as info:
+        post(served.url, "/init_weights_update_group", dict(body, master_port="abc"))
+    assert info.value.code == 400 and "of the wrong type ['master_port']" in info.value.read().decode()
+    first = {}
+
+    def join():
+        try:
+            post(served.url, "/init_weights_update_group", body, timeout=300)
+        except urllib.error.HTTPError as e:
+            first["status"] = e.code
+
+    t = threading.Thread(target=join)
+    t.start()
+    while True:   # the second call arrives while the first waits in the rendezvous
+        try:
+            post(served.url, "/init_weights_update_group", dict(body, group_name="second"))
+        except urllib.error.HTTPError as e:
+            if e.code == 409 or not t.is_alive():
+                break
+    assert t.is_alive()
+    t.join()
+    assert first["status"] >= 500
+    assert gen(served.url, PROMPT, max_new_tokens=2)["output_ids"]

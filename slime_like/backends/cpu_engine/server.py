@@ -327,7 +327,8 @@ async def init_weights_update_group(request):
     try:
         groups[name] = await asyncio.get_running_loop().run_in_executor(
             request.app["rendezvous_thread"], lambda: process_group.init_custom_process_group(
-                "gloo", init, int(body["world_size"]), rank, name, timeout=RENDEZVOUS_TIMEOUT))
+                "gloo", init, int(body["world_size"]), rank, name, timeout=timedelta(seconds=120),
+                rendezvous_timeout=RENDEZVOUS_TIMEOUT))
     except (RuntimeError, ValueError, OSError) as e:  # torch's DistStoreError / timeouts are RuntimeErrors
         return _err(f"/init_weights_update_group: joining {init} as rank {rank} of {body['world_size']} failed "
                     f"within {RENDEZVOUS_TIMEOUT.total_seconds():.0f} s: {str(e).splitlines()[0][:300]}", status=504)

@@ -20,14 +20,17 @@ from slime_like.utils import rendezvous
 
 
 def init_custom_process_group(backend: str, init_method: str, world_size: int, rank: int, group_name: str,
-                              timeout: timedelta = timedelta(seconds=300)):
+                              timeout: timedelta = timedelta(seconds=300), rendezvous_timeout: timedelta | None = None):
     """Create a process group independent of the default one; blocks until all `world_size` ranks joined.
 
+    `timeout` bounds the group's collectives; `rendezvous_timeout` (default: the same) how long joining its store
+    may take (an engine gives up on an unreachable master sooner than on a slow broadcast).
     On a loopback rendezvous (a one-node run) every listener of the group, the store and gloo's, is loopback."""
     url = urlsplit(init_method)
     if url.scheme != "tcp" or not url.hostname or not url.port:
         raise ValueError(f"weight-sync rendezvous must be tcp://HOST:PORT, got {init_method!r}")
-    store = PrefixStore(group_name, rendezvous.tcp_store(url.hostname, url.port, rank, world_size, timeout))
+    store = PrefixStore(group_name, rendezvous.tcp_store(url.hostname, url.port, rank, world_size,
+                                                         rendezvous_timeout or timeout))
     with rendezvous.gloo_interface_for(url.hostname):
         pg, _ = _new_process_group_helper(world_size, rank, [], Backend(backend), store, group_name=group_name,
                                           backend_options=None, timeout=timeout)

@@ -54,6 +54,7 @@ class Adapter:
         self.eos_ids: set = _eos_ids(model_path)
         self.weight_version = "default"
         self.updates = 0
+        self.joining = False                   # a weight-update group's rendezvous is in progress
 
     # ------------------------------------------------------------------ upstream calls
     async def call(self, method: str, path: str, payload=None, params=None, timeout: float | None = None):
@@ -159,9 +160,25 @@ class Adapter:
 
     async def init_group(self, request: web.Request):
         b = await _json(request)
-        result = await self.rpc("slime_init_group", b["master_address"], int(b["master_port"]), int(b["rank_offset"]),
-                                int(b["world_size"]), b.get("group_name", "weight_update_group"),
-                                b.get("backend", "nccl"))
+        types = {"master_address": str, "master_port": int, "rank_offset": int, "world_size": int,
+                 "group_name": str, "backend": str}
+        wrong = [k for k, t in types.items() if k in b and (not isinstance(b[k], t) or isinstance(b[k], bool))]
+        missing = [k for k in ("master_address", "master_port", "rank_offset", "world_size") if k not in b]
+        if wrong or missing:
+            raise translate.BadRequest(f"/init_weights_update_group: missing {missing}, of the wrong type {wrong} "
+                                       f"(expected {', '.join(f'{k}: {t.__name__}' for k, t in types.items())})")
+        # One rendezvous at a time: the worker waits in it (up to its 60 s timeout) and serves nothing meanwhile.
+        if self.joining:
+            return web.json_response({"error": {"message": "/init_weights_update_group: another weight-update "
+                                                           "group is being joined; retry when it finished"}},
+                                     status=409)
+        self.joining = True
+        try:
+            result = await self.rpc("slime_init_group", b["master_address"], b["master_port"], b["rank_offset"],
+                                    b["world_size"], b.get("group_name", "weight_update_group"),
+                                    b.get("backend", "nccl"))
+        finally:
+            self.joining = False
         return web.json_response({"success": True, "message": "joined", "result": result})
 
     async def update_from_distributed(self, request: web.Request):

@@ -105,7 +105,8 @@ class SlimeWorkerExtension:
         groups = self.__dict__.setdefault("_slime_groups", {})
         groups[group_name] = init_custom_process_group(
             backend, f"tcp://{master_address}:{int(master_port)}", int(world_size), rank, group_name,
-            timeout=timedelta(seconds=300))
+            timeout=timedelta(seconds=300),
+            rendezvous_timeout=timedelta(seconds=60))   # the trainer's store is up before it calls us
         return {"rank": rank}
 
     def slime_update_from_distributed(self, names: list, dtypes: list, shapes: list, group_name: str,
