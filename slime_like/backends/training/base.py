@@ -74,7 +74,12 @@ class RLTrainerBase(CollectivesMixin):
             # The step's loss is a token sum over all its micro-batches: grouping changes only float rounding.
             by_length = sorted(indices, key=lambda i: len(batch["tokens"][i]))
             groups = D.fixed_micro_batches(by_length, args.micro_batch_size)
-        return [D.build_micro_batch(batch, g, packed=packed and self.pack_rows, use_te=self.use_te,
+        # One tensor conversion per column for every micro-batch of every pass over this call's batch (the
+        # actor's, reference's and teacher's scoring; each optimizer step of train_step).
+        packed_batch = getattr(self, "_packed_batch", None)  # reset by each public call (validate_batch)
+        if packed_batch is None or not packed_batch.packs(batch):
+            packed_batch = self._packed_batch = D.PackedBatch(batch)
+        return [D.build_micro_batch(packed_batch, g, packed=packed and self.pack_rows, use_te=self.use_te,
                                     field_keys=field_keys, device=self.device) for g in groups]
 
     def _scoring_micro_batches(self, batch):
@@ -117,10 +122,12 @@ class RLTrainerBase(CollectivesMixin):
         (role "reference", --placement reference:...) returns `ref_log_probs` of its frozen model."""
         if self.role == "reference":
             D.validate_batch(batch)
+            self._packed_batch = None  # this call's batch is packed afresh (a hook may have edited it)
             return {"ref_log_probs": self._forward_only(self.model, batch, "logp")}
         if self.role != "actor":
             raise RuntimeError("compute_log_probs is an actor call; the critic has compute_values")
         D.validate_batch(batch)
+        self._packed_batch = None  # this call's batch is packed afresh (a hook may have edited it)
         out = {}
         if old_policy:
             self._before_scoring("")
@@ -162,6 +169,7 @@ class RLTrainerBase(CollectivesMixin):
         if self.role != "critic":
             raise RuntimeError("compute_values is a critic call; build the trainer with role='critic'")
         D.validate_batch(batch)
+        self._packed_batch = None  # this call's batch is packed afresh (a hook may have edited it)
         return {"values": self._forward_only(self.model, batch, "values")}
 
     def compute_advantages(self, batch: dict) -> dict:
@@ -176,6 +184,7 @@ class RLTrainerBase(CollectivesMixin):
         need = ("rewards",) + (("log_probs", "ref_log_probs") if kl_coef else ()) \
             + (("values",) if spec.needs_critic else ())
         D.validate_batch(batch, need)
+        self._packed_batch = None  # this call's batch is packed afresh (a hook may have edited it)
         lengths = [int(r) for r in batch["response_lengths"]]
         width = max(lengths)
         mask = D.pad_rows(batch["loss_masks"], width)
@@ -228,6 +237,7 @@ class RLTrainerBase(CollectivesMixin):
         if self.role == "actor":  # slime's --rollout-data-postprocess-path sees the actor's data
             self.hooks.call("rollout_data_postprocess_path", args, rollout_id, batch)
         D.validate_batch(batch, need)
+        self._packed_batch = None  # this call's batch is packed afresh (a hook may have edited it)
         dp = self.ps.get_data_parallel_world_size()
         steps = D.split_steps(D.num_samples(batch), int(args.num_steps_per_rollout), args.global_batch_size, dp,
                               exact=not args.custom_generate_function_path)  # it may fan a prompt out

@@ -207,38 +207,86 @@ def packed_seq_params_for(lengths: list[int], device=None):
                            max_seqlen_q=max(lengths), max_seqlen_kv=max(lengths))
 
 
-def build_micro_batch(batch: dict, sample_ids: list[int], packed: bool, use_te: bool = False,
+class PackedBatch:
+    """A rollout batch as tensors, packed once: each column one flat 1-D tensor plus per-sample offsets.
+
+    `tokens` is every sample's token ids concatenated (one conversion of the whole column); a per-token
+    column (`loss_masks`, log-probs, advantages, ...) is packed the first time a micro-batch asks for it.
+    build_micro_batch then only indexes these tensors: no per-token Python list between the rollout batch
+    and the loss, however many micro-batches and passes (scoring, each optimizer step) read the batch.
+    """
+
+    def __init__(self, batch: dict):
+        self.batch = batch
+        self.tokens, self.tok_start, self.tok_len = self._pack(batch["tokens"], torch.long)
+        self.resp_len = torch.tensor([int(r) for r in batch["response_lengths"]], dtype=torch.long)
+        self._token_source = batch["tokens"]
+        self._columns: dict = {}
+
+    @staticmethod
+    def _pack(values: list, dtype):
+        lens = torch.tensor([_length(v) for v in values], dtype=torch.long)
+        return _flat(values, dtype), torch.cumsum(lens, 0) - lens, lens
+
+    def packs(self, batch: dict) -> bool:
+        """Whether this packing still describes `batch` (the same dict holding the same token column)."""
+        return batch is self.batch and batch["tokens"] is self._token_source
+
+    def column(self, key: str, dtype=torch.float32):
+        """(flat values, start of each sample, entries of each sample) of a ragged per-sample column."""
+        source = self.batch[key]
+        cached = self._columns.get((key, dtype))
+        if cached is None or cached[0] is not source:  # a column replaced since (e.g. new advantages)
+            cached = self._columns[key, dtype] = (source, self._pack(source, dtype))
+        return cached[1]
+
+    def padded(self, key: str, ids: torch.Tensor, width: int, dtype=torch.float32) -> torch.Tensor:
+        """Samples `ids` of column `key` as `[n, width]` rows, zero-padded on the right (pad_rows' result)."""
+        flat, start, lens = self.column(key, dtype)
+        j = torch.arange(width)[None, :]
+        inside = j < lens[ids][:, None]
+        if flat.numel() == 0:
+            return torch.zeros(len(ids), width, dtype=dtype)
+        gathered = flat[(start[ids][:, None] + j).clamp(max=flat.numel() - 1)]
+        return torch.where(inside, gathered, torch.zeros((), dtype=dtype))
+
+
+def build_micro_batch(batch, sample_ids: list[int], packed: bool, use_te: bool = False,
                       field_keys: tuple[str, ...] = (), pad_id: int = 0, device=None) -> MicroBatch:
-    """Turn samples `sample_ids` of the columnar batch into model inputs plus response gather indices."""
-    toks = [batch["tokens"][i] for i in sample_ids]
-    lens = [_length(t) for t in toks]
-    resp = [int(batch["response_lengths"][i]) for i in sample_ids]
-    n, rmax = len(sample_ids), max(resp)
-    lens_t, resp_t = torch.tensor(lens), torch.tensor(resp)
-    flat = _flat(toks, torch.long)
-    starts = torch.cumsum(lens_t, 0) - lens_t  # where each sample begins in `flat`
+    """Turn samples `sample_ids` of the batch (a columnar dict or its PackedBatch) into model inputs plus
+    response gather indices. Every tensor is gathered from the PackedBatch's flat columns."""
+    pb = batch if isinstance(batch, PackedBatch) else PackedBatch(batch)
+    ids = torch.tensor(sample_ids, dtype=torch.long)
+    lens_t, resp_t, gstart = pb.tok_len[ids], pb.resp_len[ids], pb.tok_start[ids]
+    n, rmax, width = len(sample_ids), int(resp_t.max()), int(lens_t.max())
     j = torch.arange(rmax)[None, :]
     valid = (j < resp_t[:, None]).float()
     step = j * valid.long()  # padded response slots repeat the sample's first response position
     if packed:
-        tokens = flat[None]
-        position_ids = (torch.arange(flat.numel()) - torch.repeat_interleave(starts, lens_t))[None]
+        starts = torch.cumsum(lens_t, 0) - lens_t  # where each sample begins in the packed row
+        total = int(lens_t.sum())
+        offset = torch.repeat_interleave(starts, lens_t, output_size=total)
+        position_ids = (torch.arange(total) - offset)[None]
+        tokens = pb.tokens[torch.repeat_interleave(gstart, lens_t, output_size=total) + position_ids[0]][None]
         rows = torch.zeros(n, rmax, dtype=torch.long)
         first_logit = starts + lens_t - resp_t - 1
+        lens = lens_t.tolist()
         attention_mask = None if use_te else block_causal_mask(lens)
         psp = packed_seq_params_for(lens, device) if use_te else None
     else:
-        tokens = torch.full((n, max(lens)), pad_id, dtype=torch.long)
-        tokens[torch.arange(max(lens)) < lens_t[:, None]] = flat
-        position_ids = torch.arange(max(lens))[None].expand(n, -1).contiguous()
+        cols = torch.arange(width)[None, :]
+        inside = cols < lens_t[:, None]
+        gathered = pb.tokens[(gstart[:, None] + cols).clamp(max=pb.tokens.numel() - 1)]
+        tokens = torch.where(inside, gathered, torch.full((), pad_id, dtype=torch.long))
+        position_ids = cols.expand(n, -1).contiguous()
         rows = torch.arange(n)[:, None].expand(n, rmax).contiguous()
         first_logit = lens_t - resp_t - 1
         attention_mask, psp = None, None
     # Padded response slots point at the sample's first logit: a valid index whose value is masked out.
     cols = first_logit[:, None] + step
-    targets = flat[(starts + lens_t - resp_t)[:, None] + step] * valid.long()
-    loss_mask = pad_rows([batch["loss_masks"][i] for i in sample_ids], rmax, lengths=resp) * valid
-    fields = {key: pad_rows([batch[key][i] for i in sample_ids], rmax) for key in field_keys if key in batch}
+    targets = pb.tokens[(gstart + lens_t - resp_t)[:, None] + step] * valid.long()
+    loss_mask = pb.padded("loss_masks", ids, rmax) * valid
+    fields = {key: pb.padded(key, ids, rmax) for key in field_keys if key in pb.batch}
     mb = MicroBatch(sample_ids, tokens, position_ids, attention_mask, psp, rows, cols, targets, valid, loss_mask,
                     fields)
     if device is not None:
