@@ -29,6 +29,7 @@ CHECKED = {
     "qk_head_dim": "qk_nope_head_dim", "qk_pos_emb_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim",
     "rotary_scaling_factor": "rope_scaling.factor (yarn)", "mscale": "rope_scaling.mscale (yarn)",
     "mscale_all_dim": "rope_scaling.mscale_all_dim (yarn)",
+    "moe_shared_expert_gate": "shared_expert_gate (Qwen2-MoE)",
 }
 
 
@@ -45,6 +46,7 @@ class ModelFamily:
     # choice, group-limited top-k, renormalised top-k weights times routed_scaling_factor, shared experts
     biased_router: bool = False
     fused_gate_up: bool = False    # the MLP's gate and up projections are one HF tensor gate_up_proj (GLM-4)
+    shared_expert_gate: bool = False  # Qwen2-MoE: sigmoid(shared_expert_gate(x)) scales the shared expert's output
     trainable: bool = False        # the Megatron trainer builds it and maps its HF weights (hf_weights.py)
     not_built: str = ""            # why the trainer refuses a family slime trains (read_hf_config says it)
 
@@ -57,12 +59,17 @@ _GATED_DELTA_NET = ("its gated delta net layers need flash-linear-attention's Tr
 MODEL_FAMILIES = {
     "llama": ModelFamily(trainable=True),
     "qwen2": ModelFamily(qkv_bias=True, trainable=True),
-    "qwen2_moe": ModelFamily(qkv_bias=True),
+    # MiMo: Qwen2 plus MTP layers (num_nextn_predict_layers; dropped, see dropped_mtp_note); its modeling code is
+    # remote code subclassing transformers' Qwen2 (transformers has no mimo model_type)
+    "mimo": ModelFamily(qkv_bias=True, trainable=True),
+    "qwen2_moe": ModelFamily(qkv_bias=True, shared_expert_gate=True, trainable=True),
     "qwen3": ModelFamily(qk_norm=True, trainable=True),
     "qwen3_moe": ModelFamily(qk_norm=True, trainable=True),
     "glm4": ModelFamily(glm_sandwich=True, fused_gate_up=True, trainable=True),
     "glm4_moe": ModelFamily(biased_router=True, trainable=True),  # GLM-4.5/4.6: no sandwich norms (unlike glm4)
     "deepseek_v3": ModelFamily(biased_router=True, trainable=True),  # + multi-latent attention (kv_lora_rank)
+    # GLM-4.7-Flash: DeepSeek-V3's layout (MLA + GLM-4.5's router); dense / MoE layers from mlp_layer_types
+    "glm4_moe_lite": ModelFamily(biased_router=True, trainable=True),
     # Kimi-K2's config.json: model_type kimi_k2 (remote code), DeepseekV3ForCausalLM weights and architecture
     "kimi_k2": ModelFamily(biased_router=True, trainable=True),
     # MiniMax-M2: every layer MoE (sigmoid router with correction bias, no groups, no shared expert), partial RoPE
@@ -157,6 +164,8 @@ def model_flags_from_hf(cfg: dict) -> list:
             cfg.get("n_shared_experts", 0) * _expert_ffn(cfg)
         if shared:
             out += ["--moe-shared-expert-intermediate-size", shared]
+            if family.shared_expert_gate:
+                out.append("--moe-shared-expert-gate")
         out += _router_flags(cfg)
     return [str(t) for t in out]
 
@@ -201,9 +210,11 @@ def _router_flags(cfg: dict) -> list:
 
 
 def moe_layer_pattern_from_hf(cfg: dict) -> list:
-    """Per layer 1 (MoE) or 0 (dense), from Qwen-MoE's decoder_sparse_step / mlp_only_layers or DeepSeek / GLM's
-    first_k_dense_replace."""
+    """Per layer 1 (MoE) or 0 (dense), from Qwen-MoE's decoder_sparse_step / mlp_only_layers, DeepSeek / GLM's
+    first_k_dense_replace or GLM-4.7-Flash's mlp_layer_types ("dense" / "sparse" per layer)."""
     n, step = cfg["num_hidden_layers"], cfg.get("decoder_sparse_step", 1) or 1
+    if isinstance(cfg.get("mlp_layer_types"), list):
+        return [1 if t == "sparse" else 0 for t in cfg["mlp_layer_types"]]
     if "first_k_dense_replace" in cfg:
         k = cfg["first_k_dense_replace"]
         return [0] * k + [1] * (n - k)
@@ -246,6 +257,8 @@ def expected_from_hf(cfg: dict) -> dict:
     n_exp = _num_experts(cfg)
     if n_exp:
         exp.update(num_experts=n_exp, moe_router_topk=cfg["num_experts_per_tok"], moe_ffn_hidden_size=_expert_ffn(cfg))
+        if family_of(cfg).shared_expert_gate and cfg.get("shared_expert_intermediate_size"):
+            exp["moe_shared_expert_gate"] = True
     return exp
 
 

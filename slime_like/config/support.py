@@ -69,7 +69,6 @@ UNSUPPORTED = {
     "mscale_all_dim": "a YaRN setting of multi-latent attention; without --multi-latent-attention it changes nothing",
     "attention_output_gate": f"gated attention (Qwen3-Next / Qwen3.5): {_ARCH}",  # pending: models
     "use_gated_attention": f"gated attention (Qwen3-Next / Qwen3.5): {_ARCH}",  # pending: models
-    "moe_shared_expert_gate": f"the shared-expert sigmoid gate: {_ARCH}",  # pending: models
     "custom_model_provider_path": f"custom model providers: {_MEGATRON}",  # pending: megatron
     "spec": "custom layer specs: the Megatron trainer builds its own; of slime's plugins it builds "
             "`slime_plugins.models.glm4 get_glm_spec` (GLM-4 sandwich norms) and `slime_plugins.models.minimax_m2 "

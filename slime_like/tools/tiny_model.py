@@ -14,7 +14,7 @@ import string
 
 PAD, EOS = "<pad>", "<eos>"
 ARCHS = ("qwen2", "qwen3", "qwen3_moe", "llama", "glm4", "glm4_moe", "deepseek_v3", "moonlight", "kimi_k2",
-         "minimax_m2")
+         "minimax_m2", "qwen2_moe", "glm4_moe_lite", "mimo")
 # ChatML-style turns, written with plain characters so the char tokenizer covers them.
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -73,6 +73,8 @@ def build_tiny_checkpoint(out_dir: str, arch: str = "qwen2", hidden_size: int = 
     model.save_pretrained(out_dir, safe_serialization=True)
     if arch == "kimi_k2":  # Kimi-K2's config.json names its own model_type over DeepSeek-V3's architecture
         _set_model_type(out_dir, "kimi_k2")
+    if arch == "mimo":
+        _add_mimo_mtp_layer(out_dir, hidden_size, seed)
     tok.save_pretrained(out_dir)
     return out_dir
 
@@ -81,8 +83,25 @@ def _config_and_class(arch: str, common: dict, head: int, num_experts: int, moe_
     """(transformers config, model class) of a tiny `arch`; `common`: the fields every architecture shares."""
     import transformers
 
-    if arch == "qwen2":
+    if arch in ("qwen2", "mimo"):  # MiMo: Qwen2's main model (+ an MTP layer, _add_mimo_mtp_layer)
         cfg, cls = transformers.Qwen2Config(**common), transformers.Qwen2ForCausalLM
+    elif arch == "qwen2_moe":  # dense layer 0 (mlp_only_layers), then MoE with a sigmoid-gated shared expert;
+        # norm_topk_prob false: softmax over all experts, top-k weights not renormalised
+        cfg = transformers.Qwen2MoeConfig(num_experts=num_experts, num_experts_per_tok=moe_topk,
+                                          moe_intermediate_size=ffn_hidden_size // 4,
+                                          shared_expert_intermediate_size=ffn_hidden_size // 2, decoder_sparse_step=1,
+                                          mlp_only_layers=[0], norm_topk_prob=False, router_aux_loss_coef=0.001,
+                                          **common)
+        cls = transformers.Qwen2MoeForCausalLM
+    elif arch == "glm4_moe_lite":  # GLM-4.7-Flash: DeepSeek-V3's MLA + GLM-4.5's router, layers from mlp_layer_types
+        cfg = transformers.Glm4MoeLiteConfig(n_routed_experts=num_experts, num_experts_per_tok=moe_topk,
+                                             moe_intermediate_size=ffn_hidden_size // 4, n_shared_experts=1,
+                                             n_group=1, topk_group=1, routed_scaling_factor=1.8, norm_topk_prob=True,
+                                             q_lora_rank=2 * head, kv_lora_rank=head, qk_nope_head_dim=head,
+                                             qk_rope_head_dim=head // 2, v_head_dim=head, rope_interleave=True,
+                                             mlp_layer_types=["dense"] + ["sparse"] * (common["num_hidden_layers"] - 1),
+                                             **dict(common, num_key_value_heads=common["num_attention_heads"]))
+        cls = transformers.Glm4MoeLiteForCausalLM
     elif arch == "qwen3":
         cfg, cls = transformers.Qwen3Config(head_dim=head, **common), transformers.Qwen3ForCausalLM
     elif arch == "qwen3_moe":
@@ -137,7 +156,7 @@ def _make_defaults_matter(model, arch: str, seed: int) -> None:
     norm or an ignored bias show in a parity test."""
     import torch
 
-    if arch in ("glm4", "minimax_m2"):
+    if arch in ("glm4", "minimax_m2", "qwen2_moe", "glm4_moe_lite"):
         with torch.no_grad():
             for name, p in model.named_parameters():
                 if name.endswith(("layernorm.weight", "q_norm.weight", "k_norm.weight")):
@@ -147,13 +166,30 @@ def _make_defaults_matter(model, arch: str, seed: int) -> None:
             buf.copy_(torch.randn(buf.shape, generator=torch.Generator().manual_seed(seed + 1)) * 0.1)
 
 
-def _set_model_type(out_dir: str, model_type: str) -> None:
+def _add_mimo_mtp_layer(out_dir: str, hidden: int, seed: int) -> None:
+    """MiMo's config.json (model_type mimo, one MTP layer) and some of its MTP tensors (model.mtp_layers.0.*), which
+    the trainer must leave alone: written next to the Qwen2 weights."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    _set_model_type(out_dir, "mimo", num_nextn_predict_layers=1, architectures=["MiMoForCausalLM"])
+    path = os.path.join(out_dir, "model.safetensors")
+    tensors = load_file(path)
+    g = torch.Generator().manual_seed(seed + 2)
+    for name in ("input_layernorm", "token_layernorm", "hidden_layernorm", "final_layernorm"):
+        tensors[f"model.mtp_layers.0.{name}.weight"] = 1 + 0.1 * torch.randn(hidden, generator=g)
+    tensors["model.mtp_layers.0.input_proj.weight"] = 0.1 * torch.randn(hidden, 2 * hidden, generator=g)
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+def _set_model_type(out_dir: str, model_type: str, **extra) -> None:
     import json
 
     path = os.path.join(out_dir, "config.json")
     with open(path) as f:
         cfg = json.load(f)
     cfg["model_type"] = model_type
+    cfg.update(extra)
     with open(path, "w") as f:
         json.dump(cfg, f, indent=2)
 

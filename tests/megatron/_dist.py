@@ -41,6 +41,13 @@ TINY = {
     # MiniMax-M2: MoE in every layer (sigmoid router + correction bias, no groups / shared expert), one RMSNorm over
     # all query heads and one over all key heads (random scales), RoPE on half of each head
     "minimax_m2": dict(arch="minimax_m2", tie_embeddings=False, num_experts=4, moe_topk=2),
+    # Qwen2-MoE: dense layer 0, MoE layer 1 (softmax router, top-k not renormalised, shared expert scaled by its
+    # sigmoid gate), QKV bias, random norm scales
+    "qwen2_moe": dict(arch="qwen2_moe", tie_embeddings=False, num_experts=4, moe_topk=2),
+    # GLM-4.7-Flash: DeepSeek-V3's MLA + GLM-4.5's biased sigmoid router, dense / MoE layers from mlp_layer_types
+    "glm4_moe_lite": dict(arch="glm4_moe_lite", tie_embeddings=False, num_experts=4, moe_topk=2),
+    # MiMo: Qwen2 + one MTP layer (model.mtp_layers.0.* tensors) the trainer leaves out
+    "mimo": dict(arch="mimo", tie_embeddings=False),
 }
 
 

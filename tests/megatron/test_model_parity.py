@@ -10,7 +10,10 @@ interleaved RoPE part, then the same MoE as glm4_moe) and kimi_k2 (model_type ki
 with YaRN RoPE, beta_fast / beta_slow from config.json, cos/sin and softmax scales != 1; its reference is transformers'
 deepseek_v3 on the same weights, since transformers has no kimi_k2) and minimax_m2 (MoE in every layer with the
 biased sigmoid router, one RMSNorm over all query heads and one over all key heads -- gathered over TP --, RoPE on half
-of each head, Mixtral-style block_sparse_moe / w1 w2 w3 names).
+of each head, Mixtral-style block_sparse_moe / w1 w2 w3 names) and qwen2_moe (dense then MoE layer, softmax router
+without top-k renormalisation, one shared expert scaled by its sigmoid gate) and glm4_moe_lite (GLM-4.7-Flash:
+deepseek_v3's layout, dense / MoE layers from mlp_layer_types) and mimo (Qwen2 + an MTP layer the trainer neither loads
+nor exports; its reference is transformers' qwen2 on the same weights, since transformers has no mimo).
 """
 import json
 import shutil
@@ -23,7 +26,10 @@ import torch
 from _dist import run_ranks, tiny_ckpts  # noqa: F401  (tiny_ckpts is a fixture)
 
 ARCHS = ["qwen2", "qwen2_untied", "qwen3", "llama", "qwen3_moe", "glm4", "glm4_moe", "deepseek_v3", "kimi_k2",
-         "minimax_m2"]
+         "minimax_m2", "qwen2_moe", "glm4_moe_lite", "mimo"]
+# model_type -> the transformers model_type of the same architecture, for types transformers does not have
+# (their modeling code is remote code upstream): Kimi-K2 is DeepSeek-V3's, MiMo's main model is Qwen2's
+REFERENCE_TYPE = {"kimi_k2": "deepseek_v3", "mimo": "qwen2"}
 
 
 def forward_logits(chunks, ids):
@@ -60,18 +66,19 @@ def tiny_qwen2_argv(hf_dir, tp, pp):
 
 
 def hf_reference_dir(path):
-    """The checkpoint transformers loads as the reference: Kimi-K2's (model_type kimi_k2, remote code upstream) as
-    transformers' deepseek_v3, the architecture its config.json names."""
+    """The checkpoint transformers loads as the reference: a model_type transformers lacks (REFERENCE_TYPE) as the
+    transformers model_type of its architecture."""
     with open(os.path.join(path, "config.json")) as f:
         cfg = json.load(f)
-    if cfg["model_type"] != "kimi_k2":
+    if cfg["model_type"] not in REFERENCE_TYPE:
         return path
-    ref = path.rstrip("/") + "_as_deepseek_v3"
+    as_type = REFERENCE_TYPE[cfg["model_type"]]
+    ref = path.rstrip("/") + "_as_" + as_type
     if not os.path.isdir(ref):
         tmp = f"{ref}.{os.getpid()}"
         shutil.copytree(path, tmp)
         with open(os.path.join(tmp, "config.json"), "w") as f:
-            json.dump(dict(cfg, model_type="deepseek_v3"), f)
+            json.dump(dict(cfg, model_type=as_type, architectures=None), f)
         try:
             os.rename(tmp, ref)
         except OSError:  # another rank renamed its copy first
@@ -109,7 +116,8 @@ def parity_rank(rank, world, port, ckpts, tp, pp, ep, archs):
         # export side: this rank's HF tensors (TP-gathered; PP stages emit their own layers) vs the file
         ref_sd = load_file(os.path.join(ckpts[arch], "model.safetensors"))
         exported = {n: (t - ref_sd[n]).abs().max().item() for n, t in hf_weights.iter_hf_weights(chunks, args)}
-        exports[name] = dict(exported=exported, expected=sorted(ref_sd))
+        # MTP layers (MiMo's model.mtp_layers.*) are not built, so not exported
+        exports[name] = dict(exported=exported, expected=sorted(n for n in ref_sd if ".mtp_layers." not in n))
         logits = forward_logits(chunks, ids)
         if logits is None:
             continue
@@ -168,7 +176,7 @@ def test_parity_pp2(tiny_ckpts):
 @pytest.mark.slow
 def test_parity_moe_ep2(tiny_ckpts):
     # EP=2 over 2 data-parallel ranks: each rank holds 2 of the 4 experts; both ranks check their logits
-    moe = ["qwen3_moe", "glm4_moe", "deepseek_v3", "kimi_k2", "minimax_m2"]
+    moe = ["qwen3_moe", "glm4_moe", "deepseek_v3", "kimi_k2", "minimax_m2", "qwen2_moe", "glm4_moe_lite"]
     results = run_ranks(parity_rank, 2, tiny_ckpts, 1, 1, 2, moe)
     _check(results, len(moe))
     for diffs, _ in results:

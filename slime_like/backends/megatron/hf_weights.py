@@ -1,5 +1,5 @@
-"""Hugging Face <-> megatron-core weights for Qwen2/2.5, Qwen3, Llama 3, Qwen3-MoE, GLM-4 dense, GLM-4.5-style MoE and
-DeepSeek-V3-style MLA, at any TP/PP/EP.
+"""Hugging Face <-> megatron-core weights for Qwen2/2.5 (and MiMo's main model), Qwen3, Llama 3, Qwen2-MoE, Qwen3-MoE,
+GLM-4 dense, GLM-4.5-style MoE and DeepSeek-V3-style MLA (DeepSeek-V3, Kimi-K2, GLM-4.7-Flash), at any TP/PP/EP.
 
 One table (`_rule`) maps each mcore parameter of a chunk to the HF tensor(s) it is made of:
 
@@ -11,6 +11,7 @@ One table (`_rule`) maps each mcore parameter of a chunk to the HF tensor(s) it 
   pre_mlp_layernorm | linear_fc1.layer_norm_weight (TE)    <- post_attention_layernorm
   q_layernorm / k_layernorm <- q_norm / k_norm (Qwen3);  router <- mlp.gate;  experts.E <- experts.E (MoE)
   router.expert_bias (a buffer) <- mlp.gate.e_score_correction_bias;  shared_experts <- shared_experts (GLM-4.5)
+  shared_experts.gate_weight <- mlp.shared_expert_gate (Qwen2-MoE, whose shared expert is mlp.shared_expert.*)
 
 Layer indices are global (`layer.layer_number - 1`), so PP stages load/export their own layers.
 Loading builds the full mcore-layout tensor, then takes this rank's TP slice along the parameter's
@@ -49,6 +50,7 @@ _SIMPLE = {  # layer-relative mcore name -> layer-relative HF name
     "mlp.router.weight": "mlp.gate.weight",
     "mlp.router.expert_bias": "mlp.gate.e_score_correction_bias",  # a buffer (DeepSeek-V3 / GLM-4.5 routers)
     "mlp.shared_experts.linear_fc2.weight": "mlp.shared_experts.down_proj.weight",
+    "mlp.shared_experts.gate_weight": "mlp.shared_expert_gate.weight",  # Qwen2-MoE: [1, hidden] sigmoid gate
     "post_self_attn_layernorm.weight": "post_self_attn_layernorm.weight",  # GLM-4 dense sandwich norms
     "post_mlp_layernorm.weight": "post_mlp_layernorm.weight",
     "self_attention.q_norm.weight": "self_attn.q_norm.weight",  # MiniMax-M2: one norm over all heads
@@ -61,6 +63,9 @@ _BLOCK_SPARSE_MOE = [(re.compile(r"\.mlp\.gate\.e_score_correction_bias$"),
                      (re.compile(r"\.mlp\.experts\.(\d+)\.gate_proj\."), r".block_sparse_moe.experts.\1.w1."),
                      (re.compile(r"\.mlp\.experts\.(\d+)\.up_proj\."), r".block_sparse_moe.experts.\1.w3."),
                      (re.compile(r"\.mlp\.experts\.(\d+)\.down_proj\."), r".block_sparse_moe.experts.\1.w2.")]
+
+# Qwen2-MoE names its one shared expert in the singular
+_SINGULAR_SHARED_EXPERT = [(re.compile(r"\.mlp\.shared_experts\."), ".mlp.shared_expert.")]
 
 
 # multi-latent attention (DeepSeek-V3): layer-relative mcore name -> (kind, HF name); TE fuses the latent norms.
@@ -89,9 +94,9 @@ def unwrap(module):
 def _rule(name: str, chunk, args):
     """(kind, hf_names) for one mcore parameter; kind in copy | vocab | qkv | gate_up | gate_up_fused | skip."""
     kind, names = _generic_rule(name, chunk, args)
-    if args.hf_model_type == "minimax_m2":
-        for pattern, repl in _BLOCK_SPARSE_MOE:
-            names = [pattern.sub(repl, n) for n in names]
+    renames = {"minimax_m2": _BLOCK_SPARSE_MOE, "qwen2_moe": _SINGULAR_SHARED_EXPERT}.get(args.hf_model_type, [])
+    for pattern, repl in renames:
+        names = [pattern.sub(repl, n) for n in names]
     return kind, names
 
 

@@ -105,6 +105,7 @@ def _moe_kwargs(args, kernel_fields: dict) -> dict:
     return dict(num_moe_experts=args.num_experts, moe_router_topk=args.moe_router_topk,
                 moe_ffn_hidden_size=args.moe_ffn_hidden_size,
                 moe_shared_expert_intermediate_size=args.moe_shared_expert_intermediate_size,
+                moe_shared_expert_gate=bool(args.moe_shared_expert_gate),  # Qwen2-MoE's sigmoid gate
                 moe_layer_freq=args.moe_layer_freq,
                 moe_router_load_balancing_type=args.moe_router_load_balancing_type,
                 moe_aux_loss_coeff=args.moe_aux_loss_coeff,
