@@ -194,9 +194,35 @@ def check_model_divisibility(args, tp, pp, ep):
                               f"--tensor-model-parallel-size {tp}")
         if args.group_query_attention and args.num_query_groups % tp:
             raise ConfigError(f"--num-query-groups {args.num_query_groups} not divisible by --tensor-model-parallel-size {tp}")
-    if args.num_layers and pp > 1 and args.decoder_first_pipeline_num_layers is None \
-            and args.decoder_last_pipeline_num_layers is None and args.num_layers % pp:
-        raise ConfigError(f"--num-layers {args.num_layers} not divisible by --pipeline-model-parallel-size {pp}; set "
-                          "--decoder-first/last-pipeline-num-layers for an uneven split")
+    if args.num_layers:
+        problem = pipeline_split_problem(args.num_layers, pp, args.decoder_first_pipeline_num_layers,
+                                         args.decoder_last_pipeline_num_layers)
+        if problem:
+            raise ConfigError(problem)
     if args.num_experts and args.num_experts % ep:
         raise ConfigError(f"--num-experts {args.num_experts} not divisible by EP {ep}")
+
+
+def pipeline_split_problem(num_layers: int, pp: int, first, last) -> str | None:
+    """What is wrong with splitting `num_layers` over `pp` stages, the first / last holding `first` / `last` layers
+    (--decoder-first/last-pipeline-num-layers, megatron-core's num_layers_in_first/last_pipeline_stage; None: an even
+    share), or None. The middle stages share the rest evenly, as megatron-core requires."""
+    uneven = [(f, n) for f, n in (("--decoder-first-pipeline-num-layers", first),
+                                  ("--decoder-last-pipeline-num-layers", last)) if n is not None]
+    if not uneven:
+        if pp > 1 and num_layers % pp:
+            return (f"--num-layers {num_layers} not divisible by --pipeline-model-parallel-size {pp}; set "
+                    "--decoder-first/last-pipeline-num-layers for an uneven split")
+        return None
+    if pp == 1:
+        return (f"{uneven[0][0]} {uneven[0][1]} splits the layers over pipeline stages, but "
+                "--pipeline-model-parallel-size is 1; drop it or raise the pipeline size")
+    for flag, n in uneven:
+        if n <= 0:
+            return f"{flag} {n} must be at least 1"
+    rest, middle = num_layers - sum(n for _, n in uneven), pp - len(uneven)
+    given = ", ".join(f"{f} {n}" for f, n in uneven)
+    if rest < 0 or (middle == 0 and rest) or (middle and (rest == 0 or rest % middle)):
+        return (f"{given} leave {rest} of --num-layers {num_layers} for the {middle} other stage(s) of "
+                f"--pipeline-model-parallel-size {pp}: each other stage needs the same number (at least 1)")
+    return None

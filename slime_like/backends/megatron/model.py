@@ -58,6 +58,10 @@ def transformer_config_from_args(args):
         attention_softmax_in_fp32=args.attention_softmax_in_fp32,
         tensor_model_parallel_size=args.tensor_model_parallel_size,
         pipeline_model_parallel_size=args.pipeline_model_parallel_size,
+        # uneven split (--decoder-first/last-pipeline-num-layers); each layer's layer_number stays global, so the HF
+        # mapping and the weight push walk each stage's own layers
+        num_layers_in_first_pipeline_stage=args.decoder_first_pipeline_num_layers,
+        num_layers_in_last_pipeline_stage=args.decoder_last_pipeline_num_layers,
         context_parallel_size=args.context_parallel_size,
         expert_model_parallel_size=args.expert_model_parallel_size,
         expert_tensor_parallel_size=args.expert_tensor_parallel_size,
