@@ -13,7 +13,6 @@ each micro-batch's backward gets sum_t l_t * dp / N_step, and FSDP's reduce-scat
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import math
 import os
@@ -22,13 +21,10 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from slime_like import algorithms as alg
 from slime_like.backends.fsdp import model as M
 from slime_like.backends.training import data as D
 from slime_like.backends.training import loss as L
 from slime_like.backends.training.base import RLTrainerBase, StepResult
-from slime_like.backends.training.hooks import TrainerHooks
-from slime_like.backends.training.lr_schedule import LRSchedule, schedule_kwargs
 from slime_like.config.role_overrides import ROLES
 from slime_like.utils import rendezvous
 
@@ -90,56 +86,53 @@ def init_process_group(rank, world_size, master_addr, master_port, timeout_minut
 
 
 class FSDPTrainer(RLTrainerBase):
-    """Implements `slime_like.backends.trainer_api.TrainerBackend` (`--train-backend fsdp`)."""
+    """Implements `slime_like.backends.trainer_api.TrainerBackend` (`--train-backend fsdp`): RLTrainerBase's hooks
+    for a transformers model sharded by FSDP2."""
 
     checkpoint_format = "dcp"
+    roles = ROLES
+    reference_worker_refusal = ("a reference model on GPUs of its own (--placement reference:...) is not built for "
+                                "--train-backend fsdp; place it with the actor (LoRA: it is the actor)")
     pack_rows = False  # HF attention takes padded rows; token-budget groups still bound each micro-batch
 
-    def __init__(self, args, role: str = "actor", rank: int = 0, world_size: int = 1,
-                 master_addr: str = "127.0.0.1", master_port: int = 29500):
-        if role == "reference":
-            raise NotImplementedError("a reference model on GPUs of its own (--placement reference:...) is not built "
-                                      "for --train-backend fsdp; place it with the actor (LoRA: it is the actor)")
-        if role not in ROLES:
-            raise ValueError(f"FSDPTrainer role must be one of {ROLES}, got {role!r}")
+    # ----------------------------------------------------------------- setup (RLTrainerBase's constructor hooks)
+    def _prepare_args(self, args, role):
+        self._check_supported(args, role)
+        return args
+
+    def _init_parallel(self, rank, world_size, master_addr, master_port):
+        init_process_group(rank, world_size, master_addr, master_port, self.args.distributed_timeout_minutes)
+        ps = DataParallelView(dist.get_rank(), dist.get_world_size())
+        torch.manual_seed(self.args.seed)
+        return ps
+
+    @property
+    def lora(self) -> bool:
+        return int(self.args.lora_rank) > 0
+
+    def _has_checkpoint(self, path) -> bool:
         from slime_like.backends.fsdp import checkpoint
 
-        args = copy.copy(args)  # our view; the caller's namespace is never mutated
-        self._check_supported(args, role)
-        self.args, self.role = args, role
-        self.estimator = alg.get_estimator(args.advantage_estimator)
-        self.hooks = TrainerHooks(args)  # the advantage function and the rollout-data post-process (base.py)
-        init_process_group(rank, world_size, master_addr, master_port,
-                           args.distributed_timeout_minutes)
-        self.ps = DataParallelView(dist.get_rank(), dist.get_world_size())
-        torch.manual_seed(args.seed)
-        self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
-        self.lora = int(args.lora_rank) > 0
-        self.mesh = M.device_mesh(args, self.ps.world_size, "cuda" if self.device is not None else "cpu")
+        return checkpoint.has_checkpoint(path)
 
-        resume = checkpoint.has_checkpoint(args.load)
-        # a resume still needs the frozen LoRA base (and full fine-tuning's shapes): the weights it started from
-        module = M.load_hf_model(args, role, self._initial_source())
+    def _build_model(self, resume):
+        """The HF model of --load (an HF dir) / --ref-load / --hf-checkpoint, LoRA adapters, sharded. A resume
+        still needs it: the frozen LoRA base (and full fine-tuning's shapes) are the weights it started from."""
+        args = self.args
+        self.mesh = M.device_mesh(args, self.ps.world_size, "cuda" if self.device is not None else "cpu")
+        module = M.load_hf_model(args, self.role, self._initial_source())
         args.vocab_size = getattr(getattr(module, "config", None), "vocab_size", None)
         if self.lora:
-            module = M.add_lora(args, module, role)
-        self.model = M.shard_model(args, module.to(self.device) if self.device else module, self.mesh)
-        self.optimizer = self._build_optimizer()
-        self.scheduler = LRSchedule(self.optimizer, **schedule_kwargs(args))  # Megatron's schedule, value for value
-        self.loaded_rollout_id = None
-        if resume:
-            load_optim = not args.no_load_optim and not args.finetune
-            self.loaded_rollout_id = checkpoint.load(self, args.load, load_optim=load_optim,
-                                                     iteration=getattr(args, "resume_iteration", None))
-            if args.finetune:
-                self.loaded_rollout_id = None
-        self.ref_model = self._build_reference() if role == "actor" and (
-            args.use_kl_loss or self._reward_kl_coef()) else None
-        if role == "actor" and args.use_opd and args.opd_type == "megatron":  # slime's name: a teacher in the trainer
-            self.teacher_model = self._frozen_copy(args.opd_teacher_load)
-        self._offloaded = False
+            module = M.add_lora(args, module, self.role)
+        return M.shard_model(args, module.to(self.device) if self.device else module, self.mesh)
 
-    # ----------------------------------------------------------------- setup helpers
+    def _load_checkpoint(self, load_dir, load_optim, iteration):
+        from slime_like.backends.fsdp import checkpoint
+
+        if iteration is None:
+            iteration = getattr(self.args, "resume_iteration", None)  # the run's iteration, same for every role
+        return checkpoint.load(self, load_dir, load_optim=load_optim, iteration=iteration)
+
     @staticmethod
     def _check_supported(args, role):
         loss_type = args.loss_type
@@ -153,6 +146,7 @@ class FSDPTrainer(RLTrainerBase):
                              "(adapters disabled); drop --ref-update-interval or train without LoRA")
         if not args.rollout_temperature > 0:
             raise ValueError(f"--rollout-temperature must be > 0, got {args.rollout_temperature}")
+
 
     def _initial_source(self):
         """--load when it is an HF directory, else --ref-load, else --hf-checkpoint (the Megatron order). With
@@ -191,6 +185,9 @@ class FSDPTrainer(RLTrainerBase):
             return AdaptersDisabled(self.model)
         return self._frozen_copy(self.args.ref_load or self.args.hf_checkpoint)
 
+    def _build_teacher(self):
+        return self._frozen_copy(self.args.opd_teacher_load)
+
     def _frozen_copy(self, source):
         """The HF model at `source`, frozen, sharded like the actor (the reference, or the --opd-type megatron
         teacher, which must share the actor's architecture as in slime)."""
@@ -223,7 +220,7 @@ class FSDPTrainer(RLTrainerBase):
         model.eval()  # no dropout when scoring
         result = [None] * n
         with torch.no_grad():
-            for mb in self._scoring_micro_batches(batch):
+            for mb in self.batcher.for_scoring(batch):
                 _, out = L.forward_only_func(kind, mb, temperature, self.args.vocab_size)(self._forward(model, mb))
                 for sample, row in zip(out["ids"], D.unpad_rows(out["out"], out["lengths"])):
                     result[sample] = row
@@ -242,8 +239,8 @@ class FSDPTrainer(RLTrainerBase):
         for i, mb in enumerate(mbs):
             if defer:  # reduce-scatter once, after the last micro-batch (gradients accumulate unsharded)
                 model.set_requires_gradient_sync(i == len(mbs) - 1)
-            loss, sums = L.make_loss_func(kind, args, mb, scale, False, weights.get(id(mb)),
-                                          teacher=teacher)(self._forward(model, mb))
+            loss, sums = L.make_loss_func(kind, args, mb, scale, False, weights.get(id(mb)), teacher=teacher,
+                                          estimator=self.estimator)(self._forward(model, mb))
             (loss / len(mbs)).backward()
             outs.append(sums)
         params = [p for p in model.parameters() if p.requires_grad]
@@ -272,19 +269,14 @@ class FSDPTrainer(RLTrainerBase):
                 ref_params[name].copy_(p)
 
     # ----------------------------------------------------------------- checkpoints, weights, memory
-    def save(self, rollout_id: int) -> str:
+    def _save_checkpoint(self, save_dir, rollout_id):
         from slime_like.backends.fsdp import checkpoint
 
-        save_dir = self.args.save
-        if not save_dir:
-            raise ValueError(f"{self.role}: save() needs --save (critic: its role's save dir, e.g. --critic-save "
-                             "or a YAML override)")
         checkpoint.save(self, save_dir, rollout_id, with_optim=not self.args.no_save_optim)
         if self.args.save_hf and self.role == "actor":
             from slime_like.backends.fsdp import weights
 
             weights.save_hf(self, str(self.args.save_hf).replace("{rollout_id}", str(rollout_id)))
-        return save_dir
 
     def iter_hf_weights(self):
         """(hf_name, full tensor) pairs; every rank must iterate (all-gathers); rank 0 yields. LoRA: merged."""
@@ -295,22 +287,13 @@ class FSDPTrainer(RLTrainerBase):
     def parallel_info(self) -> dict:
         return dict(dp_rank=self.ps.rank, dp_size=self.ps.world_size, tp_rank=0, pp_rank=0)
 
-    def offload(self):
-        """Colocated runs: sharded params (reference, OPD teacher included) and optimizer state to CPU while the
-        engines generate (GPU only;
-        on CPU there is no accelerator memory to release, so this only records the state)."""
-        if self._offloaded:
-            return
-        self._offloaded = True
-        if self.device is not None:
-            self._move(torch.device("cpu"))
+    def _release_accelerator_memory(self):
+        """Colocated runs on GPUs: sharded params (reference, OPD teacher included) and optimizer state to CPU while
+        the engines generate."""
+        self._move(torch.device("cpu"))
 
-    def onload(self):
-        if not self._offloaded:
-            return
-        self._offloaded = False
-        if self.device is not None:
-            self._move(self.device)
+    def _restore_accelerator_memory(self):
+        self._move(self.device)
 
     def _move(self, device):
         models = (self.model, self.ref_model, self.teacher_model)

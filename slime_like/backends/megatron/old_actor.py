@@ -16,30 +16,31 @@ import contextlib
 import torch
 
 
-class OldActorMixin:
-    """Needs `self.args`, `self.chunks` and `self._forward_only(model, batch, kind)` (MegatronTrainer)."""
+class OldActorWeights:
+    """The pushed weight copies of one actor rank (MegatronTrainer.old_actor): `chunks` are the model chunks the
+    copies are taken from and swapped into; `max_staleness` bounds how many are kept."""
 
-    def _kept_versions(self) -> int:
-        return max(2, int(self.args.max_staleness or 0) + 1)
+    def __init__(self, chunks: list, max_staleness: int | None):
+        self.chunks = chunks
+        self.kept_versions = max(2, int(max_staleness or 0) + 1)
+        self.pushed: dict = {}
+        self.trained = None
 
     def _host_copy(self) -> list[dict]:
         return [{name: p.detach().to("cpu", copy=True) for name, p in chunk.named_parameters()}
                 for chunk in self.chunks]
 
-    def keep_trained_weights(self) -> None:
+    def keep_trained(self) -> None:
         """After each train step: the weights the next push sends. Copied now, while they are resident (a
         colocated GPU trainer is offloaded by the time the push happens)."""
-        self._trained = self._host_copy()
+        self.trained = self._host_copy()
 
-    def remember_pushed_weights(self, version) -> None:
-        """Called after every weight push with the version the engines now report."""
-        if not hasattr(self, "_pushed"):
-            self._pushed = {}
-        trained = getattr(self, "_trained", None)
-        self._pushed[int(version)] = trained if trained is not None else self._host_copy()  # first push: as loaded
-        self._trained = None
-        while len(self._pushed) > self._kept_versions():
-            del self._pushed[min(self._pushed)]
+    def remember_pushed(self, version) -> None:
+        """After every weight push, with the version the engines now report."""
+        self.pushed[int(version)] = self.trained if self.trained is not None else self._host_copy()  # first: loaded
+        self.trained = None
+        while len(self.pushed) > self.kept_versions:
+            del self.pushed[min(self.pushed)]
 
     @contextlib.contextmanager
     def _weights_of(self, version: int):
@@ -47,7 +48,7 @@ class OldActorMixin:
         saved = [{name: p.detach().clone() for name, p in chunk.named_parameters()} for chunk in self.chunks]
         try:
             with torch.no_grad():
-                for chunk, copy in zip(self.chunks, self._pushed[version]):
+                for chunk, copy in zip(self.chunks, self.pushed[version]):
                     for name, p in chunk.named_parameters():
                         p.copy_(copy[name].to(p.device))
             yield
@@ -57,22 +58,22 @@ class OldActorMixin:
                     for name, p in chunk.named_parameters():
                         p.copy_(own[name])
 
-    def old_actor_log_probs(self, batch: dict) -> list:
+    def log_probs(self, batch: dict, score) -> list:
         """Per-sample old-policy log-probs, each from the weights of its sample's `weight_versions` entry (a
         version no longer or never kept, or no versions at all: the latest push; nothing pushed yet: the
-        current weights, which are then the ones the engines started from)."""
-        pushed = getattr(self, "_pushed", {})
+        current weights, which are then the ones the engines started from). `score(batch)` is the actor's
+        scoring pass with whatever weights its chunks hold."""
         n = len(batch["tokens"])
-        if not pushed:
-            return self._forward_only(self.model, batch, "logp")
+        if not self.pushed:
+            return score(batch)
         versions = batch.get("weight_versions") or [None] * n
-        latest = max(pushed)
-        resolved = [v if v in pushed else latest for v in versions]
+        latest = max(self.pushed)
+        resolved = [v if v in self.pushed else latest for v in versions]
         out = [None] * n
         for version in sorted(set(resolved)):
             idx = [i for i, v in enumerate(resolved) if v == version]
             sub = {k: [vals[i] for i in idx] for k, vals in batch.items() if isinstance(vals, list) and len(vals) == n}
             with self._weights_of(version):
-                for i, lp in zip(idx, self._forward_only(self.model, sub, "logp")):
+                for i, lp in zip(idx, score(sub)):
                     out[i] = lp
         return out

@@ -1,6 +1,7 @@
 """MegatronTrainer: one trainer rank of the actor or the critic (what the Ray layer calls).
 
-    t = MegatronTrainer(role_args, role="actor", rank=r, world_size=w, master_addr=..., master_port=...)
+    t = MegatronTrainer(role_args, role="actor", rank=r, world_size=w, master_addr=..., master_port=...,
+                        resume_iteration=N)
     batch.update(t.compute_log_probs(batch))      # actor: log_probs (+ ref_log_probs with a reference model)
     batch.update(critic.compute_values(batch))    # critic: values
     batch.update(t.compute_advantages(batch))     # advantages, returns (slime_like.algorithms estimators)
@@ -21,102 +22,114 @@ moved to CPU by offload() together with the actor.
 """
 from __future__ import annotations
 
-import copy
 import logging
 
 import torch
 
-from slime_like import algorithms as alg
 from slime_like.backends.megatron.checks import check_supported
 from slime_like.backends.megatron import optimizer as O
-from slime_like.backends.megatron.old_actor import OldActorMixin
+from slime_like.backends.megatron import trainer_dist as TD
+from slime_like.backends.megatron import weight_sources as W
+from slime_like.backends.megatron.old_actor import OldActorWeights
 from slime_like.backends.megatron.routing_replay import RoutingReplay
-from slime_like.backends.megatron.weight_sources import WeightSourcesMixin
-from slime_like.backends.megatron.trainer_dist import TrainerDistMixin
 from slime_like.backends.training.base import RLTrainerBase, StepResult
 from slime_like.backends.training import data as D
-from slime_like.backends.training import hooks as H
 from slime_like.backends.training import loss as L
 from slime_like.config.hf_config import fill_args_from_hf
-from slime_like.backends.trainer_api import TRAINER_ROLES
 
 log = logging.getLogger(__name__)
 
 
-class MegatronTrainer(TrainerDistMixin, OldActorMixin, WeightSourcesMixin, RLTrainerBase):
+class MegatronTrainer(RLTrainerBase):
     """Implements `slime_like.backends.trainer_api.TrainerBackend` (`--train-backend megatron`).
 
-    The RL logic (scoring passes, advantages, loss kind, the step loop) is RLTrainerBase's; here: mcore's model,
-    forward_backward_func, optimizer step, slime's --custom-megatron-* hooks and --keep-old-actor."""
+    The RL logic (scoring passes, advantages, loss kind, the step loop) and the constructor's order are
+    RLTrainerBase's; here its hooks for megatron-core: the model chunks, forward_backward_func, the optimizer step,
+    slime's --custom-megatron-* hooks and --keep-old-actor (old_actor.OldActorWeights)."""
 
     checkpoint_format = "torch_dist"
+    old_actor = None  # --keep-old-actor: old_actor.OldActorWeights of the actor's chunks
 
-    def __init__(self, args, role: str = "actor", rank: int = 0, world_size: int = 1,
-                 master_addr: str = "127.0.0.1", master_port: int = 29500):
-        if role not in TRAINER_ROLES:
-            raise ValueError(f"MegatronTrainer role must be one of {TRAINER_ROLES}, got {role!r}")
-        from slime_like.backends.megatron import model as M
-        from slime_like.backends.megatron import parallel
-
-        args = copy.copy(args)  # our view; the caller's namespace is never mutated
+    # ----------------------------------------------------------------- setup (RLTrainerBase's constructor hooks)
+    def _prepare_args(self, args, role):
         if args.hf_checkpoint:
             args = fill_args_from_hf(args, args.hf_checkpoint)
         check_supported(args, role)
-        self.args, self.role = args, role
-        self.estimator = alg.get_estimator(args.advantage_estimator)
-        self.ps = parallel.init_distributed(
+        return args
+
+    def _init_parallel(self, rank, world_size, master_addr, master_port):
+        from slime_like.backends.megatron import parallel
+
+        args = self.args
+        return parallel.init_distributed(
             rank, world_size, master_addr, master_port, tp=args.tensor_model_parallel_size,
             pp=args.pipeline_model_parallel_size, cp=args.context_parallel_size,
             ep=args.expert_model_parallel_size, etp=args.expert_tensor_parallel_size,
             seed=args.seed, timeout_minutes=args.distributed_timeout_minutes)
-        self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
-        self.hooks = H.TrainerHooks(args)  # slime's --custom-megatron-*/advantage/TIS/... paths, checked now
-        self.hooks.call("custom_megatron_init_path", args)
-        self.use_te = M.uses_te_spec(args)
-        self.routing = RoutingReplay(args, [])   # the actor's, once its model is built
 
-        if role == "reference":  # a frozen copy on GPUs of its own (--placement reference:...): forward only
-            self._init_reference_worker(args, M)
-            return
-        # Model, then the weights it starts from, then DDP / optimizer / schedule, then a resume.
-        self.chunks = M.build_model(args, role)
-        resume = self._has_megatron_checkpoint(args.load)
+    def _distributed_ready(self):
+        from slime_like.backends.megatron import model as M
+
+        self.hooks.call("custom_megatron_init_path", self.args)
+        self.use_te = M.uses_te_spec(self.args)
+        self.routing = RoutingReplay(self.args, [])   # the actor's, once its model is built
+
+    def _has_checkpoint(self, path) -> bool:
+        return W.has_megatron_checkpoint(path)
+
+    def _build_model(self, resume):
+        """mcore's chunks of this role (self.chunks), their initial weights unless resuming, then mixed precision
+        and DDP (the model the optimizer and the schedule drive)."""
+        from slime_like.backends.megatron import model as M
+
+        self.chunks = M.build_model(self.args, self.role)
         if not resume:
-            self._load_initial_weights(self.chunks, role)
-        self.model = O.wrap_for_training(args, self.chunks)
-        self.optimizer = O.build_optimizer(args, self.model)
-        self.scheduler = O.build_scheduler(args, self.optimizer)
-        self.loaded_rollout_id = None
-        if resume:
-            from slime_like.backends.megatron import checkpoint
+            W.load_initial_weights(self.args, self.chunks, self.role)
+        if self.role == "actor" and self.args.keep_old_actor:
+            self.old_actor = OldActorWeights(self.chunks, self.args.max_staleness)
+        self.routing = RoutingReplay(self.args, self.chunks)   # --use-(rollout-)routing-replay (routing_replay.py)
+        return O.wrap_for_training(self.args, self.chunks)
 
-            # Megatron-LM's release checkpoint holds weights only: no optimizer state, a fresh start from them
-            release = checkpoint.release_dir(args.load) is not None
-            load_optim = not args.no_load_optim and not args.finetune and not release
-            self.loaded_rollout_id = checkpoint.load_checkpoint(
-                args.load, self.chunks, optimizer=self.optimizer if load_optim else None,
-                scheduler=self.scheduler if load_optim else None, load_optim=load_optim,
-                iteration=getattr(args, "resume_iteration", None))  # the run's iteration, same for every role
-            if not load_optim:
-                self.optimizer.reload_model_params()  # fp32 main copies follow the loaded weights
-            if args.finetune:
-                self.loaded_rollout_id = None
+    def _build_optimizer(self):
+        return O.build_optimizer(self.args, self.model)
 
-        self.routing = RoutingReplay(args, self.chunks)   # --use-(rollout-)routing-replay (routing_replay.py)
-        self.ref_model = self.teacher_model = None
-        reference_apart = args.reference_worker  # then the reference worker sends ref_log_probs
-        if role == "actor" and not reference_apart and (args.use_kl_loss or self._reward_kl_coef()):
-            self.ref_chunks, self.ref_model = self._frozen_model(M, self._load_ref_weights)
-        if role == "actor" and args.use_opd and args.opd_type == "megatron":  # slime's with_opd_teacher
-            self.teacher_chunks, self.teacher_model = self._frozen_model(M, self._load_teacher_weights)
-        self._offloaded = False
+    def _build_scheduler(self):
+        return O.build_scheduler(self.args, self.optimizer)  # megatron-core's own: Megatron-LM's checkpoints
 
-    def _init_reference_worker(self, args, M):
-        """The reference model alone: --ref-load (or --hf-checkpoint) weights, frozen, no optimizer."""
-        self.chunks, self.model = self._frozen_model(M, self._load_ref_weights)
-        self.optimizer = self.scheduler = self.ref_model = self.teacher_model = None
-        self.loaded_rollout_id = None
-        self._offloaded = False
+    def _load_checkpoint(self, load_dir, load_optim, iteration):
+        from slime_like.backends.megatron import checkpoint
+
+        if iteration is None:
+            iteration = getattr(self.args, "resume_iteration", None)  # the run's iteration, same for every role
+        if checkpoint.release_dir(load_dir) is not None:
+            load_optim = False  # Megatron-LM's release checkpoint holds weights only: a fresh start from them
+        loaded = checkpoint.load_checkpoint(
+            load_dir, self.chunks, optimizer=self.optimizer if load_optim else None,
+            scheduler=self.scheduler if load_optim else None, load_optim=load_optim, iteration=iteration)
+        if not load_optim:
+            self.optimizer.reload_model_params()  # fp32 main copies follow the loaded weights
+        return loaded
+
+    def _build_reference(self):
+        """A frozen copy of --ref-load (or --hf-checkpoint): self.ref_chunks; the whole model of role reference."""
+        from slime_like.backends.megatron import model as M
+
+        self.ref_chunks, model = W.frozen_model(self.args, M, W.load_ref_weights)
+        if self.role == "reference":
+            self.chunks = self.ref_chunks
+        return model
+
+    def _build_teacher(self):
+        """slime's with_opd_teacher: a frozen copy of --opd-teacher-load (self.teacher_chunks)."""
+        from slime_like.backends.megatron import model as M
+
+        self.teacher_chunks, model = W.frozen_model(self.args, M, W.load_teacher_weights)
+        return model
+
+    def parallel_info(self) -> dict:
+        ps = self.ps
+        return dict(dp_rank=ps.get_data_parallel_rank(), dp_size=ps.get_data_parallel_world_size(),
+                    tp_rank=ps.get_tensor_model_parallel_rank(), pp_rank=ps.get_pipeline_model_parallel_rank())
 
     # ----------------------------------------------------------------- mcore's schedule (RLTrainerBase's hooks)
     def _run(self, model, mbs, make_loss_func, forward_only):
@@ -146,7 +159,7 @@ class MegatronTrainer(TrainerDistMixin, OldActorMixin, WeightSourcesMixin, RLTra
     def _forward_only(self, model, batch, kind):
         """Per-sample response log-probs (kind "logp", temperature-scaled) or values (kind "values")."""
         n = D.num_samples(batch)
-        mbs = self._scoring_micro_batches(batch)
+        mbs = self.batcher.for_scoring(batch)
         temperature = float(self.args.rollout_temperature)
         modes = [chunk.training for chunk in model]
         for chunk in model:
@@ -163,7 +176,7 @@ class MegatronTrainer(TrainerDistMixin, OldActorMixin, WeightSourcesMixin, RLTra
             for out in outs:
                 for sample, row in zip(out["ids"], D.unpad_rows(out["out"], out["lengths"])):
                     result[sample] = row
-        return self._from_last_stage(result)
+        return self.comm.from_last_stage(result)
 
     def _train_micro_batches(self, mbs, kind, scale, weights, step, where) -> StepResult:
         """One optimizer step through mcore's forward_backward_func, after slime's before-train-step hook."""
@@ -175,10 +188,9 @@ class MegatronTrainer(TrainerDistMixin, OldActorMixin, WeightSourcesMixin, RLTra
             chunk.zero_grad_buffer()
         self.optimizer.zero_grad()
         teacher = self._opd_teacher(kind)
-        outs = self._run(self.model, mbs, lambda mb: L.make_loss_func(kind, args, mb, scale, step.per_token,
-                                                                      weights.get(id(mb)), self.hooks, step,
-                                                                      teacher),
-                         forward_only=False)
+        outs = self._run(self.model, mbs, lambda mb: L.make_loss_func(
+            kind, args, mb, scale, step.per_token, weights.get(id(mb)), self.hooks, step, teacher,
+            estimator=self.estimator), forward_only=False)
         lr = O.current_lr(self.optimizer)
         finite, ok, grad_norm = self._apply_gradients(rollout_id)
         return StepResult(outs, lr, finite=finite, stepped=ok, grad_norm=grad_norm)
@@ -215,17 +227,25 @@ class MegatronTrainer(TrainerDistMixin, OldActorMixin, WeightSourcesMixin, RLTra
 
     def _old_policy_log_probs(self, batch: dict) -> list:
         """--keep-old-actor: each sample scored with the pushed weights that generated it (old_actor.py)."""
-        if self.args.keep_old_actor:
-            return self.old_actor_log_probs(batch)
+        if self.old_actor is not None:
+            return self.old_actor.log_probs(batch, lambda b: self._forward_only(self.model, b, "logp"))
         return super()._old_policy_log_probs(batch)
 
     def _after_train_step(self) -> None:
-        if self.args.keep_old_actor and self.role == "actor":
-            self.keep_trained_weights()
+        if self.old_actor is not None:
+            self.old_actor.keep_trained()
+
+    def remember_pushed_weights(self, version) -> None:
+        """--keep-old-actor: called by the Ray layer after every weight push, with the version the engines report."""
+        self.old_actor.remember_pushed(version)
+
+    def _update_reference(self):
+        TD.copy_weights(self.chunks, self.ref_chunks)
 
     def _apply_gradients(self, rollout_id: int) -> tuple[bool, bool, float | None]:
         """One optimizer + LR-schedule step unless a gradient is NaN/inf: (finite, stepped, grad_norm)."""
-        if not self._grads_finite():  # never applied: the step is skipped and counted (Megatron's skipped iter)
+        # a non-finite gradient is never applied: the step is skipped and counted (Megatron's skipped iteration)
+        if not TD.grads_finite(self.model, self.ps, self.comm):
             self.optimizer.zero_grad()
             log.warning("%s rollout %d: non-finite gradient, optimizer step skipped", self.role, rollout_id)
             return False, False, None
@@ -236,15 +256,11 @@ class MegatronTrainer(TrainerDistMixin, OldActorMixin, WeightSourcesMixin, RLTra
             self.scheduler.step(increment=1)
         return True, ok, grad_norm
 
-    def save(self, rollout_id: int) -> str:
-        """torch_dist checkpoint of this role into its --save directory (the critic's role view has its own)."""
+    def _save_checkpoint(self, save_dir, rollout_id):
+        """torch_dist checkpoint of this role (the critic's role view has its own --save)."""
         from slime_like.backends.megatron import checkpoint
 
-        save_dir = self.args.save
-        if not save_dir:
-            raise ValueError(f"{self.role}: save() needs --save (critic: its role's save dir, e.g. --critic-save "
-                             "or a YAML override)")
-        if not self._weights_finite():
+        if not TD.weights_finite(self.model, self.comm):
             raise RuntimeError(f"{self.role}: refusing to save rollout {rollout_id}: the weights hold NaN/inf values "
                                f"(the last good checkpoint in {save_dir} stays the latest)")
         with_optim = not self.args.no_save_optim
@@ -252,10 +268,18 @@ class MegatronTrainer(TrainerDistMixin, OldActorMixin, WeightSourcesMixin, RLTra
                                    optimizer=self.optimizer if with_optim else None,
                                    scheduler=self.scheduler if with_optim else None,
                                    extra_state={"role": self.role})
-        return save_dir
 
     def iter_hf_weights(self):
         """(hf_name, full tensor) pairs for weight sync; every rank must iterate (TP gathers are collectives)."""
         from slime_like.backends.megatron import hf_weights
 
         yield from hf_weights.iter_hf_weights(self.chunks, self.args)
+
+    def _frozen_models(self) -> list:
+        return (self.ref_model or []) + (self.teacher_model or [])
+
+    def _release_accelerator_memory(self):
+        TD.release_memory(self.model, self.optimizer, self._frozen_models())
+
+    def _restore_accelerator_memory(self):
+        TD.restore_memory(self.model, self.optimizer, self._frozen_models(), self.device)

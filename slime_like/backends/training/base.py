@@ -1,45 +1,43 @@
-"""RLTrainerBase: the backend-neutral half of a trainer rank (the one copy of the RL logic every backend shares).
+"""RLTrainerBase: the trainer contract every backend implements, and the one copy of the RL logic they share.
 
+    t = Backend(args, role="actor", rank=r, world_size=w, master_addr=..., master_port=..., resume_iteration=N)
     batch.update(t.compute_log_probs(batch))      # actor: log_probs (+ ref_log_probs, teacher_log_probs)
     batch.update(critic.compute_values(batch))    # critic: values
     batch.update(t.compute_advantages(batch))     # advantages, returns (slime_like.algorithms estimators)
     metrics = t.train_step(rollout_id, batch)     # num_steps_per_rollout optimizer steps
+    t.save(rollout_id); t.offload(); t.onload(); t.iter_hf_weights()
 
-Here: which forward passes a rollout needs, the estimator's token step (or --custom-advantage-function-path),
-the OPD term, whitening, the loss kind and its fields, the step split, token counts, loss aggregation weights,
---rollout-data-postprocess-path, the step metrics and the reference refresh. Both backends subclass it (FSDP,
-Megatron) and provide the model-specific part:
-  self.args, self.role, self.estimator, self.device (None on CPU), self.use_te, self.model, self.ref_model,
-  self.hooks (hooks.TrainerHooks of args), self.teacher_model (None unless the backend builds an OPD teacher),
-  self.ps  -- a parallel-state view: get_data_parallel_group / _world_size, is_pipeline_last_stage,
-              get_pipeline_model_parallel_world_size / _group / _last_rank (megatron's parallel_state, or
-              a pure data-parallel view for FSDP),
-  _forward_only(model, batch, kind) -> per-sample 1-D tensors (kind "logp" or "values"),
-  _teacher_output(mb) -> the OPD teacher's logits for one micro-batch (--opd-kl-mode full),
-  _train_micro_batches(mbs, kind, scale, weights, step, where) -> StepResult: one optimizer step
-  (`weights`: id(mb) -> per-token loss weights replacing `scale`, for --loss-agg-mode / micro-batch means;
-  `step`: custom_loss.Step, the loss units; `where`: (rollout_id, step_id)),
-  _update_reference() for --ref-update-interval, _reset_optimizer_states() for --reset-optimizer-states.
-Hook points a backend may override (the base's versions do the plain thing): _old_policy_log_probs (the
-Megatron trainer's --keep-old-actor scores with the pushed weights), _before_scoring (slime's
---custom-megatron-before-log-prob-hook-path), _after_train_step (--keep-old-actor keeps the trained weights).
-Every collective-bearing call must be made on every rank of the trainer group. All per-sample outputs
-are 1-D float32 CPU tensors over the response tokens, in batch order.
+The constructor is a template: the steps every backend takes, in order (our view of args, the estimator, process
+groups and seeds, the device, the slime hooks, the micro-batcher, then for a trainable role model, optimizer,
+LR schedule, the resume, the KL reference and the OPD teacher; for role "reference" the frozen model alone).
+A backend supplies the abstract hooks below (a missing one is a TypeError naming it when the class is
+instantiated) and may override the optional ones. Shared helpers are composed objects: `self.comm`
+(collectives.Collectives), `self.hooks` (hooks.TrainerHooks), `self.batcher` (data.MicroBatcher).
+
+Here as well: which forward passes a rollout needs, the estimator's token step (or
+--custom-advantage-function-path), the OPD term, whitening, the loss kind and its fields, the step split, token
+counts, loss aggregation weights, --rollout-data-postprocess-path, the step metrics and the reference refresh.
+Every collective-bearing call must be made on every rank of the trainer group. All per-sample outputs are 1-D
+float32 CPU tensors over the response tokens, in batch order.
 """
 from __future__ import annotations
 
+import abc
+import copy
 from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
 
 from slime_like import algorithms as alg
+from slime_like.backends.trainer_api import TRAINER_ROLES
 from slime_like.backends.training import ci_checks
-from slime_like.backends.training.collectives import CollectivesMixin
+from slime_like.backends.training.collectives import Collectives
 from slime_like.backends.training import data as D
 from slime_like.backends.training import loss as L
 from slime_like.backends.training.custom_loss import Step
-from slime_like.backends.training.hooks import custom_advantages
+from slime_like.backends.training.hooks import TrainerHooks, custom_advantages
+from slime_like.backends.training.lr_schedule import LRSchedule, schedule_kwargs
 from slime_like.backends.training.opd import apply_opd
 
 POLICY_FIELDS = ("log_probs", "advantages", "ref_log_probs", "rollout_log_probs", "teacher_log_probs")
@@ -55,36 +53,173 @@ class StepResult(NamedTuple):
     grad_norm: float | None
 
 
-class RLTrainerBase(CollectivesMixin):
+class RLTrainerBase(abc.ABC):
+    checkpoint_format = ""  # what save() writes: "torch_dist", "dcp", ...
+    roles = TRAINER_ROLES   # the roles the backend runs
+    reference_worker_refusal: str | None = None  # why role "reference" is refused, where it is
     use_te = False
-    teacher_model = None  # --opd-type megatron: a frozen teacher, where the backend builds one
     # --use-dynamic-batch-size: pack a token budget's samples into one row (needs attention that does not cross
     # samples: mcore's block mask / THD). False: the same token-budget groups, each as right-padded rows.
     pack_rows = True
 
-    # ----------------------------------------------------------------- micro-batches
-    def _micro_batches(self, batch, indices, field_keys=(), max_tokens=None):
-        args = self.args
-        packed = bool(args.use_dynamic_batch_size)
-        if packed:
-            lengths = [len(t) for t in batch["tokens"]]
-            groups = D.packed_micro_batches(indices, lengths, max_tokens or args.max_tokens_per_gpu)
-        else:
-            # Similar lengths share a micro-batch, so rows carry less padding (demo shape: ~16% fewer tokens).
-            # The step's loss is a token sum over all its micro-batches: grouping changes only float rounding.
-            by_length = sorted(indices, key=lambda i: len(batch["tokens"][i]))
-            groups = D.fixed_micro_batches(by_length, args.micro_batch_size)
-        # One tensor conversion per column for every micro-batch of every pass over this call's batch (the
-        # actor's, reference's and teacher's scoring; each optimizer step of train_step).
-        packed_batch = getattr(self, "_packed_batch", None)  # reset by each public call (validate_batch)
-        if packed_batch is None or not packed_batch.packs(batch):
-            packed_batch = self._packed_batch = D.PackedBatch(batch)
-        return [D.build_micro_batch(packed_batch, g, packed=packed and self.pack_rows, use_te=self.use_te,
-                                    field_keys=field_keys, device=self.device) for g in groups]
+    def __init__(self, args, role: str = "actor", rank: int = 0, world_size: int = 1,
+                 master_addr: str = "127.0.0.1", master_port: int = 29500, *, resume_iteration: int | None = None):
+        """`resume_iteration`: the run's checkpoint iteration, the same for every role (the driver decides it
+        from the run marker); None loads the backend's latest published iteration of --load, if any."""
+        if role == "reference" and self.reference_worker_refusal:
+            raise NotImplementedError(self.reference_worker_refusal)
+        if role not in self.roles:
+            raise ValueError(f"{type(self).__name__} role must be one of {self.roles}, got {role!r}")
+        args = self._prepare_args(copy.copy(args), role)  # our view; the caller's namespace is never mutated
+        self.args, self.role = args, role
+        self.estimator = alg.get_estimator(args.advantage_estimator)  # looked up once per run
+        self.ps = self._init_parallel(rank, world_size, master_addr, master_port)
+        self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
+        self.comm = Collectives(self.ps, self.device)
+        self.hooks = TrainerHooks(args)  # slime's --custom-*-path hooks, imported and checked now
+        self._distributed_ready()
+        self.batcher = D.MicroBatcher(args, pack_rows=self.pack_rows, use_te=self.use_te, device=self.device)
+        self.optimizer = self.scheduler = self.ref_model = self.teacher_model = None
+        self.loaded_rollout_id = None
+        self._offloaded = False
+        if role == "reference":  # a frozen copy on GPUs of its own (--placement reference:...): forward only
+            self.model = self._build_reference()
+            return
+        resume = self._has_checkpoint(args.load)
+        self.model = self._build_model(resume)  # the weights it starts from, unless a checkpoint replaces them
+        self.optimizer = self._build_optimizer()
+        self.scheduler = self._build_scheduler()
+        if resume:
+            load_optim = not args.no_load_optim and not args.finetune
+            loaded = self._load_checkpoint(args.load, load_optim, resume_iteration)
+            self.loaded_rollout_id = None if args.finetune else loaded
+        if role == "actor" and not args.reference_worker and (args.use_kl_loss or self._reward_kl_coef()):
+            self.ref_model = self._build_reference()  # else the reference worker sends ref_log_probs
+        if role == "actor" and args.use_opd and args.opd_type == "megatron":  # slime's name: a teacher in the trainer
+            self.teacher_model = self._build_teacher()
 
-    def _scoring_micro_batches(self, batch):
-        max_tokens = self.args.log_probs_max_tokens_per_gpu or self.args.max_tokens_per_gpu
-        return self._micro_batches(batch, list(range(D.num_samples(batch))), max_tokens=max_tokens)
+    # ----------------------------------------------------------------- what a backend must supply
+    @abc.abstractmethod
+    def _init_parallel(self, rank: int, world_size: int, master_addr: str, master_port: int):
+        """Process groups and seeds; returns the parallel-state view: get_data_parallel_group / _world_size,
+        is_pipeline_last_stage, get_pipeline_model_parallel_world_size / _group / _last_rank."""
+
+    @abc.abstractmethod
+    def _has_checkpoint(self, path) -> bool:
+        """Whether --load holds a published training checkpoint of this backend (then the run resumes)."""
+
+    @abc.abstractmethod
+    def _build_model(self, resume: bool):
+        """The trainable model of self.role (the critic: a value head), with its initial weights unless `resume`."""
+
+    @abc.abstractmethod
+    def _build_optimizer(self):
+        """The optimizer over the trainable parameters (Megatron's decay rules: no weight decay on biases, norms)."""
+
+    @abc.abstractmethod
+    def _load_checkpoint(self, load_dir: str, load_optim: bool, iteration: int | None) -> int | None:
+        """Restore model (+ optimizer, schedule, RNG when load_optim) from `iteration` (None: the latest published)
+        of load_dir; returns the iteration loaded."""
+
+    @abc.abstractmethod
+    def _build_reference(self):
+        """The frozen KL reference (--ref-load, else --hf-checkpoint): also the whole model of role "reference"."""
+
+    @abc.abstractmethod
+    def _build_teacher(self):
+        """The frozen OPD teacher (--opd-type megatron, --opd-teacher-load)."""
+
+    @abc.abstractmethod
+    def _forward_only(self, model, batch: dict, kind: str) -> list:
+        """Per-sample 1-D tensors of a scoring pass: kind "logp" (temperature-scaled log-probs) or "values"."""
+
+    @abc.abstractmethod
+    def _teacher_output(self, mb):
+        """--opd-kl-mode full: the OPD teacher's whole output for one micro-batch's tokens."""
+
+    @abc.abstractmethod
+    def _train_micro_batches(self, mbs: list, kind: str, scale: float, weights: dict, step: Step,
+                             where: tuple) -> StepResult:
+        """One optimizer step (and one LR-schedule step) over the micro-batches. `weights`: id(mb) -> per-token loss
+        weights replacing `scale` (--loss-agg-mode / micro-batch means); `step`: custom_loss.Step, the loss units;
+        `where`: (rollout_id, step_id). The loss is L.make_loss_func(..., estimator=self.estimator)."""
+
+    @abc.abstractmethod
+    def _reset_optimizer_states(self) -> None:
+        """--reset-optimizer-states / stateless Adam: the next step is a fresh optimizer's first."""
+
+    @abc.abstractmethod
+    def _update_reference(self) -> None:
+        """--ref-update-interval: the reference becomes a copy of the current actor weights."""
+
+    @abc.abstractmethod
+    def _save_checkpoint(self, save_dir: str, rollout_id: int) -> None:
+        """Collective: write and publish iteration `rollout_id` of this role in save_dir."""
+
+    @abc.abstractmethod
+    def iter_hf_weights(self):
+        """(HF name, full tensor) pairs for weight sync; every rank iterates (gathers are collectives)."""
+
+    @abc.abstractmethod
+    def _release_accelerator_memory(self) -> None:
+        """offload() on an accelerator: weights, gradients, optimizer state (and frozen models) to host memory."""
+
+    @abc.abstractmethod
+    def _restore_accelerator_memory(self) -> None:
+        """onload() on an accelerator: the inverse of _release_accelerator_memory."""
+
+    @abc.abstractmethod
+    def parallel_info(self) -> dict:
+        """This rank's place: dp_rank, dp_size, tp_rank, pp_rank."""
+
+    # ----------------------------------------------------------------- what a backend may override
+    def _prepare_args(self, args, role: str):
+        """Our copy of args, before anything starts: the backend's own checks and derived values."""
+        return args
+
+    def _distributed_ready(self) -> None:
+        """After process groups, device and hooks exist, before any model is built."""
+
+    def _build_scheduler(self):
+        """The LR schedule, stepped once per optimizer step (lr_schedule.py; Megatron: megatron-core's own)."""
+        return LRSchedule(self.optimizer, **schedule_kwargs(self.args))
+
+    def _before_scoring(self, store_prefix: str) -> None:
+        """Before a scoring pass ("" actor, "ref_" reference, "teacher_" OPD teacher). Nothing here."""
+
+    def _old_policy_log_probs(self, batch: dict) -> list:
+        """The actor's old-policy log-probs: its current weights (Megatron: --keep-old-actor's pushed weights)."""
+        return self._forward_only(self.model, batch, "logp")
+
+    def _after_train_step(self) -> None:
+        """After a rollout's optimizer steps (the weights the next push sends). Nothing here."""
+
+    # ----------------------------------------------------------------- checkpoints and memory: the shared half
+    def save(self, rollout_id: int) -> str:
+        """Checkpoint this role into its --save directory (the critic's role view has its own); returns it."""
+        save_dir = self.args.save
+        if not save_dir:
+            raise ValueError(f"{self.role}: save() needs --save (critic: its role's save dir, e.g. --critic-save "
+                             "or a YAML override)")
+        self._save_checkpoint(save_dir, rollout_id)
+        return save_dir
+
+    def offload(self) -> None:
+        """Release accelerator memory while colocated engines generate. On CPU there is none to release, so this
+        only records the state; the Ray layer calls the same method either way."""
+        if self._offloaded:
+            return
+        self._offloaded = True
+        if self.device is not None:
+            self._release_accelerator_memory()
+
+    def onload(self) -> None:
+        """Inverse of offload()."""
+        if not self._offloaded:
+            return
+        self._offloaded = False
+        if self.device is not None:
+            self._restore_accelerator_memory()
 
     # ----------------------------------------------------------------- public API
     def old_log_probs_needed(self) -> bool:
@@ -107,8 +242,7 @@ class RLTrainerBase(CollectivesMixin):
         return int(args.num_steps_per_rollout) > 1 or self._has_dropout()
 
     def _reward_kl_coef(self) -> float:
-        """--kl-coef where the estimator folds KL into the reward; 0 where it ignores it (grpo, gspo).
-        Needs `self.estimator` (algorithms.get_estimator(--advantage-estimator)), set by the backend."""
+        """--kl-coef where the estimator folds KL into the reward; 0 where it ignores it (grpo, gspo)."""
         return float(self.args.kl_coef) if self.estimator.uses_reward_kl else 0.0
 
     def _has_dropout(self) -> bool:
@@ -122,12 +256,12 @@ class RLTrainerBase(CollectivesMixin):
         (role "reference", --placement reference:...) returns `ref_log_probs` of its frozen model."""
         if self.role == "reference":
             D.validate_batch(batch)
-            self._packed_batch = None  # this call's batch is packed afresh (a hook may have edited it)
+            self.batcher.reset()  # this call's batch is packed afresh (a hook may have edited it)
             return {"ref_log_probs": self._forward_only(self.model, batch, "logp")}
         if self.role != "actor":
             raise RuntimeError("compute_log_probs is an actor call; the critic has compute_values")
         D.validate_batch(batch)
-        self._packed_batch = None  # this call's batch is packed afresh (a hook may have edited it)
+        self.batcher.reset()  # this call's batch is packed afresh (a hook may have edited it)
         out = {}
         if old_policy:
             self._before_scoring("")
@@ -139,10 +273,6 @@ class RLTrainerBase(CollectivesMixin):
             self._before_scoring("teacher_")
             out["teacher_log_probs"] = self._forward_only(self.teacher_model, batch, "logp")
         return out
-
-    def _old_policy_log_probs(self, batch: dict) -> list:
-        """The actor's old-policy log-probs: its current weights (hook: --keep-old-actor's pushed weights)."""
-        return self._forward_only(self.model, batch, "logp")
 
     def _opd_teacher(self, kind: str):
         """--opd-kl-mode full, policy loss: mb -> the frozen teacher's response logits / temperature, computed
@@ -158,18 +288,12 @@ class RLTrainerBase(CollectivesMixin):
 
         return teacher_logits
 
-    def _before_scoring(self, store_prefix: str) -> None:
-        """Hook: before a scoring pass ("" actor, "ref_" reference, "teacher_" OPD teacher). Nothing here."""
-
-    def _after_train_step(self) -> None:
-        """Hook: after a rollout's optimizer steps (the weights the next push sends). Nothing here."""
-
     def compute_values(self, batch: dict) -> dict:
         """Critic: per-token `values` from the value head, at the positions scoring each response token."""
         if self.role != "critic":
             raise RuntimeError("compute_values is a critic call; build the trainer with role='critic'")
         D.validate_batch(batch)
-        self._packed_batch = None  # this call's batch is packed afresh (a hook may have edited it)
+        self.batcher.reset()  # this call's batch is packed afresh (a hook may have edited it)
         return {"values": self._forward_only(self.model, batch, "values")}
 
     def compute_advantages(self, batch: dict) -> dict:
@@ -184,7 +308,7 @@ class RLTrainerBase(CollectivesMixin):
         need = ("rewards",) + (("log_probs", "ref_log_probs") if kl_coef else ()) \
             + (("values",) if spec.needs_critic else ())
         D.validate_batch(batch, need)
-        self._packed_batch = None  # this call's batch is packed afresh (a hook may have edited it)
+        self.batcher.reset()  # this call's batch is packed afresh (a hook may have edited it)
         lengths = [int(r) for r in batch["response_lengths"]]
         width = max(lengths)
         mask = D.pad_rows(batch["loss_masks"], width)
@@ -204,7 +328,7 @@ class RLTrainerBase(CollectivesMixin):
             adv = apply_opd(args, batch, adv, mask)
         if args.normalize_advantages or spec.whitens_returns:
             moments = alg.masked_moments(adv, mask)
-            moments = self._all_reduce(moments, self.ps.get_data_parallel_group())
+            moments = self.comm.all_reduce(moments, self.ps.get_data_parallel_group())
             adv = torch.where(mask > 0, alg.whiten_from_moments(adv, moments), torch.zeros(()))
         return {"advantages": D.unpad_rows(adv, lengths), "returns": D.unpad_rows(ret, lengths)}
 
@@ -237,7 +361,7 @@ class RLTrainerBase(CollectivesMixin):
         if self.role == "actor":  # slime's --rollout-data-postprocess-path sees the actor's data
             self.hooks.call("rollout_data_postprocess_path", args, rollout_id, batch)
         D.validate_batch(batch, need)
-        self._packed_batch = None  # this call's batch is packed afresh (a hook may have edited it)
+        self.batcher.reset()  # this call's batch is packed afresh (a hook may have edited it)
         dp = self.ps.get_data_parallel_world_size()
         steps = D.split_steps(D.num_samples(batch), int(args.num_steps_per_rollout), args.global_batch_size, dp,
                               exact=not args.custom_generate_function_path)  # it may fan a prompt out
@@ -253,22 +377,22 @@ class RLTrainerBase(CollectivesMixin):
         if self.ref_model is not None and interval and (rollout_id + 1) % interval == 0:
             self._update_reference()
         self._after_train_step()
-        return self._average_steps(history)
+        return self.comm.average_steps(history)
 
     def _one_step(self, batch, indices, kind, fields, where) -> dict:
         """One optimizer step over the samples `indices`: its metrics, DP-reduced (same dict on every rank)."""
         args = self.args
         dp = self.ps.get_data_parallel_world_size()
-        mbs = self._micro_batches(batch, indices, field_keys=fields)
+        mbs = self.batcher.split(batch, indices, field_keys=fields)
         local_tokens = torch.tensor(float(sum(mb.loss_mask.sum().item() for mb in mbs)), dtype=torch.float64)
-        global_tokens = max(self._all_reduce(local_tokens, self.ps.get_data_parallel_group()).item(), 1.0)
+        global_tokens = max(self.comm.all_reduce(local_tokens, self.ps.get_data_parallel_group()).item(), 1.0)
         scale = len(mbs) * dp / global_tokens
         weights = L.aggregation_weights(args, mbs, dp, global_tokens,
-                                        lambda t: self._all_reduce(t, self.ps.get_data_parallel_group()))
+                                        lambda t: self.comm.all_reduce(t, self.ps.get_data_parallel_group()))
         units = Step(factor=len(mbs) * dp, samples=len(indices) * dp, global_tokens=global_tokens,
                      per_token=bool(args.calculate_per_token_loss))  # slime's loss units (custom loss / reducer)
         result = self._train_micro_batches(mbs, kind, scale, weights, units, where)
-        step = self._reduce_step_metrics(result.outs, global_tokens)
+        step = self.comm.reduce_step_metrics(result.outs, global_tokens)
         # a NaN/inf gradient is never applied (the backend skips the step); counted like Megatron's skips
         step.update(lr=result.lr, grad_norm=float(result.grad_norm) if result.grad_norm is not None else float("nan"),
                     skipped=0.0 if result.stepped else 1.0, nonfinite_steps=0.0 if result.finite else 1.0)

@@ -1,7 +1,8 @@
 """The collective plumbing every trainer backend shares: results off the last pipeline stage, small all-reduces,
 DP-averaged step metrics and the rollout's average over optimizer steps.
 
-Needs `self.ps` (megatron's parallel_state, or FSDP's pure data-parallel view) and `self.device` (None on CPU).
+One `Collectives(ps, device)` per trainer rank (RLTrainerBase.comm): `ps` is the parallel-state view (megatron's
+parallel_state, or FSDP's pure data-parallel view), `device` the accelerator (None on CPU).
 """
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import torch
 import torch.distributed as dist
 
 
-class CollectivesMixin:
-    def _from_last_stage(self, obj):
+class Collectives:
+    def __init__(self, ps, device):
+        self.ps, self.device = ps, device
+
+    def from_last_stage(self, obj):
         """Broadcast a Python object from the last pipeline stage to every stage of this rank's PP group."""
         if self.ps.get_pipeline_model_parallel_world_size() == 1:
             return obj
@@ -21,7 +25,7 @@ class CollectivesMixin:
                                    group=self.ps.get_pipeline_model_parallel_group())
         return box[0]
 
-    def _all_reduce(self, tensor: torch.Tensor, group, op=dist.ReduceOp.SUM) -> torch.Tensor:
+    def all_reduce(self, tensor: torch.Tensor, group, op=dist.ReduceOp.SUM) -> torch.Tensor:
         """all_reduce a small CPU tensor (NCCL needs it on the GPU; gloo takes it as is); returns a CPU tensor."""
         if not dist.is_initialized():
             return tensor
@@ -32,7 +36,7 @@ class CollectivesMixin:
         dist.all_reduce(on_device, op=op, group=group)
         return on_device.cpu()
 
-    def _reduce_step_metrics(self, outs: list[dict], global_tokens: float) -> dict:
+    def reduce_step_metrics(self, outs: list[dict], global_tokens: float) -> dict:
         """Sum the micro-batches' metric sums, all-reduce over DP, divide by the step's global token count.
 
         Keys ending in `_max` are maxima (all-reduced with MAX); `tokens` is reported as the global count.
@@ -49,15 +53,15 @@ class CollectivesMixin:
             maxes = torch.tensor([max(float(out.get(k, -math.inf)) for out in outs) for k in max_keys],
                                  dtype=torch.float64)
             if self.ps.get_data_parallel_world_size() > 1:
-                sums = self._all_reduce(sums, group)
+                sums = self.all_reduce(sums, group)
                 if max_keys:
-                    maxes = self._all_reduce(maxes, group, op=dist.ReduceOp.MAX)
+                    maxes = self.all_reduce(maxes, group, op=dist.ReduceOp.MAX)
             metrics = {k: (v / global_tokens if k != "tokens" else v) for k, v in zip(sum_keys, sums.tolist())}
             metrics.update(zip(max_keys, maxes.tolist()))
-        return self._from_last_stage(metrics)
+        return self.from_last_stage(metrics)
 
     @staticmethod
-    def _average_steps(history: list[dict]) -> dict:
+    def average_steps(history: list[dict]) -> dict:
         """One dict for the rollout: mean over optimizer steps; lr = last step's; tokens summed."""
         out = {}
         for key in history[0]:

@@ -129,7 +129,8 @@ def response_values(output: torch.Tensor, mb: MicroBatch) -> torch.Tensor:
     return output[mb.rows, mb.cols, 0].float()
 
 
-def policy_terms(args, output: torch.Tensor, mb: MicroBatch, hooks: dict | None = None, step=None, teacher=None):
+def policy_terms(args, output: torch.Tensor, mb: MicroBatch, hooks: dict | None = None, step=None, teacher=None, *,
+                 estimator):
     """Per-token actor loss `[n, R]` and metric sums for one micro-batch.
 
         l_t = w_t * pg_t + kl_loss_coef * kl_t - entropy_coef * H_t  [+ opd_kl_coef * KL_t(student || teacher)]
@@ -140,12 +141,13 @@ def policy_terms(args, output: torch.Tensor, mb: MicroBatch, hooks: dict | None 
     When the batch has no old-policy
     `log_probs` (on-policy, one step per rollout) the current log-probs, detached, are the old ones.
     `teacher` (--opd-kl-mode full): mb -> the frozen teacher's response logits, for the last, bracketed term.
+    `estimator`: the run's algorithms.EstimatorSpec (the trainer looks it up once), for its ratio kind.
     """
     mask = mb.loss_mask
     logits = response_logits(output, mb, args.rollout_temperature)
     logp, entropy = vocab_parallel_logprobs_entropy(logits, mb.targets, vocab_size=args.vocab_size)
     old = mb.fields.get("log_probs", logp.detach())
-    kind = alg.get_estimator(args.advantage_estimator).policy_loss_kind  # token- or sequence-level ratio
+    kind = estimator.policy_loss_kind  # token- or sequence-level ratio
     pg, pg_metrics = alg.policy_loss(logp, old, mb.fields["advantages"], mask, args.eps_clip,
                                      eps_clip_high=args.eps_clip_high, eps_clip_c=args.eps_clip_c, kind=kind)
     if args.use_opsm:   # slime: drop off-policy sequences pushed down (their old policy: the batch's old log-probs)
@@ -251,14 +253,15 @@ TERMS = {"policy": policy_terms, "value": value_terms, "sft": sft_terms}
 
 
 def make_loss_func(kind: str, args, mb: MicroBatch, scale: float, per_token: bool, weights=None,
-                   hooks: dict | None = None, step=None, teacher=None):
+                   hooks: dict | None = None, step=None, teacher=None, *, estimator=None):
     """The `loss_func(output_tensor)` that mcore's forward_step calls on the last pipeline stage.
 
     `weights` ([n, R], from algorithms.step_token_weights, already times the schedule's factor) replace the
     token-mean `scale` for --loss-agg-mode seq-mean-* and --loss-micro-batch-mean. `hooks`: the trainer's
     loaded slime hooks (the policy terms call --custom-tis-function-path / --custom-pg-loss-reducer-function-path;
     kind "custom" calls --custom-loss-function-path). `step` (custom_loss.Step): needed by those two.
-    `teacher`: the policy terms' --opd-kl-mode full teacher (RLTrainerBase._opd_teacher_logits)."""
+    `teacher`: the policy terms' --opd-kl-mode full teacher (RLTrainerBase._opd_teacher). `estimator`: the run's
+    EstimatorSpec (RLTrainerBase.estimator), needed by kind "policy"."""
 
     def loss_func(output):
         ntok = mb.loss_mask.sum()
@@ -267,8 +270,8 @@ def make_loss_func(kind: str, args, mb: MicroBatch, scale: float, per_token: boo
             sums["loss"] = C.to_metric_sum(share, step)
             sums["tokens"] = ntok.detach()
             return (share, ntok.to(torch.int), sums) if per_token else (C.to_mcore(share, step), sums)
-        per_token_loss, sums = TERMS[kind](args, output, mb, hooks, step, teacher) if kind == "policy" else \
-            TERMS[kind](args, output, mb)
+        per_token_loss, sums = policy_terms(args, output, mb, hooks, step, teacher, estimator=estimator) \
+            if kind == "policy" else TERMS[kind](args, output, mb)
         pg_share = sums.pop("_pg_share", None)
         total = alg.aggregate_loss(per_token_loss, mb.loss_mask, "sum")  # scaled to a step token-mean below
         sums["loss"] = total.detach() + (0.0 if pg_share is None else C.to_metric_sum(pg_share, step))
