@@ -1,7 +1,9 @@
 """The trainer backend interface, and the registry that maps `--train-backend NAME` to an implementation.
 
 One instance is one rank of one role (actor or critic). The Ray layer (`ray/trainer_group.py`) builds it with
-`build(args, role=, rank=, world_size=, master_addr=, master_port=)` and then calls only the methods below.
+`build(args, role=, rank=, world_size=, master_addr=, master_port=, resume_iteration=)` and then calls only the
+methods below (`resume_iteration`: the run's checkpoint iteration, the same for every role; None: a fresh start,
+or the backend's latest published iteration of --load).
 Every method that runs collectives must be called on every rank of the role's group. Batches are dicts of
 per-sample lists (`rollout/batch.py` builds them); per-token outputs are 1-D float32 CPU tensors over each
 response, in batch order, identical on every rank of one model replica.
@@ -63,7 +65,8 @@ class TrainerBackend(Protocol):
 
 
 # --train-backend value -> "module:Class" whose constructor takes (args, role=, rank=, world_size=, master_addr=,
-# master_port=): slime_like/registry.py's TRAINER_BACKENDS, the table the parser's choices come from.
+# master_port=, resume_iteration=): a subclass of backends/training/base.py RLTrainerBase, registered in
+# slime_like/registry.py's TRAINER_BACKENDS, the table the parser's choices come from.
 
 
 def register_backend(name: str, target: str | type, **entry) -> None:
@@ -82,9 +85,12 @@ def backend_class(name: str) -> type:
     return TRAINER_BACKENDS.load(name)
 
 
-def build(args, *, role: str, rank: int, world_size: int, master_addr: str, master_port: int) -> TrainerBackend:
-    """One rank of `role` of the backend named by `args.train_backend`."""
+def build(args, *, role: str, rank: int, world_size: int, master_addr: str, master_port: int,
+          resume_iteration: int | None = None) -> TrainerBackend:
+    """One rank of `role` of the backend named by `args.train_backend`, resuming from `resume_iteration` of its
+    --load (the driver's choice for the whole run: ray/run_checkpoint.py)."""
     if role not in TRAINER_ROLES:
         raise ValueError(f"trainer role must be one of {TRAINER_ROLES}, got {role!r}")
     return backend_class(args.train_backend)(args, role=role, rank=rank, world_size=world_size,
-                                             master_addr=master_addr, master_port=master_port)
+                                             master_addr=master_addr, master_port=master_port,
+                                             resume_iteration=resume_iteration)

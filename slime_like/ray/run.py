@@ -59,8 +59,8 @@ class Run:
             args.engine_api_key = new_secret()
         # Every role resumes from the same iteration: the run's marker, written after all roles saved (checked
         # before Ray starts: a stray critic checkpoint is refused in a second, not after the cluster is up).
-        args.resume_iteration = resume_iteration(args.load, role_args(args, "critic").load if args.use_critic else None,
-                                                 ckpt_step=args.ckpt_step)
+        resume = resume_iteration(args.load, role_args(args, "critic").load if args.use_critic else None,
+                                  ckpt_step=args.ckpt_step)
         swept = sweep_orphaned_segments()   # weight buffers of a run killed before its clean-up (SIGKILL)
         if swept:
             say(f"removed {len(swept)} shared-memory segment(s) left by a killed run (e.g. {swept[0]})")
@@ -68,7 +68,7 @@ class Run:
         placement = create_placement(plan.num_slots)
         started = []  # what to tear down if a later step fails: no leaked GPU slots or engine processes
         try:
-            return cls._start_on(args, plan, placement, started)
+            return cls._start_on(args, plan, placement, started, resume)
         except BaseException:
             for stop in reversed(started):
                 try:
@@ -79,13 +79,14 @@ class Run:
             raise
 
     @classmethod
-    def _start_on(cls, args, plan, placement, started: list):
+    def _start_on(cls, args, plan, placement, started: list, resume: int | None):
         trainer_share = TRAINER_SHARE_COLOCATED if args.colocate else 1.0
         # --debug-rollout-only: engines and rollout only; --debug-train-only: trainers fed from
         # --load-debug-rollout-data, no engines (the plan leaves out the part that is not run)
         actor = critic = None
         if plan.actor_slots:
-            actor = TrainerGroup(role_args(args, "actor"), "actor", placement, plan.actor_slots, trainer_share)
+            actor = TrainerGroup(role_args(args, "actor"), "actor", placement, plan.actor_slots, trainer_share,
+                                 resume_iteration=resume)
             started.append(functools.partial(actor.kill, close_timeout=0))  # no sender yet: nothing to wait for
         reference = None
         if plan.reference_slots:  # a reference on GPUs of its own: its log-probs computed there
@@ -93,7 +94,8 @@ class Run:
                                      trainer_share)
             started.append(functools.partial(reference.kill, close_timeout=0))
         if args.use_critic and plan.critic_slots:
-            critic = TrainerGroup(role_args(args, "critic"), "critic", placement, plan.critic_slots, trainer_share / 2)
+            critic = TrainerGroup(role_args(args, "critic"), "critic", placement, plan.critic_slots, trainer_share / 2,
+                                  resume_iteration=resume)
             started.append(functools.partial(critic.kill, close_timeout=0))
         engine_share = ENGINE_SHARE_COLOCATED if args.colocate else 1.0
         if args.rollout_external_engine_addrs:  # engines someone else runs: talk to them, start none

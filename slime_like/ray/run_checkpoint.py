@@ -1,10 +1,11 @@
 """One checkpoint per iteration for every role of the run (issue 19): the marker that makes a save whole.
 
-A save writes the rollout state, then each role's Megatron checkpoint (each publishes its own
+A save writes the rollout state, then each role's checkpoint (torch_dist or DCP; each publishes its own
 `latest_checkpointed_iteration.txt`, which Megatron tools read), and LAST this run marker in the actor's
 save dir:  SAVE/latest_run_iteration.json  {"iteration": N, "roles": {"actor": DIR, "critic": DIR_critic}}.
-A kill between the critic's save and the actor's leaves the marker on the previous iteration, so a resume
-loads that iteration for both roles (the critic's newer one is ignored, then overwritten).
+A kill between two roles' saves leaves the marker on the previous iteration, so a resume loads that iteration
+for every role (a role's newer one is ignored, then overwritten): the driver passes `resume_iteration(...)` to
+each trainer's build (backends/trainer_api.py), whatever the backend.
 
 A directory without the marker (written by an older slime_like, or by Megatron) resumes from the roles' own
 markers, which must then agree. A critic checkpoint next to an actor dir without any is another run's

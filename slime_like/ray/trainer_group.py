@@ -33,12 +33,14 @@ class TrainerActor:
     def node_ip_and_free_port(self):
         return ray.util.get_node_ip_address(), free_port()
 
-    def init(self, master_addr: str, master_port: int):
-        """Build this rank's trainer backend (--train-backend); returns the rollout id it resumed from."""
+    def init(self, master_addr: str, master_port: int, resume_iteration: int | None):
+        """Build this rank's trainer backend (--train-backend) at the run's resume iteration; returns the rollout id
+        it resumed from."""
         from slime_like.backends import trainer_api
 
         self.trainer = trainer_api.build(self.args, role=self.role, rank=self.rank, world_size=self.world_size,
-                                         master_addr=master_addr, master_port=master_port)
+                                         master_addr=master_addr, master_port=master_port,
+                                         resume_iteration=resume_iteration)
         return self.trainer.loaded_rollout_id
 
     def parallel_info(self):
@@ -173,7 +175,9 @@ class TrainerActor:
 class TrainerGroup:
     """All ranks of one role, placed on plan slots; calls fan out and results come back per rank."""
 
-    def __init__(self, args, role: str, placement: Placement, slots: list, gpu_share: float):
+    def __init__(self, args, role: str, placement: Placement, slots: list, gpu_share: float,
+                 resume_iteration: int | None = None):
+        """`resume_iteration`: the run's checkpoint iteration, which every role loads (None: a fresh start)."""
         self.args, self.role = args, role
         world = len(slots)
         threads = max(1, (os.cpu_count() or 2) // world)
@@ -186,7 +190,7 @@ class TrainerGroup:
             master_addr, master_port = ray.get(self.actors[0].node_ip_and_free_port.remote())
             if not cluster_spans_nodes():  # every rank is on this host: the store and gloo listen on loopback
                 master_addr = "127.0.0.1"
-            loaded = ray.get([a.init.remote(master_addr, master_port) for a in self.actors])
+            loaded = ray.get([a.init.remote(master_addr, master_port, resume_iteration) for a in self.actors])
             self.info = ray.get([a.parallel_info.remote() for a in self.actors])
         except BaseException:
             self.kill(close_timeout=0)  # a rank that failed to start must not keep its GPU slot (no sender yet)

@@ -29,7 +29,7 @@ def test_make_args_holds_every_dest_and_refuses_a_name_no_flag_has():
 def test_no_default_carrying_attribute_reads_outside_the_kept_kinds():
     """getattr(args, "x", default) re-applies a default the parser owns; the kept reads are of attributes that
     exist only at some stages (docs/architecture.md, "One args contract")."""
-    kept = {"resume_iteration"}  # set by the Ray driver before the trainers start; absent when a test builds one
+    kept = set()  # run facts (the resume iteration) are passed to the trainer build, never written into args
     found = []
     for folder, _, files in os.walk(os.path.join(ROOT, "slime_like")):
         for name in files:

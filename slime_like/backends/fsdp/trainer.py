@@ -129,8 +129,6 @@ class FSDPTrainer(RLTrainerBase):
     def _load_checkpoint(self, load_dir, load_optim, iteration):
         from slime_like.backends.fsdp import checkpoint
 
-        if iteration is None:
-            iteration = getattr(self.args, "resume_iteration", None)  # the run's iteration, same for every role
         return checkpoint.load(self, load_dir, load_optim=load_optim, iteration=iteration)
 
     @staticmethod

@@ -99,8 +99,6 @@ class MegatronTrainer(RLTrainerBase):
     def _load_checkpoint(self, load_dir, load_optim, iteration):
         from slime_like.backends.megatron import checkpoint
 
-        if iteration is None:
-            iteration = getattr(self.args, "resume_iteration", None)  # the run's iteration, same for every role
         if checkpoint.release_dir(load_dir) is not None:
             load_optim = False  # Megatron-LM's release checkpoint holds weights only: a fresh start from them
         loaded = checkpoint.load_checkpoint(
