@@ -21,13 +21,13 @@ def train(args, run, logger):
         run.offload_engines()
         run.onload_trainers()
         metrics.update(run.train(rollout_id, shards))
-        if run.save_due(rollout_id):
+        if run.cadence.save_due(rollout_id):
             run.save(rollout_id)
         run.offload_trainers()
         run.onload_engines()
-        if (rollout_id + 1) % args.update_weights_interval == 0:
+        if run.cadence.push_due(rollout_id):
             metrics.update(run.update_weights(rollout_id))
-        if run.eval_due(rollout_id):
+        if run.cadence.eval_due(rollout_id):
             metrics.update(run.evaluate(rollout_id))
         logger.log(rollout_id, metrics)
 

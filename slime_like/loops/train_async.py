@@ -24,7 +24,7 @@ from slime_like.ray.entry import launch
 def train_async(args, run, logger):
     import ray
 
-    if run.fully_async:
+    if run.cadence.background:
         return train_fully_async(args, run, logger)
     next_rollout = run.generate(run.start_rollout_id)
     for rollout_id in range(run.start_rollout_id, args.num_rollout):
@@ -34,12 +34,12 @@ def train_async(args, run, logger):
         if rollout_id + 1 < args.num_rollout:
             next_rollout = run.generate(rollout_id + 1)  # overlaps the training below
         metrics.update(run.train(rollout_id, shards))
-        if run.save_due(rollout_id):
+        if run.cadence.save_due(rollout_id):
             run.save(rollout_id)
-        if (rollout_id + 1) % args.update_weights_interval == 0:
+        if run.cadence.push_due(rollout_id):
             ray.wait([next_rollout])  # never swap weights under a running generation
             metrics.update(run.update_weights(rollout_id))
-        if run.eval_due(rollout_id):
+        if run.cadence.eval_due(rollout_id):
             metrics.update(run.evaluate(rollout_id))
         logger.log(rollout_id, metrics)
 
@@ -53,11 +53,11 @@ def train_fully_async(args, run, logger):
         shards, metrics = ray.get(run.generate(rollout_id))
         metrics["time/wait_generate"] = time.perf_counter() - t
         metrics.update(run.train(rollout_id, shards))
-        if run.save_due(rollout_id):
+        if run.cadence.save_due(rollout_id):
             run.save(rollout_id)  # the prompts still generating are saved back into the data buffer
-        if (rollout_id + 1) % args.update_weights_interval == 0:
+        if run.cadence.push_due(rollout_id):
             metrics.update(run.update_weights(rollout_id))  # pauses the worker around the push
-        if run.eval_due(rollout_id):
+        if run.cadence.eval_due(rollout_id):
             metrics.update(run.evaluate(rollout_id))
         logger.log(rollout_id, metrics)
 

@@ -14,7 +14,7 @@ import time
 import ray
 
 from slime_like.args import role_args
-from slime_like.config.slime_paths import is_fully_async
+from slime_like.ray.cadence import Cadence
 from slime_like.ray.cluster import init_ray, say
 from slime_like.ray.failures import EngineLostDuringPush
 from slime_like.ray.placement import create_placement
@@ -36,7 +36,8 @@ class Run:
         self.args, self.placement = args, placement
         self.actor, self.critic, self.engines, self.rollout = actor, critic, engines, rollout
         self.colocate = bool(args.colocate)
-        self.fully_async = is_fully_async(args)
+        self.cadence = Cadence(args)  # when the loops save, push and evaluate; background generation
+        self.fully_async = self.cadence.background
         self.reference = None
         self._weight_urls: list = []   # the engines the weight path reaches
         loaded = actor.loaded_rollout_id if actor is not None else None
@@ -286,22 +287,6 @@ class Run:
                 g.onload()
 
     # ---- checkpoints: rollout state first, then each role's checkpoint, then the run's marker last ----
-    def save_due(self, rollout_id: int) -> bool:
-        """Every --save-interval rollouts, at the end of each --num-epoch pass, and after the last rollout (slime's
-        should_run_periodic_action), so a finished run's final weights are always saved; nothing without
-        --save-interval."""
-        return self._periodic(rollout_id, self.args.save_interval) or \
-            (bool(self.args.save_interval) and rollout_id + 1 == self.args.num_rollout)
-
-    def eval_due(self, rollout_id: int) -> bool:
-        """Every --eval-interval rollouts and at the end of each --num-epoch pass (slime's rule for eval)."""
-        return self._periodic(rollout_id, self.args.eval_interval)
-
-    def _periodic(self, rollout_id: int, interval) -> bool:
-        per_epoch = self.args.num_rollout_per_epoch  # set when --num-epoch derived --num-rollout
-        return bool(interval) and ((rollout_id + 1) % interval == 0
-                                   or bool(per_epoch) and (rollout_id + 1) % per_epoch == 0)
-
     def save(self, rollout_id: int):
         state = ray.get(self.rollout.state_dict.remote())
         _atomic_json(state, rollout_state_path(self.args.save, rollout_id))

@@ -201,22 +201,25 @@ def test_num_epoch_derives_num_rollout(base, tmp_path):
 
 
 def test_save_and_eval_follow_slimes_periodic_rule(base, tmp_path):
-    """Every interval, at each epoch end (--num-epoch), and a forced save after the last rollout (slime)."""
-    from slime_like.ray.run import Run
+    """Every interval, at each epoch end (--num-epoch), and a forced save after the last rollout (slime); weights
+    pushed every --update-weights-interval rollouts."""
+    from slime_like.ray.cadence import Cadence
 
     data = tmp_path / "train.jsonl"
     data.write_text("".join('{"input": "%d"}\n' % i for i in range(12)))  # 3 rollouts of 4 prompts per epoch
-    run = Run.__new__(Run)
-    run.args = parse(drop(base, "--num-rollout") + ["--prompt-data", str(data), "--num-epoch", "2", "--save-interval",
-                                                    "4", "--save", str(tmp_path / "ck"), "--eval-interval", "5",
-                                                    "--eval-prompt-data", "e", str(data)])
-    assert run.args.num_rollout == 6 and run.args.num_rollout_per_epoch == 3
-    assert [r for r in range(6) if run.save_due(r)] == [2, 3, 5]   # epoch end 3, interval 4, the last rollout
-    assert [r for r in range(6) if run.eval_due(r)] == [2, 4, 5]   # epoch ends 3 and 6, interval 5
-    run.args = parse(drop(base, "--num-rollout") + ["--num-rollout", "10", "--save-interval", "4", "--save",
-                                                    str(tmp_path / "ck")])  # no epochs: interval and the last
-    assert [r for r in range(10) if run.save_due(r)] == [3, 7, 9]
-
+    args = parse(drop(base, "--num-rollout") + ["--prompt-data", str(data), "--num-epoch", "2", "--save-interval",
+                                                "4", "--save", str(tmp_path / "ck"), "--eval-interval", "5",
+                                                "--eval-prompt-data", "e", str(data), "--update-weights-interval", "2"])
+    assert args.num_rollout == 6 and args.num_rollout_per_epoch == 3
+    cadence = Cadence(args)
+    assert [r for r in range(6) if cadence.save_due(r)] == [2, 3, 5]   # epoch end 3, interval 4, the last rollout
+    assert [r for r in range(6) if cadence.eval_due(r)] == [2, 4, 5]   # epoch ends 3 and 6, interval 5
+    assert [r for r in range(6) if cadence.push_due(r)] == [1, 3, 5]
+    assert not cadence.background
+    cadence = Cadence(parse(drop(base, "--num-rollout") + ["--num-rollout", "10", "--save-interval", "4", "--save",
+                                                           str(tmp_path / "ck")]))  # no epochs: interval and the last
+    assert [r for r in range(10) if cadence.save_due(r)] == [3, 7, 9]
+    assert [r for r in range(10) if cadence.push_due(r)] == list(range(10))
 
 
 def test_opd_sglang_needs_its_teacher_and_both_trainers_hold_a_megatron_type_teacher(base):
