@@ -116,6 +116,23 @@ PUBLISHED = {
                           "n_shared_experts": 2, "num_experts_per_tok": 6, "first_k_dense_replace": 1, "n_group": 1,
                           "topk_group": 1, "routed_scaling_factor": 2.446, "norm_topk_prob": True,
                           "rope_interleave": True, "rope_scaling": None},
+    # XiaomiMiMo/MiMo-7B-RL (model_type mimo: Qwen2 + 1 MTP layer, dropped): the values of slime's
+    # scripts/models/mimo-7B-rl.sh in config.json keys
+    "mimo-7B-RL": {"model_type": "mimo", "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 11008,
+                   "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 151680,
+                   "rope_theta": 640000, "rms_norm_eps": 1e-05, "tie_word_embeddings": False,
+                   "max_position_embeddings": 32768, "num_nextn_predict_layers": 1},
+    # zai-org/GLM-4.7-Flash (model_type glm4_moe_lite): transformers' Glm4MoeLiteConfig defaults (its published sizes)
+    # with the 47 layers and rope_theta 1e6 of slime's scripts/models/glm4.7-30B-A3B.sh
+    "glm4.7-30B-A3B": {"model_type": "glm4_moe_lite", "hidden_act": "silu", "hidden_size": 2048,
+                       "intermediate_size": 10240, "moe_intermediate_size": 1536, "num_hidden_layers": 47,
+                       "num_attention_heads": 20, "num_key_value_heads": 20, "q_lora_rank": 768, "kv_lora_rank": 512,
+                       "qk_nope_head_dim": 192, "qk_rope_head_dim": 64, "v_head_dim": 256, "vocab_size": 154880,
+                       "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "tie_word_embeddings": False,
+                       "attention_bias": False, "n_routed_experts": 64, "n_shared_experts": 1, "num_experts_per_tok": 4,
+                       "mlp_layer_types": ["dense"] + ["sparse"] * 46, "n_group": 1, "topk_group": 1,
+                       "routed_scaling_factor": 1.8, "norm_topk_prob": True, "rope_interleave": True,
+                       "max_position_embeddings": 202752},
     # slime_like.tools.tiny_model.build_tiny_checkpoint() defaults
     "tiny-qwen2": {"model_type": "qwen2", "hidden_act": "silu", "hidden_size": 64, "intermediate_size": 128,
                    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128,
