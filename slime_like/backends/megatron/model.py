@@ -189,6 +189,10 @@ def layer_spec(config, args):
     else:
         spec = get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm, normalization=config.normalization,
                                         multi_latent_attention=mla)
+    if not te and args.attention_backend != "local":  # torch's SDPA, per sample in a packed row (sdpa_attention.py)
+        from slime_like.backends.megatron.sdpa_attention import use_sdpa_attention
+
+        spec = use_sdpa_attention(spec)
     if mla and not te:
         from slime_like.backends.megatron.mla import use_local_mla_attention
 

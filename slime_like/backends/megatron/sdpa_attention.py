@@ -1,0 +1,97 @@
+"""Core attention of megatron-core's local spec through torch's scaled_dot_product_attention (no TE).
+
+mcore's local DotProductAttention computes attention unfused: baddbmm into a [b * heads, s, s] buffer,
+a masked fp32 softmax (FusedScaleMaskSoftmax's torch path), dropout, bmm, and copies around each. torch's SDPA
+does the same math in one call (flash / memory-efficient kernels on a GPU, a fused kernel on CPU) and takes
+grouped-query heads without repeating keys and values.
+
+A packed micro-batch (--use-dynamic-batch-size without TE) arrives with training/data.block_causal_mask: a
+[1, 1, S, S] mask, causal inside each sample and closed across samples. Attending over the whole row with it
+costs S^2 per head, k times the work of k samples of S / k tokens; this module reads the sample boundaries
+off the mask once per micro-batch (every layer gets the same mask object) and runs causal SDPA per sample
+(up to MAX_PER_SAMPLE_CALLS samples; beyond, one SDPA call with the mask).
+
+Where the module cannot reproduce mcore's computation it defers to it: packed THD parameters (TE's path),
+an attention bias, a learnable softmax offset, query-key layer scaling, and attention dropout while training
+(its random mask would differ from mcore's RNG stream).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from megatron.core.transformer.dot_product_attention import DotProductAttention
+from megatron.core.transformer.enums import AttnMaskType
+
+# Per-sample calls cost one kernel launch each (forward and backward, every layer): a row of many short samples
+# (the CPU demo packs ~110 samples of ~9 tokens: 7x the aten ops, though 2.2x less CPU time) takes one masked call.
+MAX_PER_SAMPLE_CALLS = 16
+_segments_of_mask: tuple = (None, None)  # (the last mask seen, its sample lengths): one read per micro-batch
+
+
+def segment_lengths(mask: torch.Tensor) -> list[int] | None:
+    """Sample lengths of a block-causal `[1, 1, S, S]` mask (True = masked), or None for any other mask.
+
+    Row i of a block-causal mask opens exactly columns [start(i), i], with start constant inside a sample;
+    the mask is recognised only if rebuilding it from those starts gives it back exactly."""
+    global _segments_of_mask
+    if _segments_of_mask[0] is mask:
+        return _segments_of_mask[1]
+    lengths = None
+    if mask.dim() == 4 and mask.shape[:2] == (1, 1) and mask.shape[2] == mask.shape[3] and mask.dtype == torch.bool:
+        allowed = ~mask[0, 0]
+        start = allowed.int().argmax(dim=-1)  # first open column of each row
+        s = allowed.shape[0]
+        firsts = (start == torch.arange(s, device=mask.device)).nonzero().flatten().tolist()
+        bounds = firsts + [s]
+        candidate = [b - a for a, b in zip(bounds, bounds[1:])]
+        if firsts and firsts[0] == 0 and all(n > 0 for n in candidate):
+            from slime_like.backends.training.data import block_causal_mask
+
+            if torch.equal(block_causal_mask(candidate).to(mask.device), mask):
+                lengths = candidate
+    _segments_of_mask = (mask, lengths)
+    return lengths
+
+
+class SDPADotProductAttention(DotProductAttention):
+    """DotProductAttention with the same inputs and outputs ([s, b, heads, dim] in, [s, b, hidden] out)."""
+
+    def _defers_to_mcore(self, attention_bias, packed_seq_params) -> bool:
+        dropout = self.training and self.attention_dropout.p > 0
+        return (packed_seq_params is not None or attention_bias is not None or self.softmax_offset is not None
+                or bool(getattr(self.config, "apply_query_key_layer_scaling", False)) or dropout)
+
+    def forward(self, query, key, value, attention_mask, attn_mask_type=None, attention_bias=None,
+                packed_seq_params=None):
+        if self._defers_to_mcore(attention_bias, packed_seq_params):
+            return super().forward(query, key, value, attention_mask, attn_mask_type, attention_bias,
+                                   packed_seq_params)
+        q, k, v = (x.permute(1, 2, 0, 3) for x in (query, key, value))  # [s, b, h, d] -> [b, h, s, d]
+        gqa = q.shape[1] != k.shape[1]
+        causal = (attn_mask_type or self.attn_mask_type) == AttnMaskType.causal
+        if attention_mask is None:
+            context = self._sdpa(q, k, v, None, causal, gqa)
+        else:
+            lengths = segment_lengths(attention_mask)
+            if lengths is None or len(lengths) > MAX_PER_SAMPLE_CALLS:  # one masked call over the row (True = masked)
+                context = self._sdpa(q, k, v, ~attention_mask, False, gqa)
+            else:
+                context = torch.cat([self._sdpa(qs, ks, vs, None, True, gqa) for qs, ks, vs in
+                                     zip(q.split(lengths, 2), k.split(lengths, 2), v.split(lengths, 2))], dim=2)
+        s, b = query.shape[0], query.shape[1]
+        return context.permute(2, 0, 1, 3).reshape(s, b, self.hidden_size_per_partition)
+
+    def _sdpa(self, q, k, v, mask, causal, gqa):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and q.shape[2] > 1,
+                                              scale=self.softmax_scale, enable_gqa=gqa)
+
+
+def use_sdpa_attention(spec):
+    """Point every local-spec layer's core attention at SDPADotProductAttention (in place); returns spec.
+    Only layers whose core attention is mcore's own DotProductAttention (MLA keeps its subclass)."""
+    layers = getattr(spec, "layer_specs", None) or [spec]
+    for layer in layers:
+        submodules = getattr(getattr(layer.submodules, "self_attention", None), "submodules", None)
+        if submodules is not None and getattr(submodules, "core_attention", None) is DotProductAttention:
+            submodules.core_attention = SDPADotProductAttention
+    return spec
