@@ -105,7 +105,10 @@ def child(spec: dict) -> dict:
     b = dict(batch)
     b.update(t.compute_advantages(b))
     build_cpu = [0.0]
-    inner = t._micro_batches
+    # the micro-batch builder: RLTrainerBase.batcher.split on main since the trainer base refactor,
+    # RLTrainerBase._micro_batches before it (so a "before" tree of either age runs)
+    owner, name = (t.batcher, "split") if hasattr(t, "batcher") else (t, "_micro_batches")
+    inner = getattr(owner, name)
 
     def timed_micro_batches(*a, **k):  # instrumentation: CPU time spent building model inputs
         c = time.process_time()
@@ -114,7 +117,7 @@ def child(spec: dict) -> dict:
         finally:
             build_cpu[0] += time.process_time() - c
 
-    t._micro_batches = timed_micro_batches
+    setattr(owner, name, timed_micro_batches)
     n_mb = len(inner(b, list(range(n)), field_keys=("advantages",)))
     calls = iter(range(10 ** 6))
     step = lambda: t.train_step(next(calls), b)  # noqa: E731
