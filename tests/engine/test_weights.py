@@ -3,6 +3,8 @@
 Each test syncs checkpoint B into an engine serving checkpoint A, checks the greedy outputs become exactly
 transformers' greedy outputs of B, syncs A back and checks the original outputs return.
 """
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -132,6 +134,22 @@ def test_distributed_sender_gloo_group(engine_w, tiny_ckpt, tiny_ckpt_b, refs):
         assert greedy(engine_w.url) == ref_a
     finally:
         sender.close()
+
+
+def test_two_stages_join_one_engine_at_the_same_moment(engine_w):
+    """PP > 1: each stage's sender asks the engine for a group of its own at once; the engine joins one group at a
+    time (409 to the other meanwhile) and the sender asks again, so both groups form (a flake of
+    test_pipeline_parallel_actor_syncs_every_stage before the retry)."""
+    senders = [weight_sync.DistributedWeightSender([engine_w.url], backend="gloo", master_address="127.0.0.1",
+                                                   group_name=f"stage_{i}") for i in range(2)]
+    with ThreadPoolExecutor(2) as pool:
+        for f in [pool.submit(s.connect) for s in senders]:
+            f.result()
+    try:
+        assert all(s.group is not None for s in senders)
+    finally:
+        for s in senders:
+            s.close()
 
 
 def test_buckets_respect_size():

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import timedelta
 from types import SimpleNamespace
@@ -165,8 +166,7 @@ class DistributedWeightSender:
         joiner = threading.Thread(target=rendezvous, name="weight-sync-rendezvous", daemon=True)
         joiner.start()
         with ThreadPoolExecutor(max_workers=len(self.engine_urls)) as pool:
-            futs = [pool.submit(post, u, "/init_weights_update_group", p, self.timeout_s, self.api_key)
-                    for u, p in zip(self.engine_urls, self.init_payloads())]
+            futs = [pool.submit(self._join, u, p) for u, p in zip(self.engine_urls, self.init_payloads())]
             for f in as_completed(futs):
                 f.result()  # an engine's refusal surfaces now, naming its URL, not after a rendezvous timeout
         joiner.join(self.timeout_s)
@@ -176,6 +176,19 @@ class DistributedWeightSender:
             raise TimeoutError(f"weight-sync group rendezvous on {self.master_address}:{self.master_port} did not "
                                f"complete within {self.timeout_s}s")
         self.group, self._joined = result["pg"], True
+
+    def _join(self, url: str, payload: dict) -> dict:
+        """POST /init_weights_update_group, again while the engine answers 409: our engines join one group at a
+        time (a master that never answers must not hold their workers), and with PP > 1 every stage's sender
+        asks the same engine for a group of its own at the same moment."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                return post(url, "/init_weights_update_group", payload, self.timeout_s, self.api_key)
+            except EngineError as e:
+                if e.status != 409 or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.2)
 
     def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int = 512 << 20,
              weight_version: str | None = None) -> int:
