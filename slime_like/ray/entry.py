@@ -63,26 +63,7 @@ def _launch(loop, argv, allow_colocate: bool, allow_fully_async: bool, prog: str
         return 0
     for note in report.notes:
         print(f"NOTE: {note}", file=sys.stderr)
-    from slime_like.config.errors import ConfigError
-
-    from slime_like.backends.megatron.kernels import launch_check
-
-    try:
-        report.refuse_at_launch()  # what slime_like cannot run: after --dry-run's plan, before Ray or torch start
-    except ConfigError as e:
-        print(f"{prog or 'train'}: error: {e}", file=sys.stderr)
-        return 2
-    # Both checks are torch-free and independent: one start reports both (what this GPU machine's kernels allow,
-    # and the extras a run needs beyond the light core that `--dry-run` runs on).
-    kernel_errors, kernel_note = launch_check(args)
-    install = extras_missing_for_a_run(args.train_backend)
-    if kernel_note and not kernel_errors:
-        print(f"[slime_like] {kernel_note}", file=sys.stderr)
-    if kernel_errors or install:
-        if kernel_errors:
-            print(f"{prog or 'train'}: error: this run cannot start: " + "; ".join(kernel_errors), file=sys.stderr)
-        if install:
-            print(f"{prog or 'train'}: error: {install}", file=sys.stderr)
+    if _refused_at_launch(args, report, prog):
         return 2
     from slime_like.config.provenance import start_lines, write_config
 
@@ -109,6 +90,31 @@ def _launch(loop, argv, allow_colocate: bool, allow_fully_async: bool, prog: str
         return 1
     print(summary_block(args, first_rollout, time.monotonic() - started), flush=True)
     return 0
+
+
+def _refused_at_launch(args, report, prog: str | None) -> bool:
+    """The pre-Ray launch checks, after --dry-run's plan and before Ray or torch start; True (each reason printed)
+    when this run cannot start here."""
+    from slime_like.config.errors import ConfigError
+
+    from slime_like.backends.megatron.kernels import launch_check
+
+    try:
+        report.refuse_at_launch()  # what slime_like cannot run
+    except ConfigError as e:
+        print(f"{prog or 'train'}: error: {e}", file=sys.stderr)
+        return True
+    # Both checks are torch-free and independent: one start reports both (what this GPU machine's kernels allow,
+    # and the extras a run needs beyond the light core that `--dry-run` runs on).
+    kernel_errors, kernel_note = launch_check(args)
+    install = extras_missing_for_a_run(args.train_backend)
+    if kernel_note and not kernel_errors:
+        print(f"[slime_like] {kernel_note}", file=sys.stderr)
+    if kernel_errors:
+        print(f"{prog or 'train'}: error: this run cannot start: " + "; ".join(kernel_errors), file=sys.stderr)
+    if install:
+        print(f"{prog or 'train'}: error: {install}", file=sys.stderr)
+    return bool(kernel_errors or install)
 
 
 def _run(loop, args, plan) -> int:
