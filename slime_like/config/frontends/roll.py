@@ -217,7 +217,7 @@ SCHEMA = {
     "entropy_loss_coef": Map("float", _f("--entropy-coef")),
     "loss_agg_mode": Map("str", _f("--loss-agg-mode")),
     "pretrain": Map("str", _f("--hf-checkpoint")),
-    "reward_pretrain": Read("str", "the critic's initial weights (see _model_and_data)"),
+    "reward_pretrain": Read("str", "the critic's initial weights (see _models)"),
     "validation": {"data_args": {"template": Map("str", _template),
                                  "file_name": Map("list_or_str", _fact("val_files"))},
                    "generating_args": _gen_args("eval")},
@@ -234,7 +234,7 @@ def translate(cfg: dict, t) -> None:
     apply_defaults(cfg, ROLL_DEFAULTS, t, "ROLL")
     walk(cfg, SCHEMA, t)
     t.attempt(mk.finish, t)
-    for step in (roll_rewards, estimator, reward_kl, _model_and_data, strategies, _batch, _placement):
+    for step in (roll_rewards, estimator, reward_kl, _models, _data, strategies, _batch, _placement):
         t.attempt(step, cfg, t)
 
 
@@ -245,7 +245,7 @@ def _output_dir(path, t):
     t.flag("--run-dir", path)
 
 
-def _model_and_data(cfg, t):
+def _models(cfg, t):
     """Precision and weights come from actor_train (the engines start from the trainer's weights); a reference
     model path of its own is --ref-load."""
     dtype = t.facts.get("actor_train_dtype")
@@ -281,6 +281,10 @@ def _model_and_data(cfg, t):
     if critic and critic != base:
         t.no_effect.append(("critic.model_args.model_name_or_path", critic, "the critic starts from the actor's "
                             "checkpoint (--critic-load resumes a saved critic)"))
+
+
+def _data(cfg, t):
+    """Training and validation prompts, their template, and the samples drawn per prompt."""
     files = t.facts.get("train_files")
     if files:
         data_dir = get(cfg, "actor_train.data_args.dataset_dir")
