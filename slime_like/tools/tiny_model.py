@@ -81,6 +81,15 @@ def build_tiny_checkpoint(out_dir: str, arch: str = "qwen2", hidden_size: int = 
 
 def _config_and_class(arch: str, common: dict, head: int, num_experts: int, moe_topk: int, ffn_hidden_size: int):
     """(transformers config, model class) of a tiny `arch`; `common`: the fields every architecture shares."""
+    for family in (_qwen_or_llama, _glm, _latent_attention, _minimax):
+        made = family(arch, common, head, num_experts, moe_topk, ffn_hidden_size)
+        if made is not None:
+            return made
+    raise ValueError(f"unknown tiny arch {arch!r}; choose {', '.join(ARCHS)}")
+
+
+def _qwen_or_llama(arch: str, common: dict, head: int, num_experts: int, moe_topk: int, ffn_hidden_size: int):
+    """Qwen2 (and MiMo's main model), Qwen2-MoE, Qwen3, Qwen3-MoE, Llama; None for another arch."""
     import transformers
 
     if arch in ("qwen2", "mimo"):  # MiMo: Qwen2's main model (+ an MTP layer, _add_mimo_mtp_layer)
@@ -93,15 +102,6 @@ def _config_and_class(arch: str, common: dict, head: int, num_experts: int, moe_
                                           mlp_only_layers=[0], norm_topk_prob=False, router_aux_loss_coef=0.001,
                                           **common)
         cls = transformers.Qwen2MoeForCausalLM
-    elif arch == "glm4_moe_lite":  # GLM-4.7-Flash: DeepSeek-V3's MLA + GLM-4.5's router, layers from mlp_layer_types
-        cfg = transformers.Glm4MoeLiteConfig(n_routed_experts=num_experts, num_experts_per_tok=moe_topk,
-                                             moe_intermediate_size=ffn_hidden_size // 4, n_shared_experts=1,
-                                             n_group=1, topk_group=1, routed_scaling_factor=1.8, norm_topk_prob=True,
-                                             q_lora_rank=2 * head, kv_lora_rank=head, qk_nope_head_dim=head,
-                                             qk_rope_head_dim=head // 2, v_head_dim=head, rope_interleave=True,
-                                             mlp_layer_types=["dense"] + ["sparse"] * (common["num_hidden_layers"] - 1),
-                                             **dict(common, num_key_value_heads=common["num_attention_heads"]))
-        cls = transformers.Glm4MoeLiteForCausalLM
     elif arch == "qwen3":
         cfg, cls = transformers.Qwen3Config(head_dim=head, **common), transformers.Qwen3ForCausalLM
     elif arch == "qwen3_moe":
@@ -109,7 +109,18 @@ def _config_and_class(arch: str, common: dict, head: int, num_experts: int, moe_
                                           num_experts_per_tok=moe_topk, moe_intermediate_size=ffn_hidden_size,
                                           decoder_sparse_step=1, norm_topk_prob=True, **common)
         cls = transformers.Qwen3MoeForCausalLM
-    elif arch == "glm4":  # GLM-4 dense: sandwich norms, half the head dims rotated as interleaved pairs, QKV bias
+    elif arch == "llama":
+        cfg, cls = transformers.LlamaConfig(attention_bias=False, mlp_bias=False, **common), transformers.LlamaForCausalLM
+    else:
+        return None
+    return cfg, cls
+
+
+def _glm(arch: str, common: dict, head: int, num_experts: int, moe_topk: int, ffn_hidden_size: int):
+    """GLM-4 dense, GLM-4.5 MoE and GLM-4.7-Flash (MLA); None for another arch."""
+    import transformers
+
+    if arch == "glm4":  # GLM-4 dense: sandwich norms, half the head dims rotated as interleaved pairs, QKV bias
         cfg = transformers.Glm4Config(head_dim=head, partial_rotary_factor=0.5, attention_bias=True,
                                       **common)
         cls = transformers.Glm4ForCausalLM
@@ -120,34 +131,58 @@ def _config_and_class(arch: str, common: dict, head: int, num_experts: int, moe_
                                          norm_topk_prob=True, first_k_dense_replace=1, partial_rotary_factor=0.5,
                                          use_qk_norm=True, attention_bias=True, **common)
         cls = transformers.Glm4MoeForCausalLM
-    elif arch in ("deepseek_v3", "moonlight", "kimi_k2"):  # multi-latent attention + GLM-4.5's router; Moonlight:
-        moonlight = arch == "moonlight"  # no q low rank, 1 group, 2 shared experts
-        if arch == "kimi_k2":  # Kimi-K2's YaRN shape (beta_fast = beta_slow = 1), scaled to the tiny context;
-            # mscale != mscale_all_dim so the cos/sin and softmax scales are not 1
-            common = dict(common, rope_parameters=dict(
-                rope_type="yarn", rope_theta=common["rope_theta"], factor=4.0, mscale=1.0, mscale_all_dim=0.5,
-                original_max_position_embeddings=common["max_position_embeddings"] // 4, beta_fast=1.0,
-                beta_slow=1.0))
-        cfg = transformers.DeepseekV3Config(n_routed_experts=num_experts, num_experts_per_tok=moe_topk,
-                                            moe_intermediate_size=ffn_hidden_size // 4,
-                                            n_shared_experts=2 if moonlight else 1, n_group=1 if moonlight else 2,
-                                            topk_group=1, routed_scaling_factor=2.5, norm_topk_prob=True,
-                                            first_k_dense_replace=1, q_lora_rank=None if moonlight else 2 * head,
-                                            kv_lora_rank=head,
-                                            qk_nope_head_dim=head, qk_rope_head_dim=head // 2, v_head_dim=head,
-                                            rope_interleave=True,
-                                            **dict(common, num_key_value_heads=common["num_attention_heads"]))
-        cls = transformers.DeepseekV3ForCausalLM
-    elif arch == "minimax_m2":  # every layer MoE (sigmoid router + correction bias), norms over all q / k heads,
-        # RoPE on half of each head
-        cfg = transformers.MiniMaxM2Config(head_dim=head, rotary_dim=head // 2, num_local_experts=num_experts,
-                                           num_experts_per_tok=moe_topk,
-                                           **dict(common, intermediate_size=ffn_hidden_size // 4))
-        cls = transformers.MiniMaxM2ForCausalLM
-    elif arch == "llama":
-        cfg, cls = transformers.LlamaConfig(attention_bias=False, mlp_bias=False, **common), transformers.LlamaForCausalLM
+    elif arch == "glm4_moe_lite":  # GLM-4.7-Flash: DeepSeek-V3's MLA + GLM-4.5's router, layers from mlp_layer_types
+        cfg = transformers.Glm4MoeLiteConfig(n_routed_experts=num_experts, num_experts_per_tok=moe_topk,
+                                             moe_intermediate_size=ffn_hidden_size // 4, n_shared_experts=1,
+                                             n_group=1, topk_group=1, routed_scaling_factor=1.8, norm_topk_prob=True,
+                                             q_lora_rank=2 * head, kv_lora_rank=head, qk_nope_head_dim=head,
+                                             qk_rope_head_dim=head // 2, v_head_dim=head, rope_interleave=True,
+                                             mlp_layer_types=["dense"] + ["sparse"] * (common["num_hidden_layers"] - 1),
+                                             **dict(common, num_key_value_heads=common["num_attention_heads"]))
+        cls = transformers.Glm4MoeLiteForCausalLM
     else:
-        raise ValueError(f"unknown tiny arch {arch!r}; choose {', '.join(ARCHS)}")
+        return None
+    return cfg, cls
+
+
+def _latent_attention(arch: str, common: dict, head: int, num_experts: int, moe_topk: int, ffn_hidden_size: int):
+    """DeepSeek-V3's multi-latent attention family: DeepSeek-V3, Moonlight, Kimi-K2; None for another arch."""
+    import transformers
+
+    if arch not in ("deepseek_v3", "moonlight", "kimi_k2"):
+        return None
+    # multi-latent attention + GLM-4.5's router; Moonlight: no q low rank, 1 group, 2 shared experts
+    moonlight = arch == "moonlight"
+    if arch == "kimi_k2":  # Kimi-K2's YaRN shape (beta_fast = beta_slow = 1), scaled to the tiny context;
+        # mscale != mscale_all_dim so the cos/sin and softmax scales are not 1
+        common = dict(common, rope_parameters=dict(
+            rope_type="yarn", rope_theta=common["rope_theta"], factor=4.0, mscale=1.0, mscale_all_dim=0.5,
+            original_max_position_embeddings=common["max_position_embeddings"] // 4, beta_fast=1.0,
+            beta_slow=1.0))
+    cfg = transformers.DeepseekV3Config(n_routed_experts=num_experts, num_experts_per_tok=moe_topk,
+                                        moe_intermediate_size=ffn_hidden_size // 4,
+                                        n_shared_experts=2 if moonlight else 1, n_group=1 if moonlight else 2,
+                                        topk_group=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+                                        first_k_dense_replace=1, q_lora_rank=None if moonlight else 2 * head,
+                                        kv_lora_rank=head,
+                                        qk_nope_head_dim=head, qk_rope_head_dim=head // 2, v_head_dim=head,
+                                        rope_interleave=True,
+                                        **dict(common, num_key_value_heads=common["num_attention_heads"]))
+    cls = transformers.DeepseekV3ForCausalLM
+    return cfg, cls
+
+
+def _minimax(arch: str, common: dict, head: int, num_experts: int, moe_topk: int, ffn_hidden_size: int):
+    """MiniMax-M2; None for another arch."""
+    import transformers
+
+    if arch != "minimax_m2":
+        return None
+    # every layer MoE (sigmoid router + correction bias), norms over all q / k heads, RoPE on half of each head
+    cfg = transformers.MiniMaxM2Config(head_dim=head, rotary_dim=head // 2, num_local_experts=num_experts,
+                                       num_experts_per_tok=moe_topk,
+                                       **dict(common, intermediate_size=ffn_hidden_size // 4))
+    cls = transformers.MiniMaxM2ForCausalLM
     return cfg, cls
 
 
