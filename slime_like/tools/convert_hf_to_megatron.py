@@ -38,12 +38,11 @@ def parse(argv, prog: str = "convert_hf_to_megatron.py"):
 
 def convert_rank(rank, world, port, argv):
     warnings.filterwarnings("ignore")
-    from slime_like.backends.megatron import checkpoint, hf_weights, model, parallel
+    from slime_like.backends.megatron import checkpoint, hf_weights, parallel
+    from slime_like.tools.convert_ranks import rank_model
 
     args = parse(argv)
-    parallel.init_distributed(rank, world, master_port=port, tp=args.tensor_model_parallel_size,
-                              pp=args.pipeline_model_parallel_size, seed=args.seed)
-    chunks = model.build_model(args)
+    chunks = rank_model(rank, world, port, args)
     hf_weights.load_hf_weights(chunks, args.hf_checkpoint, args)
     path = checkpoint.save_checkpoint(args.save, 0, chunks, extra_state={"converted_from": args.hf_checkpoint})
     parallel.destroy_distributed()
@@ -53,10 +52,9 @@ def convert_rank(rank, world, port, argv):
 def main(argv=None, prog: str = "convert_hf_to_megatron.py"):
     argv = sys.argv[1:] if argv is None else argv
     args = parse(argv, prog)  # fail on bad input before spawning anything
-    from slime_like.backends.megatron.parallel import run_local_ranks
+    from slime_like.tools.convert_ranks import run_on_ranks
 
-    world = args.tensor_model_parallel_size * args.pipeline_model_parallel_size
-    path = run_local_ranks(convert_rank, world, list(argv), timeout=6 * 3600)[0]
+    path = run_on_ranks(convert_rank, args, argv)
     print(f"wrote {path} (TP={args.tensor_model_parallel_size}, PP={args.pipeline_model_parallel_size})")
     return 0
 

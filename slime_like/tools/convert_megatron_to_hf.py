@@ -31,12 +31,11 @@ def parse(argv, prog: str = "convert_megatron_to_hf.py"):
 
 def export_rank(rank, world, port, argv):
     warnings.filterwarnings("ignore")
-    from slime_like.backends.megatron import checkpoint, hf_weights, model, parallel
+    from slime_like.backends.megatron import checkpoint, hf_weights, parallel
+    from slime_like.tools.convert_ranks import rank_model
 
     args = parse(argv)
-    parallel.init_distributed(rank, world, master_port=port, tp=args.tensor_model_parallel_size,
-                              pp=args.pipeline_model_parallel_size, seed=args.seed)
-    chunks = model.build_model(args)
+    chunks = rank_model(rank, world, port, args)
     it = checkpoint.load_checkpoint(args.load, chunks, load_optim=False, args=args, iteration=args.ckpt_step)
     hf_weights.export_hf(chunks, args, args.save_hf, args.hf_checkpoint)
     parallel.destroy_distributed()
@@ -46,10 +45,9 @@ def export_rank(rank, world, port, argv):
 def main(argv=None, prog: str = "convert_megatron_to_hf.py"):
     argv = sys.argv[1:] if argv is None else argv
     args = parse(argv, prog)
-    from slime_like.backends.megatron.parallel import run_local_ranks
+    from slime_like.tools.convert_ranks import run_on_ranks
 
-    world = args.tensor_model_parallel_size * args.pipeline_model_parallel_size
-    it = run_local_ranks(export_rank, world, list(argv), timeout=6 * 3600)[0]
+    it = run_on_ranks(export_rank, args, argv)
     print(f"wrote {args.save_hf} from {args.load} iteration {it}")
     return 0
 
