@@ -105,9 +105,13 @@ def _scenarios(rank, world_size, port, ckpts):
                            attention=type(layer.self_attention.core_attention).__name__,
                            dtype=str(logits.dtype), finite=bool(torch.isfinite(logits.float()).all()),
                            shape=list(logits.shape))
+    # The H100 ran mcore's own core attention (its masked softmax is where masked_softmax_fusion bites); SDPA is
+    # the default since issue 26, and --attention-backend local keeps mcore's module.
+    local = _args(hf, "--bf16", "--attention-backend", "local")
+    out["local_attention"] = type(_build_as_if_cuda(local)[0].decoder.layers[0].self_attention.core_attention).__name__
     for field in H100_ERRORS:  # the pre-#25 behaviour: the field on because CUDA is visible
         try:
-            _bf16_forward(_build_as_if_cuda(args, claim_available=(field,))[0])
+            _bf16_forward(_build_as_if_cuda(local, claim_available=(field,))[0])
             out[field] = "built and ran"
         except Exception as e:  # noqa: BLE001
             out[field] = f"{type(e).__name__}: {e}"
@@ -131,9 +135,11 @@ def scenarios(tiny_ckpts):
 def test_cuda_without_te_default_flags_build_and_run_a_bf16_forward(scenarios):
     d = scenarios["defaults"]
     assert d["fields"] == dict.fromkeys(FUSION_FIELDS, False)  # no TE / Apex / triton here
-    # megatron-core's local spec: WrappedTorchNorm builds torch's own RMSNorm; mcore's DotProductAttention
+    # megatron-core's local spec: WrappedTorchNorm builds torch's own RMSNorm; core attention through torch's SDPA
+    # (backends/megatron/sdpa_attention.py), mcore's DotProductAttention with --attention-backend local
     assert d["norm"].startswith("torch.nn.") and d["norm"].endswith("RMSNorm")
-    assert d["attention"] == "DotProductAttention"
+    assert d["attention"] == "SDPADotProductAttention"
+    assert scenarios["local_attention"] == "DotProductAttention"
     assert d["dtype"] == "torch.bfloat16" and d["finite"] and d["shape"][:2] == [2, 32]
 
 
