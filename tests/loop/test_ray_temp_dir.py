@@ -1,6 +1,7 @@
 """Issue 31 item 8: every run left its private Ray's temp dir behind (/tmp/slr_ray_*, sockets and session logs).
 The driver removes it at exit, a normal one and SIGTERM's alike (our handler raises Terminated, which the entry
-point turns into exit 143; this bare driver lets it end the process); a real Ray started by init_ray."""
+point turns into exit 143; this bare driver, under the same handle_signals, lets it end the process); a real Ray
+started by init_ray."""
 import os
 import re
 import subprocess
@@ -14,11 +15,13 @@ DRIVER = """
 import os, signal, sys
 from slime_like.args import make_args
 from slime_like.ray.cluster import init_ray
-said = init_ray(make_args(num_gpus_per_node=1))
-print(said, os.path.isdir(said.split("temp dir ")[1].rstrip(")")), flush=True)
-if sys.argv[1] == "sigterm":
-    os.kill(os.getpid(), signal.SIGTERM)
-    signal.pause()
+from slime_like.ray.signals import handle_signals
+with handle_signals():  # as the entry point runs a run (without it Ray's core worker handles SIGTERM: abort)
+    said = init_ray(make_args(num_gpus_per_node=1))
+    print(said, os.path.isdir(said.split("temp dir ")[1].rstrip(")")), flush=True)
+    if sys.argv[1] == "sigterm":
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.pause()
 """
 
 
