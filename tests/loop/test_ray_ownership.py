@@ -109,7 +109,8 @@ def test_foreign_head_and_stale_address_file_change_nothing_and_ray_address_join
     log = tmp_path / "stale" / "error.log"
     assert rc == 1 and (f"train.py: error in RolloutManager.generate (pid " in out), out[-3000:]
     assert ("RewardFunctionError: reward function failed on prompt index 0 (--rm-type None, --custom-rm-path "
-            "toy_task.exploding_reward): ValueError: the reward model exploded on purpose\n"
+            "toy_task.exploding_reward): ValueError: the reward model exploded on purpose; pass --on-reward-error "
+            "skip to drop such prompts instead\n"
             f"  full traceback: {log}") in out, out[-3000:]
     assert out.count("the reward model exploded on purpose") == 1 and "Traceback" not in out, out[-3000:]
     assert "ValueError: the reward model exploded on purpose" in log.read_text()
