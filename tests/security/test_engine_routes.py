@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -51,24 +52,24 @@ def test_rendezvous_with_an_unreachable_master_leaves_generation_running(engine)
     def call(i):
         results[i] = _post(engine.url, "/init_weights_update_group", dict(body, group_name=f"g{i}"))
 
-    first = threading.Thread(target=call, args=(0,))
-    first.start()
-    while True:   # the other five arrive while the first one's rendezvous is in flight: 409, at once
-        rest = [threading.Thread(target=call, args=(i,)) for i in range(1, 6)]
-        for t in rest:
-            t.start()
-        for t in rest:
-            t.join()
-        if all(results[i][0] == 409 for i in range(1, 6)) or not first.is_alive():
-            break
-    assert first.is_alive(), results
-    assert all(results[i][0] == 409 and "another weight-update group" in results[i][1] for i in range(1, 6))
+    # all six at once: whichever the engine takes first waits in the rendezvous, the other five answer 409 at once
+    # (starting one first and the rest later raced: a later one could be taken first)
+    threads = {i: threading.Thread(target=call, args=(i,)) for i in range(6)}
+    for t in threads.values():
+        t.start()
+    deadline = time.monotonic() + 50   # well inside the 60 s rendezvous timeout
+    while len(results) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    waiting = [i for i, t in threads.items() if t.is_alive()]
+    assert len(waiting) == 1 and len(results) == 5, results
+    assert all(code == 409 and "another weight-update group" in text for code, text in results.values()), results
     status, text = _post(engine.url, "/generate", {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 4}})
     assert status == 200, text
     assert urllib.request.urlopen(engine.url + "/health", timeout=30).status == 200
-    assert first.is_alive()   # generation and health were served while the rendezvous was still waiting
-    first.join()
-    assert results[0][0] == 504 and "failed within 60 s" in results[0][1], results[0]
+    (w,) = waiting
+    assert threads[w].is_alive()   # generation and health were served while the rendezvous was still waiting
+    threads[w].join()
+    assert results[w][0] == 504 and "failed within 60 s" in results[w][1], results[w]
 
 
 def test_model_path_is_literal_and_inside_the_weight_dirs(engine, tiny_ckpt, tmp_path):
