@@ -26,8 +26,10 @@ def test_fully_async_engine_killed_mid_run_is_restarted(tiny_ckpt, toy_prompts, 
     assert [r["rollout_id"] for r in rows] == list(range(n))
     restarted = [k for k, r in enumerate(rows) if r.get("rollout/engine_restarts")]
     assert len(restarted) == 1 and rows[restarted[0]]["rollout/engine_restarts"] == 1, rows
-    # back to two engines in the worker's pool after that push, and by the last batch both serve it
-    assert all(r["rollout/engines_live"] == 2 for r in rows[restarted[0] + 1:]), rows
-    assert rows[-1]["rollout/engines_answering"] == 2, rows[-1]
+    # back to two engines in the worker's pool after that push, and both serve a batch after it (not necessarily
+    # the last one: that batch may hold groups the surviving engine generated before the restart, a CI run failed so)
+    after = rows[restarted[0] + 1:]
+    assert after and all(r["rollout/engines_live"] == 2 for r in after), rows
+    assert any(r["rollout/engines_answering"] == 2 for r in after), [r["rollout/engines_answering"] for r in rows]
     assert all(r["rollout/staleness/max"] <= 1 for r in rows), rows
     assert_fully_async_accounting(dumps, tmp_path / "ckpt", n)
