@@ -8,20 +8,18 @@ import json
 import os
 import re
 import runpy
-import shutil
 import subprocess
 import sys
-import venv
 
 import pytest
 import setuptools
+from _package_copy import ROOT, copy_checkout, venv_env
 
 from slime_like.config.install_extras import EXTRA_OF_MODULE
 from slime_like.config.preflight import CALL_SHAPES, import_and_bind
 from slime_like.config.provenance import write_config
 from slime_like.config.slime_paths import ALIASES, OWN_FUNCTIONS
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HEAVY = ("torch", "aiohttp", "ray", "transformers", "megatron")
 PACKAGE_OF = {"math_verify": "math-verify", "megatron": "megatron-core"}
 
@@ -50,14 +48,7 @@ def test_each_module_of_the_extras_table_is_in_that_extra(monkeypatch):
 @pytest.fixture(scope="module")
 def light_venv(tmp_path_factory):
     """A fresh venv with `pip install <a copy of the checkout>`: the light core only (from the package index)."""
-    tmp = tmp_path_factory.mktemp("light")
-    src = tmp / "src"  # a copy: an in-tree build would leave build/ and *.egg-info in the checkout
-    shutil.copytree(os.path.join(ROOT, "slime_like"), src / "slime_like",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    for f in ("setup.py", "requirements.txt", "MANIFEST.in", "README.md", "CHANGELOG.md"):
-        shutil.copy(os.path.join(ROOT, f), src / f)
-    env_dir = tmp / "venv"
-    venv.create(env_dir, with_pip=True)
+    src, env_dir = copy_checkout(tmp_path_factory.mktemp("light"))
     python = str(env_dir / "bin" / "python")
     r = subprocess.run([python, "-m", "pip", "install", "-q", str(src)], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -65,9 +56,7 @@ def light_venv(tmp_path_factory):
 
 
 def _in_venv(env_dir, argv, cwd):
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env["PATH"] = f"{env_dir / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    return subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
+    return subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=venv_env(env_dir), timeout=300)
 
 
 def _placeholder_run(tmp_path):

@@ -10,15 +10,13 @@ already satisfied by the stack the tests run on (a missing or different version 
 being downloaded), and pip installs only slime_like itself into the venv.
 """
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
-import venv
 
 import pytest
+from _package_copy import copy_checkout, venv_env
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 pytestmark = pytest.mark.slow
 
@@ -30,42 +28,29 @@ NOISE = ("Transformer Engine and Apex are not installed", "Apex is not installed
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("all")
-    src = tmp / "src"  # a copy: an in-tree build would leave build/ and *.egg-info in the checkout
-    shutil.copytree(os.path.join(ROOT, "slime_like"), src / "slime_like",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    for f in ("setup.py", "requirements.txt", "MANIFEST.in", "README.md", "CHANGELOG.md"):
-        shutil.copy(os.path.join(ROOT, f), src / f)
-    env_dir = tmp / "venv"
-    venv.create(env_dir, with_pip=True)
+    src, env_dir = copy_checkout(tmp_path_factory.mktemp("all"))
     python = env_dir / "bin" / "python"
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, check=True).stdout.strip()
     # ensurepip's setuptools (65 on Python 3.11, no bdist_wheel without `wheel`) would shadow the tested stack's
     subprocess.run([str(python), "-m", "pip", "uninstall", "-y", "-q", "setuptools"], check=True,
-                   capture_output=True, env=_clean_env(env_dir))
+                   capture_output=True, env=venv_env(env_dir))
     with open(os.path.join(purelib, "tested_stack.pth"), "w") as f:
         f.write(sysconfig.get_paths()["purelib"] + "\n")  # this interpreter's (.venv's) site-packages
     r = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-index", "--no-build-isolation",
-                        f"{src}[all]"], capture_output=True, text=True, timeout=900, env=_clean_env(env_dir))
+                        f"{src}[all]"], capture_output=True, text=True, timeout=900, env=venv_env(env_dir))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     return env_dir
 
 
-def _clean_env(env_dir):
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    env["PATH"] = f"{env_dir / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    return env
-
-
 def test_slime_like_demo_runs_end_to_end_from_the_installed_package(installed, tmp_path):
     where = subprocess.run([str(installed / "bin" / "python"), "-c", "import slime_like; print(slime_like.__file__)"],
-                           capture_output=True, text=True, cwd=tmp_path, env=_clean_env(installed))
+                           capture_output=True, text=True, cwd=tmp_path, env=venv_env(installed))
     assert where.stdout.strip().startswith(str(installed)), where.stdout + where.stderr  # not the checkout's copy
     run_dir = tmp_path / "demo"
     # a short demo: 11 rollouts, so the eval before the first update and the one after rollout 9 both run
     r = subprocess.run(["slime-like", "demo", str(run_dir), "--num-rollout", "11"], capture_output=True, text=True,
-                       cwd=tmp_path, env=dict(_clean_env(installed), PYTHONUNBUFFERED="1"), timeout=1800)
+                       cwd=tmp_path, env=dict(venv_env(installed), PYTHONUNBUFFERED="1"), timeout=1800)
     console = r.stdout + r.stderr
     assert r.returncode == 0, console[-4000:]
     for noise in NOISE:
