@@ -11,7 +11,6 @@ being downloaded), and pip installs only slime_like itself into the venv.
 """
 import os
 import subprocess
-import sys
 import sysconfig
 
 import pytest
