@@ -25,3 +25,20 @@ def tiny_ckpt(tmp_path_factory):
     from slime_like.tools.tiny_model import build_tiny_checkpoint
 
     return build_tiny_checkpoint(str(tmp_path_factory.mktemp("tiny_qwen2")))
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm_ckpt(tmp_path_factory):
+    """A tiny random Qwen2.5-VL checkpoint (HF format: char tokenizer + Qwen-VL tokens, PIL image processor with a
+    56x56 image = 4 image tokens) shared by the whole session."""
+    from slime_like.tools.tiny_vlm import build_tiny_vlm_checkpoint
+
+    return build_tiny_vlm_checkpoint(str(tmp_path_factory.mktemp("tiny_qwen2_5_vl")), family="qwen2_5_vl")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_vl_ckpt(tmp_path_factory):
+    """A tiny random Qwen3-VL checkpoint (as tiny_vlm_ckpt; patch 16, so a 64x64 image = 4 image tokens)."""
+    from slime_like.tools.tiny_vlm import build_tiny_vlm_checkpoint
+
+    return build_tiny_vlm_checkpoint(str(tmp_path_factory.mktemp("tiny_qwen3_vl")), family="qwen3_vl")
