@@ -33,7 +33,10 @@ def add_data_group(parser):
     a("--label-key", default=None, help="Record key of the label for the reward.")
     a("--metadata-key", default="metadata", help="Record key of per-sample metadata.")
     a("--tool-key", default="tools", help="Record key of the tools passed to the chat template.")
-    a("--multimodal-keys", type=json_value, default=None, help="JSON mapping of media type to record key.")
+    a("--multimodal-keys", type=json_value, default=None,
+      help="JSON mapping of media type to the record key of its list, e.g. '{\"image\": \"images\"}': images as "
+           "paths (relative to the data file), file:// URLs or base64, placed by '<image>' in the prompt; needs a "
+           "vision-language --hf-checkpoint (docs/guide.md, Vision-language models).")
     a("--apply-chat-template", action="store_true", help="Prompts are OpenAI message lists; apply the chat template.")
     a("--apply-chat-template-kwargs", type=json_value, default="{}", help="JSON kwargs for apply_chat_template.")
     a("--data-source-path", default=None, help="'module.Class' of a custom data source.")
@@ -189,6 +192,36 @@ def check_data_paths(args, report, eval_data):
     for name, path in zip((eval_data or [])[0::2], (eval_data or [])[1::2]):
         if not os.path.exists(path):
             report.path_problem(f"--eval-prompt-data {name} {path}: no such file")
+
+
+def check_multimodal(args):
+    """--multimodal-keys (and each --eval-config dataset's multimodal_keys): supported media types, a
+    vision-language checkpoint (config.json with a vision_config), not the SFT rollout."""
+    from slime_like.multimodal.records import multimodal_keys_problems
+
+    own = [(f"--eval-config {args.eval_config} dataset {d['name']}", d["overrides"]["multimodal_keys"])
+           for d in args.eval_datasets or () if d["overrides"].get("multimodal_keys") is not None]
+    settings = ([("", args.multimodal_keys)] if args.multimodal_keys is not None else []) + own
+    if not settings:
+        return
+    problems = [(f"{where}: " if where else "") + p
+                for where, value in settings for p in multimodal_keys_problems(value)]
+    if args.multimodal_keys is not None and "sft_rollout" in str(args.rollout_function_path):
+        problems.append("--multimodal-keys with the SFT rollout (--rollout-function-path "
+                        f"{args.rollout_function_path}): SFT on images is not supported; train on RL rollouts")
+    cfg_path = os.path.join(args.hf_checkpoint or "", "config.json")
+    if args.hf_checkpoint and os.path.isfile(cfg_path):
+        import json
+
+        with open(cfg_path) as f:
+            cfg = json.load(f)
+        if isinstance(cfg, dict) and "vision_config" not in cfg:
+            problems.append(f"--multimodal-keys needs a vision-language --hf-checkpoint; {args.hf_checkpoint} is "
+                            f"model_type {cfg.get('model_type')!r} without a vision_config (e.g. use a Qwen2.5-VL "
+                            "or Qwen3-VL checkpoint)")
+    if problems:
+        raise ConfigError(problems[0] if len(problems) == 1 else
+                          f"{len(problems)} problems with --multimodal-keys:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
 def check_eval_schedule(args, data):

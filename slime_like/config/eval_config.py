@@ -28,11 +28,10 @@ KEY_TO_DEST = {
     "metadata_key": "metadata_key", "apply_chat_template": "apply_chat_template",
     "apply_chat_template_kwargs": "apply_chat_template_kwargs", "custom_rm_path": "custom_rm_path",
     "rm_type": "rm_type", "repetition_penalty": "rollout_repetition_penalty",
-    "skip_special_tokens": "rollout_skip_special_tokens",
+    "skip_special_tokens": "rollout_skip_special_tokens", "multimodal_keys": "multimodal_keys",
 }
 # slime's EvalDatasetConfig fields slime_like has no behaviour for
 REFUSED = {
-    "multimodal_keys": "multimodal prompts are not supported",
     "custom_generate_function_path": "a per-dataset generate function is not supported (set "
                                      "--custom-generate-function-path for the whole run)",
     "app_service": "slime's AppServer generation proxy is not implemented",

@@ -4,6 +4,7 @@
 
 - data: every --prompt-data / --eval-prompt-data file parses, with the keys the flags name (file:line of the
   first bad line, the count of bad lines; non-UTF-8 bytes named; a UTF-8 BOM accepted; big files in part);
+  with --multimodal-keys every row's images load (preflight_images.py: all bad rows listed together);
 - --hf-checkpoint holds config.json, tokenizer files and weights; --load / --critic-load are checkpoints of
   the expected format or empty (a fresh start); --ref-load exists in a loadable format;
 - each role's learning-rate schedule (warm-up shorter than the decay horizon), naming the YAML file, entry
@@ -22,6 +23,7 @@ from slime_like.config.errors import ConfigError
 from slime_like.config.algorithm import reference_needed
 from slime_like.config.preflight_files import (check_data_file, check_hf_checkpoint, check_megatron_load,
                                                check_ref_load, check_save_dir)
+from slime_like.config.preflight_images import check_data_images
 from slime_like.config.rewards import rm_type_problem
 from slime_like.config.role_overrides import ROLES, apply_role
 from slime_like.config.schedule import schedule_steps
@@ -91,6 +93,10 @@ def _data(args, errors: list, notes: list) -> None:
             e, n = check_data_file(path, flag, keys)
             errors += e
             notes += n
+            if args.multimodal_keys and not e:
+                e, n = check_data_images(path, flag, args.input_key, args.multimodal_keys)
+                errors += e
+                notes += n
     data = args.eval_prompt_data or []
     own = {d["name"]: d["overrides"] for d in args.eval_datasets or ()}  # --eval-config
     for name, path in zip(data[0::2], data[1::2]):
@@ -103,6 +109,11 @@ def _data(args, errors: list, notes: list) -> None:
         e, n = check_data_file(path, flag, keys)
         errors += e
         notes += n
+        media = o.get("multimodal_keys") or args.multimodal_keys
+        if media and not e:
+            e, n = check_data_images(path, flag, keys["--eval-input-key"], media)
+            errors += e
+            notes += n
         if "rm_type" in o and not o.get("custom_rm_path"):  # its own reward type: checked like --rm-type
             problem = rm_type_problem(o["rm_type"], args.rm_url)
             if problem:

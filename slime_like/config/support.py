@@ -116,7 +116,6 @@ UNSUPPORTED = {
     # algorithm
     "use_rollout_entropy": f"entropy from rollout log-probs: {_MEGATRON}",  # pending: megatron
     # rollout / data
-    "multimodal_keys": "multimodal prompts: prompts are text (or chat messages) only",
     "train_env_vars": "environment variables for the trainer processes are not forwarded; export them "  # pending: ray
                       "before `ray start` instead",
     # weight sync through files, agent rollout buffers

@@ -60,6 +60,7 @@ def _rollout_and_eval(args, report):
     if not args.debug_train_only:
         data.check_data_paths(args, report, eval_data)
     data.check_eval_schedule(args, eval_data)
+    data.check_multimodal(args)
     rewards.check_rewards_and_tools(args)
     rollout.check_fully_async(args, report)
     rollout.check_partial_rollout(args, report)

@@ -70,6 +70,20 @@ def load_image(value, *, where: str, base_dir: str | None = None,
     return _read_file(path, where, value, max_bytes, max_pixels)
 
 
+def load_embedded_image(value, *, where: str, max_bytes: int = MAX_IMAGE_BYTES, max_pixels: int = MAX_IMAGE_PIXELS):
+    """load_image for a server: only a data:image/...;base64, URL or raw base64 text, never a file or a URL (an
+    engine must not read its own files or fetch on a client's behalf)."""
+    text = value.strip() if isinstance(value, str) else None
+    if text and _DATA_URL_RE.match(text):
+        data = _b64(text.split(",", 1)[1], where, value)
+    elif text and _BASE64_RE.match(text):
+        data = _b64(text, where, value)
+    else:
+        raise ImageLoadError(f"{where}: {_show(value)} must be a data:image/...;base64, URL or base64 text (files "
+                             "and URLs are not read here)")
+    return _decode(data, where, value, max_bytes, max_pixels)
+
+
 def _b64(text: str, where: str, value) -> bytes:
     try:
         return base64.b64decode("".join(text.split()), validate=True)

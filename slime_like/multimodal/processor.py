@@ -10,6 +10,7 @@ image token repeated t*h*w / merge_size^2 times, at the text level, then tokeniz
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -79,9 +80,20 @@ def image_token_counts(processor: VisionProcessor, image_grid_thw) -> list[int]:
     return [int(t) * int(h) * int(w) // merge for t, h, w in image_grid_thw.tolist()]
 
 
-def expand_image_placeholders(processor: VisionProcessor, text: str, image_grid_thw) -> str:
-    """`text` with its i-th image token repeated image_token_counts[i] times; the counts must match."""
-    counts = image_token_counts(processor, image_grid_thw)
+def image_token_counts_of(processor: VisionProcessor, images: list) -> list[int]:
+    """image_token_counts of PIL images from their sizes alone (the image processor's own resize arithmetic,
+    get_number_of_image_patches), without computing any pixel: what the data stage needs for prompt lengths."""
+    merge = processor.merge_size ** 2
+    return [processor.image_processor.get_number_of_image_patches(img.height, img.width, {}) // merge
+            for img in images]
+
+
+def expand_image_placeholders(processor: VisionProcessor, text: str, image_grid_thw=None,
+                              counts: list[int] | None = None) -> str:
+    """`text` with its i-th image token repeated counts[i] times (from the grids when not given); the number of
+    placeholders must equal the number of images."""
+    if counts is None:
+        counts = image_token_counts(processor, image_grid_thw)
     parts = text.split(processor.image_token)
     if len(parts) - 1 != len(counts):
         raise ValueError(f"the prompt has {len(parts) - 1} image placeholder(s) {processor.image_token!r} for "
@@ -90,6 +102,18 @@ def expand_image_placeholders(processor: VisionProcessor, text: str, image_grid_
     for count, rest in zip(counts, parts[1:]):
         pieces.append(processor.image_token * count + rest)
     return "".join(pieces)
+
+
+@functools.lru_cache(maxsize=4)
+def cached_processor(hf_checkpoint: str, trust_remote_code: bool = False) -> VisionProcessor:
+    """One VisionProcessor per checkpoint and process (the data source, the rollout and eval share it)."""
+    return load_processor(hf_checkpoint, trust_remote_code)
+
+
+def prompt_token_ids(processor: VisionProcessor, prompt_text: str, images: list) -> list[int]:
+    """encode_prompt's token ids without the pixel values (the counts come from the image sizes)."""
+    text = expand_image_placeholders(processor, prompt_text, counts=image_token_counts_of(processor, images))
+    return list(processor.tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 @dataclass
@@ -135,3 +159,15 @@ def hf_model_inputs(image_token_id: int, token_ids: list[int], multimodal_train_
     return {"input_ids": ids, "mm_token_type_ids": mm_token_type_ids(image_token_id, ids),
             "pixel_values": multimodal_train_inputs["pixel_values"],
             "image_grid_thw": multimodal_train_inputs["image_grid_thw"]}
+
+
+def train_inputs_of(processor: VisionProcessor, multimodal_inputs: dict | None) -> dict | None:
+    """Sample.multimodal_train_inputs of a Sample.multimodal_inputs ({"image": [data URL, ...]}); None: no image."""
+    urls = (multimodal_inputs or {}).get("image") or []
+    if not urls:
+        return None
+    if processor is None:
+        raise ValueError("a sample carries images but the run has no image processor; set --multimodal-keys")
+    from slime_like.multimodal.images import load_image
+
+    return process_images(processor, [load_image(u, where=f"sample image {i}") for i, u in enumerate(urls)])

@@ -135,6 +135,7 @@ def to_train_batch(args, samples) -> dict:
         batch["sample_indices"].append(s.index)
         batch["truncated"].append(int(s.status == Status.TRUNCATED))
     _teacher_column(batch, flat)
+    _multimodal_column(batch, flat)
     if args.use_rollout_routing_replay:   # the trainer replays the engine's routing (megatron/routing_replay.py)
         batch["rollout_routed_experts"] = [s.rollout_routed_experts for s in flat]
     if args.keep_old_actor:  # the trainer scores each sample with the weights that wrote it
@@ -146,6 +147,13 @@ def _oldest_version(sample) -> int | None:
     """The oldest integer weight version among the engine answers that wrote this sample (None: not reported)."""
     versions = [int(v) for v in sample.weight_versions if str(v).lstrip("-").isdigit()]
     return min(versions) if versions else None
+
+
+def _multimodal_column(batch: dict, samples) -> None:
+    """Vision-language samples: each one's processor output ({"pixel_values", "image_grid_thw"} tensors; None for
+    a text sample), computed once in the rollout process; the column is absent when no sample has an image."""
+    if any(s.multimodal_train_inputs for s in samples):
+        batch["multimodal_train_inputs"] = [s.multimodal_train_inputs or None for s in samples]
 
 
 def _teacher_column(batch: dict, samples) -> None:

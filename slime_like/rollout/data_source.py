@@ -115,8 +115,11 @@ def load_prompts(path: str, tokenizer, input_key: str = "input", label_key: str 
                  metadata_key: str | None = "metadata", apply_chat_template: bool = False,
                  max_prompt_len: int | None = None, flag: str = "--prompt-data", tool_key: str | None = None,
                  template_kwargs: dict | None = None, context_length: int | None = None,
-                 skip_bad: bool = False, tokenize: bool = True) -> list[dict]:
+                 skip_bad: bool = False, tokenize: bool = True, multimodal_keys: dict | None = None,
+                 processor=None) -> list[dict]:
     """Records ``{"prompt", "label", "metadata", "prompt_ids", "row"}``; long prompts dropped (logged).
+    With ``multimodal_keys`` (--multimodal-keys) and the model's VisionProcessor, also ``multimodal_inputs``
+    ({"image": [PNG data URL, ...]}, see _multimodal_prompt) and prompt_ids with the image tokens expanded.
     ``tokenize=False`` (the SFT rollout, which tokenizes whole conversations itself): prompt_ids stay empty.
 
     Every prompt is tokenized here, before any rollout. ``max_prompt_len`` (--rollout-max-prompt-len) drops
@@ -140,9 +143,15 @@ def load_prompts(path: str, tokenizer, input_key: str = "input", label_key: str 
         if not isinstance(metadata, dict):
             raise PromptDataError(f"{path}:{line_no}: --metadata-key {metadata_key!r} holds a "
                                   f"{type(metadata).__name__}, expected an object")
-        ids = tokenize_prompt(tokenizer, row[input_key], apply_chat_template, f"{path}:{line_no}",
-                              tools=row.get(tool_key) if tool_key else None,
-                              template_kwargs=template_kwargs) if tokenize else []
+        media = None
+        if multimodal_keys:
+            ids, media = _multimodal_prompt(processor, row, multimodal_keys, input_key, f"{flag} {path}:{line_no}",
+                                            path, tools=row.get(tool_key) if tool_key else None,
+                                            template_kwargs=template_kwargs)
+        else:
+            ids = tokenize_prompt(tokenizer, row[input_key], apply_chat_template, f"{path}:{line_no}",
+                                  tools=row.get(tool_key) if tool_key else None,
+                                  template_kwargs=template_kwargs) if tokenize else []
         if max_prompt_len is not None and len(ids) > max_prompt_len:
             too_long += 1
             continue
@@ -150,7 +159,7 @@ def load_prompts(path: str, tokenizer, input_key: str = "input", label_key: str 
             (unusable["over-long"] if ids else unusable["empty"]).append(line_no)
             continue
         records.append({"prompt": row[input_key], "label": row.get(label_key) if label_key else None,
-                        "metadata": metadata, "prompt_ids": ids, "row": line_no})
+                        "metadata": metadata, "prompt_ids": ids, "row": line_no, "multimodal_inputs": media})
     if max_prompt_len is not None:
         logger.info("%s %s: dropped %d of %d prompts longer than --rollout-max-prompt-len %d tokens",
                     flag, path, too_long, too_long + len(records), max_prompt_len)
@@ -159,6 +168,27 @@ def load_prompts(path: str, tokenizer, input_key: str = "input", label_key: str 
         raise PromptDataError(f"{flag} {path!r}: no usable prompts ({too_long} longer than "
                               f"--rollout-max-prompt-len {max_prompt_len})")
     return records
+
+
+def _multimodal_prompt(processor, row: dict, multimodal_keys: dict, input_key: str, where: str, path: str,
+                       tools=None, template_kwargs: dict | None = None):
+    """(prompt ids with the image tokens expanded, {"image": [data URL, ...]} or None) of one multimodal record.
+
+    The prompt always goes through the processor's chat template (only the template writes the vision
+    placeholders, as slime applies it whenever --multimodal-keys is set); images load relative to the data file."""
+    from slime_like.multimodal.processor import prompt_token_ids
+    from slime_like.multimodal.records import data_dir, data_urls, record_images
+
+    try:
+        messages, images = record_images(row, multimodal_keys, input_key, where, data_dir(path))
+    except ValueError as exc:   # ImageLoadError / PromptImagesError: already name the row
+        raise PromptDataError(str(exc)) from None
+    kwargs = dict(template_kwargs or {})
+    if tools is not None:
+        kwargs["tools"] = tools
+    text = processor.apply_chat_template(messages, add_generation_prompt=True, **kwargs)
+    ids = prompt_token_ids(processor, text, images)
+    return ids, ({"image": data_urls(images)} if images else None)
 
 
 def _refuse_or_drop(unusable: dict, path: str, flag: str, context_length, skip_bad: bool) -> None:
@@ -190,16 +220,35 @@ def prompt_context_length(args) -> int | None:
     return int(n) if isinstance(n, int) else None
 
 
+def multimodal_processor(args):
+    """The checkpoint's VisionProcessor when the run reads images (--multimodal-keys), else None."""
+    if not args.multimodal_keys:
+        return None
+    from slime_like.multimodal.processor import cached_processor
+
+    return cached_processor(args.hf_checkpoint, bool(args.trust_remote_code))
+
+
 def is_sft_rollout(args) -> bool:
     from slime_like.config.slime_paths import resolve
 
     return resolve(args.rollout_function_path) == "slime_like.rollout.sft_rollout.generate_rollout"
 
 
-def make_group(record: dict, group_index: int, n_samples: int) -> list[Sample]:
+def make_group(record: dict, group_index: int, n_samples: int, processor=None) -> list[Sample]:
+    """The n samples of one prompt. A multimodal record's images are processed once here, for the group: its
+    samples share one multimodal_train_inputs (never modified in place)."""
+    media = record.get("multimodal_inputs")
+    train_inputs = None
+    if media:
+        from slime_like.multimodal.processor import train_inputs_of
+
+        train_inputs = train_inputs_of(processor, media)
     return [Sample(index=group_index * n_samples + j, group_index=group_index, prompt=record["prompt"],
                    label=record["label"], metadata=copy.deepcopy(record["metadata"]),
-                   tokens=list(record["prompt_ids"]), status=Status.PENDING) for j in range(n_samples)]
+                   tokens=list(record["prompt_ids"]), status=Status.PENDING,
+                   multimodal_inputs=copy.deepcopy(media), multimodal_train_inputs=train_inputs)
+            for j in range(n_samples)]
 
 
 class RolloutDataSource:
@@ -214,6 +263,8 @@ class RolloutDataSource:
         extra = list(args.prompt_data_extra or []) if path == args.prompt_data else []
         self.records = []
         # which files, by name and size: a resume may change the filters, not the data
+        self.multimodal_keys = args.multimodal_keys or None
+        self.processor = multimodal_processor(args)
         self.files = [{"name": os.path.basename(f), "bytes": os.path.getsize(f) if os.path.exists(f) else None}
                       for f in (path, *extra)]
         for i, one in enumerate([path, *extra]):
@@ -226,7 +277,8 @@ class RolloutDataSource:
                                          template_kwargs=args.apply_chat_template_kwargs,
                                          context_length=prompt_context_length(args),
                                          skip_bad=bool(args.skip_over_long_prompts),
-                                         tokenize=not is_sft_rollout(args))
+                                         tokenize=not is_sft_rollout(args),
+                                         multimodal_keys=self.multimodal_keys, processor=self.processor)
             for rec in self.records:
                 rec.setdefault("key", f"{i}:{rec['row']}")  # identity across filter changes: file and row
         self.n_samples = int(args.n_samples_per_prompt)
@@ -257,7 +309,7 @@ class RolloutDataSource:
         """``num_groups`` groups: buffered (partial) ones first, then fresh prompts."""
         taken = self._from_buffer(num_groups)
         while len(taken) < num_groups:
-            taken.append(make_group(self._next_record(), self.next_group_index, self.n_samples))
+            taken.append(make_group(self._next_record(), self.next_group_index, self.n_samples, self.processor))
             self.next_group_index += 1
         return taken
 

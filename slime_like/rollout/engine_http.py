@@ -20,7 +20,7 @@ from .engines import current_state
 logger = logging.getLogger(__name__)
 
 # /generate fields the pool forwards (it always asks for log-probs); others are refused, not dropped
-_FORWARDED = {"input_ids", "text", "sampling_params", "return_logprob", "rid", "stream"}
+_FORWARDED = {"input_ids", "text", "sampling_params", "return_logprob", "rid", "stream", "image_data"}
 
 
 def _address(url: str) -> str:
@@ -56,7 +56,11 @@ async def _generate_through_pool(state, payload: dict) -> dict:
     else:
         raise ValueError("post(/generate): give input_ids (a list of ints) or text (one string)")
     rid = payload.get("rid") or f"slime-post-{next(state._rid)}"
-    return await state.pool.generate(list(ids), dict(payload.get("sampling_params") or {}), rid=rid)
+    images = payload.get("image_data")
+    if images is not None and not isinstance(images, list):
+        images = [images]   # SGLang takes one image as itself or a list of them
+    return await state.pool.generate(list(ids), dict(payload.get("sampling_params") or {}), rid=rid,
+                                     image_data=images)
 
 
 async def post(url: str, payload: dict | None = None, max_retries: int = 60, headers: dict | None = None):

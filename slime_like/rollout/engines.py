@@ -205,16 +205,21 @@ class EnginePool:
         return min(rotated, key=lambda u: self.in_flight[u])
 
     async def generate(self, input_ids: list[int] | list[list[int]], sampling_params: dict | list[dict],
-                       rid: str | list[str] | None = None) -> dict | list[dict]:
-        """One /generate call (a list of prompts: SGLang's batch form, answered by a list) with fail-over."""
+                       rid: str | list[str] | None = None, image_data: list | None = None) -> dict | list[dict]:
+        """One /generate call (a list of prompts: SGLang's batch form, answered by a list) with fail-over.
+        ``image_data``: SGLang's field, the prompt's images (data URLs), for a batch one list per prompt; sent
+        only when some prompt has an image."""
         n = len(input_ids) if input_ids and isinstance(input_ids[0], list) else 1   # load = prompts in flight
+        extras = dict(self.request_extras)
+        if image_data and any(image_data):
+            extras["image_data"] = image_data
         while True:
             url = self._pick()
             event = self._dead_events[url]   # behind a router: this request's, renewed at each take-out
             self.in_flight[url] += n
             try:
                 out = await self._on(url, self.clients[url].generate(input_ids, sampling_params, return_logprob=True,
-                                                                     rid=rid, **self.request_extras), event)
+                                                                     rid=rid, **extras), event)
                 self.answered[url] += 1
                 for o in (out if isinstance(out, list) else [out]):
                     self.tokens_generated += int((o.get("meta_info") or {}).get("completion_tokens") or 0)

@@ -19,7 +19,7 @@ import copy
 import random
 
 from ..sample import Status
-from .data_source import load_prompts, make_group, prompt_context_length
+from .data_source import load_prompts, make_group, multimodal_processor, prompt_context_length
 from .engines import current_state
 from .generate_group import generate_group, sampling_params_from_args
 from .rewards import scalar_reward
@@ -90,10 +90,11 @@ async def eval_rollout(args, rollout_id: int) -> dict:
                                tool_key=dargs.eval_tool_key or dargs.tool_key,
                                template_kwargs=dargs.apply_chat_template_kwargs,
                                context_length=prompt_context_length(dargs),
-                               skip_bad=bool(dargs.skip_over_long_prompts))
+                               skip_bad=bool(dargs.skip_over_long_prompts),
+                               multimodal_keys=dargs.multimodal_keys or None, processor=multimodal_processor(dargs))
         if dargs.eval_shuffle:  # RLinf validation_shuffle: the order only; every prompt is scored
             random.Random(f"{args.rollout_seed}:{rollout_id}:{name}").shuffle(records)
-        groups = [make_group(rec, i, n) for i, rec in enumerate(records)]
+        groups = [make_group(rec, i, n, multimodal_processor(dargs)) for i, rec in enumerate(records)]
         out[name] = await asyncio.gather(*(generate_group(eargs, g, params, None, True) for g in groups))
     return out
 

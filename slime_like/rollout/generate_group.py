@@ -91,10 +91,13 @@ class _RolloutSingleton(type):
 class GenerateState(metaclass=_RolloutSingleton):
     """Shared by every request of one rollout: engines, concurrency bound, abort flag, progress."""
 
-    processor = None        # slime's multimodal processor: text models only here
-
     def __init__(self, args, pool, tokenizer=None, progress=None):
+        from .data_source import multimodal_processor
+
         self.args, self.pool, self.tokenizer, self.progress = args, pool, tokenizer, progress
+        # slime's attribute: the model's processor when the run reads images (--multimodal-keys), else None; here
+        # a multimodal.processor.VisionProcessor (tokenizer + image processor + chat template)
+        self.processor = multimodal_processor(args)
         self.semaphore = Slots(int(args.sglang_server_concurrency) * len(pool.urls))
         if args.use_rollout_routing_replay:           # SGLang's request field: the engine reports each token's experts
             pool.request_extras["return_routed_experts"] = True
@@ -108,15 +111,18 @@ class GenerateState(metaclass=_RolloutSingleton):
         """slime's attribute: the rollout's sampling params from the flags (a fresh dict to modify)."""
         return sampling_params_from_args(self.args)
 
-    async def engine_generate(self, input_ids: list[int], sampling_params: dict) -> dict:
-        return await self.pool.generate(input_ids, sampling_params, rid=f"rollout-{next(self._rid)}")
+    async def engine_generate(self, input_ids: list[int], sampling_params: dict,
+                              image_data: list[str] | None = None) -> dict:
+        return await self.pool.generate(input_ids, sampling_params, rid=f"rollout-{next(self._rid)}",
+                                        image_data=image_data)
 
-    async def engine_generate_batch(self, input_ids: list[list[int]], sampling_params: list[dict]) -> list[dict]:
+    async def engine_generate_batch(self, input_ids: list[list[int]], sampling_params: list[dict],
+                                    image_data: list[list[str]] | None = None) -> list[dict]:
         """One /generate call for several prompts (SGLang's batch form); one answer per prompt, in order."""
         rids = [f"rollout-{next(self._rid)}" for _ in input_ids]
         # One dict when every prompt shares it: smaller request, parsed once by the engine.
         params = sampling_params[0] if all(p == sampling_params[0] for p in sampling_params) else sampling_params
-        outs = await self.pool.generate(input_ids, params, rid=rids)
+        outs = await self.pool.generate(input_ids, params, rid=rids, image_data=image_data)
         if not isinstance(outs, list) or len(outs) != len(input_ids):
             raise GenerationError(f"batched /generate of {len(input_ids)} prompts answered "
                                   f"{len(outs) if isinstance(outs, list) else type(outs).__name__}")
@@ -171,9 +177,14 @@ async def generate_sample(args, sample: Sample, sampling_params: dict) -> Sample
     if params is None:
         sample.status = Status.TRUNCATED
         return sample
-    out = await current_state().engine_generate(sample.tokens, params)
+    out = await current_state().engine_generate(sample.tokens, params, image_data=sample_images(sample))
     append_engine_output(sample, out)
     return sample
+
+
+def sample_images(sample: Sample) -> list[str]:
+    """The sample's images as SGLang's image_data takes them (PNG data URLs, in placeholder order)."""
+    return list((sample.multimodal_inputs or {}).get("image") or [])
 
 
 def reset_sample(sample: Sample) -> None:
@@ -256,7 +267,8 @@ async def _generate_batch(args, samples: list[Sample], sampling_params: dict) ->
                 params.append(p)
         if todo:
             try:
-                outs = await state.engine_generate_batch([s.tokens for s in todo], params)
+                outs = await state.engine_generate_batch([s.tokens for s in todo], params,
+                                                         image_data=[sample_images(s) for s in todo])
                 for s, out in zip(todo, outs):
                     append_engine_output(s, out)
             except NoEngineLeft:

@@ -63,3 +63,34 @@ def hf_processor(ckpt: str, family: str):
         template = f.read()
     return ImageOnlyProcessor(image_processor=AutoImageProcessor.from_pretrained(ckpt),
                               tokenizer=AutoTokenizer.from_pretrained(ckpt), chat_template=template)
+
+
+def start_cpu_engine(ckpt: str, log_dir: str):
+    """A real CPU engine server (subprocess, 127.0.0.1) serving `ckpt`; call .stop() when done."""
+    import socket
+
+    from slime_like.args import make_args
+    from slime_like.backends.engine_api.launcher import start_engine
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return start_engine(make_args(hf_checkpoint=ckpt, seed=0, sglang_server_args={}), kind="cpu", port=port,
+                        log_dir=log_dir, env={"OMP_NUM_THREADS": "1"})
+
+
+def greedy_reference(model, image_token_id: int, prompt_ids: list, train_inputs, n: int):
+    """(ids, log-probs) of n greedy tokens by full forward passes of the transformers VLM (no KV cache, no
+    padding; M-RoPE positions computed by the model from mm_token_type_ids): the engine's oracle."""
+    import torch
+
+    from slime_like.multimodal.processor import hf_model_inputs
+
+    ids, lps = list(prompt_ids), []
+    with torch.no_grad():
+        for _ in range(n):
+            logits = model(**hf_model_inputs(image_token_id, ids, train_inputs)).logits[0, -1].float()
+            t = int(logits.argmax())
+            lps.append(float(torch.log_softmax(logits, -1)[t]))
+            ids.append(t)
+    return ids[len(prompt_ids):], lps

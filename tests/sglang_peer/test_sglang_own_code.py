@@ -135,6 +135,9 @@ def record_bodies(tmp_path):
     from slime_like.backends.engine_api import weight_sync
     from slime_like.backends.engine_api.client import EngineClient
     from slime_like.args import make_args
+    from PIL import Image
+
+    from slime_like.multimodal.images import image_to_data_url
     from slime_like.rollout.generate import sampling_params_from_args
 
     named = [("model.embed_tokens.weight", torch.randn(8, 4)), ("lm_head.weight", torch.randn(8, 4))]
@@ -149,6 +152,11 @@ def record_bodies(tmp_path):
         c = EngineClient(rec.url)
         await c.generate([5, 6, 7], sp, return_logprob=True, rid="s1")
         await c.generate([[5, 6], [7, 8, 9]], [sp, sp], return_logprob=True, rid=["a", "b"])
+        # a vision-language rollout's requests: image_data as the rollout pool sends it (rollout/engines.py), one
+        # prompt's list of PNG data URLs, and a batch's list per prompt (a prompt without images: null)
+        url = image_to_data_url(Image.new("RGB", (8, 8), (9, 9, 9)))
+        await c.generate([5, 6, 7], sp, return_logprob=True, rid="v1", image_data=[url, url])
+        await c.generate([[5, 6], [7, 8]], [sp, sp], return_logprob=True, rid=["v2", "v3"], image_data=[[url], None])
         await c.abort("s1")
         await c.abort()
         await c.pause_generation("abort")

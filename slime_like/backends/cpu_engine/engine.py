@@ -23,7 +23,7 @@ from typing import Callable
 
 import torch
 
-from slime_like.backends.cpu_engine import kv_batch, routing, weights
+from slime_like.backends.cpu_engine import kv_batch, routing, vision, weights
 from slime_like.backends.cpu_engine.sampling import SamplingParams, apply_repetition_penalty, sample_next
 from slime_like.backends.engine_api.protocol import BadRequest
 from slime_like.backends.engine_api.tensor_serializer import model_bytes
@@ -52,6 +52,7 @@ class Request:
     finished_at: float = 0.0
     return_routed_experts: bool = False
     routed_rows: list = field(default_factory=list)  # [n, L, k] int32 chunks: prompt rows, then one per decode
+    images: "vision.PromptImages | None" = None     # a vision-language prompt's processed image_data
 
     def routed_experts_b64(self) -> str:
         return routing.encode(self.routed_rows)
@@ -73,12 +74,18 @@ class CPUEngine:
         self.model_path, self.dtype = model_path, DTYPES[dtype]
         # /update_weights_from_disk loads from these only (default: the served model's parent directory)
         self.weight_dirs = list(weight_dirs or [os.path.dirname(os.path.realpath(model_path))])
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype, attn_implementation="sdpa")
+        # a vision-language checkpoint (Qwen2.5-VL, Qwen3-VL): its image-text class, and its image processor
+        self.vision = vision.VisionServing(model_path) if vision.is_vision_checkpoint(model_path) else None
+        if self.vision is not None:
+            from transformers import AutoModelForImageTextToText as model_class
+        else:
+            model_class = AutoModelForCausalLM
+        self.model = model_class.from_pretrained(model_path, dtype=self.dtype, attn_implementation="sdpa")
         self.model.eval().requires_grad_(False)
         # the largest weight payload this engine maps (fixed at start: release_memory_occupation empties the params)
         self.max_payload_bytes = model_bytes(t.numel() for t in self.model.state_dict().values())
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        cfg = self.model.config
+        cfg = self.model.config.get_text_config()
         self.vocab_size = cfg.vocab_size
         self.context_length = context_length or getattr(cfg, "max_position_embeddings", 1 << 30)
         self.eos_ids = weights.eos_token_ids(self.model, self.tokenizer)
@@ -140,6 +147,11 @@ class CPUEngine:
                              f"({self.context_length} tokens).")
         if self.released:
             raise BadRequest("engine memory is released; call /resume_memory_occupation first")
+        if self.vision is not None:
+            self.vision.check_placeholders(req.input_ids, req.images, f"request {req.rid}")
+        elif req.images is not None:
+            raise BadRequest(f"image_data: this model ({type(self.model).__name__}) is a text model; serve a "
+                             "vision-language checkpoint (Qwen2.5-VL, Qwen3-VL) to send images")
         if req.return_routed_experts and not self.routing.supported:
             raise BadRequest(f"return_routed_experts: this model ({type(self.model).__name__}) has no MoE router "
                              "that reports its top-k experts (the CPU engine records transformers' *TopKRouter "
@@ -223,7 +235,7 @@ class CPUEngine:
             n_new = min(len(self._waiting), self.max_running_requests - len(self.batch))
             new = [self._waiting.popleft() for _ in range(max(0, n_new))]
         if new:
-            fresh, logits = kv_batch.prefill(self.model, [r.input_ids for r in new], new)
+            fresh, logits = self._prefill(new)
             if any(r.return_routed_experts for r in new):
                 rows = routing.prefill_rows(self.routing.capture(), [r.input_ids for r in new])
                 for r, row in zip(new, rows):
@@ -246,6 +258,15 @@ class CPUEngine:
             self.stats["decode_rows"] += len(self.batch)
             self.stats["max_batch_size"] = max(self.stats["max_batch_size"], len(self.batch))
             self._sample_and_retire(self.batch, logits)
+
+    def _prefill(self, new: list[Request]):
+        if self.vision is None:
+            return kv_batch.prefill(self.model, [r.input_ids for r in new], new)
+
+        def vision_inputs(ids, mask, images):
+            return vision.prefill_inputs(self.model, self.vision.image_token_id, ids, mask, images)
+        return kv_batch.prefill(self.model, [r.input_ids for r in new], new, images=[r.images for r in new],
+                                vision_inputs=vision_inputs)
 
     def _sample_and_retire(self, batch: kv_batch.RunningBatch, logits: torch.Tensor) -> None:
         rows: list[Request] = batch.rows
@@ -332,7 +353,9 @@ class CPUEngine:
                 if r.logprob_start_len < 0:
                     continue
                 ids = torch.tensor([r.input_ids])
-                logits = self.model(input_ids=ids).logits[0].float()
+                inputs = {"input_ids": ids} if self.vision is None else \
+                    vision.score_inputs(self.vision.image_token_id, r.input_ids, r.images)
+                logits = self.model(**inputs).logits[0].float()
                 t = r.params.temperature  # the same distribution as the output log-probs (sampling.py)
                 if t > 0 and t != 1.0 and not self.return_original_logprob:
                     logits = logits / t

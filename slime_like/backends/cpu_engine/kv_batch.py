@@ -7,6 +7,8 @@ every remaining row are trimmed). Each row carries
 
     mask[b, j]   1 where cache column j holds a real token of row b, 0 for left padding
     next_pos[b]  the RoPE position of row b's next token = number of real tokens it has so far
+    rope_delta[b]  0 for text; a vision-language row's M-RoPE offset (its image tokens take fewer positions
+                 than tokens), added to next_pos on all three axes
 
 so position ids stay correct under any padding (they never depend on the column index).
 
@@ -104,6 +106,7 @@ class RunningBatch:
         self.cache: DynamicCache | None = None
         self.mask = torch.zeros(0, 0, dtype=torch.long)
         self.next_pos = torch.zeros(0, dtype=torch.long)
+        self.rope_delta = torch.zeros(0, dtype=torch.long)
         self.last_tokens = torch.zeros(0, dtype=torch.long)
 
     def __len__(self) -> int:
@@ -122,6 +125,7 @@ class RunningBatch:
             la.append_rows(lb, T)
         self.mask = torch.cat([_pad_left(self.mask, T - Ta, 1), _pad_left(other.mask, T - Tb, 1)], dim=0)
         self.next_pos = torch.cat([self.next_pos, other.next_pos])
+        self.rope_delta = torch.cat([self.rope_delta, other.rope_delta])
         self.last_tokens = torch.cat([self.last_tokens, other.last_tokens])
         self.rows = self.rows + other.rows
 
@@ -141,37 +145,52 @@ class RunningBatch:
         for layer in _layers(self.cache):
             layer.select_rows(idx, start)
         self.next_pos = self.next_pos.index_select(0, idx)
+        self.rope_delta = self.rope_delta.index_select(0, idx)
         self.last_tokens = self.last_tokens.index_select(0, idx)
 
 
 @torch.inference_mode()
-def prefill(model, prompts: list[list[int]], rows: list) -> tuple[RunningBatch, torch.Tensor]:
+def prefill(model, prompts: list[list[int]], rows: list, images: list | None = None,
+            vision_inputs=None) -> tuple[RunningBatch, torch.Tensor]:
     """Run the prompts (left-padded) through the model; return the new batch and last-position logits [B, V].
 
     Identical prompts (the n samples of one RL prompt, sent together) are computed once and their KV rows
-    copied: prefill work scales with the distinct prompts, like a prefix cache hit in SGLang."""
+    copied: prefill work scales with the distinct prompts, like a prefix cache hit in SGLang. A vision-language
+    model passes each prompt's `images` (an object with a `key` naming its pixels, or None) and
+    `vision_inputs(ids, mask, distinct_images) -> (forward kwargs with position_ids, rope deltas [B])`; prompts
+    are identical only with identical images."""
+    images = list(images) if images is not None else [None] * len(prompts)
     index: dict[tuple, int] = {}
-    which = [index.setdefault(tuple(p), len(index)) for p in prompts]
-    distinct = [list(p) for p in index]
+    which = [index.setdefault((tuple(p), getattr(im, "key", None)), len(index)) for p, im in zip(prompts, images)]
+    distinct = [list(p) for p, _ in index]
+    first = {}
+    for j, i in enumerate(which):
+        first.setdefault(i, j)
+    distinct_images = [images[first[i]] for i in range(len(distinct))]
     T = max(len(p) for p in distinct)
     ids = torch.zeros(len(distinct), T, dtype=torch.long)
     mask = torch.zeros(len(distinct), T, dtype=torch.long)
     for i, p in enumerate(distinct):
         ids[i, T - len(p):] = torch.tensor(p, dtype=torch.long)
         mask[i, T - len(p):] = 1
-    pos = (mask.cumsum(dim=1) - 1).clamp(min=0)
+    if vision_inputs is None:
+        extra = {"position_ids": (mask.cumsum(dim=1) - 1).clamp(min=0)}
+        deltas = torch.zeros(len(distinct), dtype=torch.long)
+    else:
+        extra, deltas = vision_inputs(ids, mask, distinct_images)
     batch = RunningBatch()
     batch.cache = new_cache()
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=batch.cache,
-                use_cache=True, logits_to_keep=1)
+    out = model(input_ids=ids, attention_mask=mask, past_key_values=batch.cache, use_cache=True, logits_to_keep=1,
+                **extra)
     logits = out.logits[:, -1, :]
     if len(distinct) < len(prompts):
         idx = torch.tensor(which, dtype=torch.long)
         for layer in _layers(batch.cache):
             layer.select_rows(idx)
-        mask, logits = mask.index_select(0, idx), logits.index_select(0, idx)
+        mask, logits, deltas = mask.index_select(0, idx), logits.index_select(0, idx), deltas.index_select(0, idx)
     batch.rows, batch.mask = list(rows), mask
     batch.next_pos = mask.sum(dim=1)
+    batch.rope_delta = deltas
     return batch, logits
 
 
@@ -179,7 +198,8 @@ def prefill(model, prompts: list[list[int]], rows: list) -> tuple[RunningBatch, 
 def decode_step(model, batch: RunningBatch) -> torch.Tensor:
     """Feed each row's last token; return logits [B, V]."""
     batch.mask = torch.cat([batch.mask, torch.ones(len(batch), 1, dtype=torch.long)], dim=1)
-    out = model(input_ids=batch.last_tokens[:, None], attention_mask=batch.mask, position_ids=batch.next_pos[:, None],
-                past_key_values=batch.cache, use_cache=True)
+    # a 2-D position is the same on M-RoPE's three axes (transformers' Qwen-VL text models expand it)
+    out = model(input_ids=batch.last_tokens[:, None], attention_mask=batch.mask,
+                position_ids=(batch.next_pos + batch.rope_delta)[:, None], past_key_values=batch.cache, use_cache=True)
     batch.next_pos = batch.next_pos + 1
     return out.logits[:, -1, :]

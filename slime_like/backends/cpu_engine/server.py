@@ -33,6 +33,9 @@ async def generate(request):
     parsed, is_batch = await asyncio.get_running_loop().run_in_executor(
         request.app["tokenizer_thread"], protocol.parse_generate, body, eng.tokenizer, request.app["max_text_chars"])
     reqs = _to_engine_requests(parsed)
+    if any(g.image_data for g in parsed):   # decoded and processed off the event loop, as the text is tokenized
+        await asyncio.get_running_loop().run_in_executor(request.app["tokenizer_thread"], _attach_images, eng,
+                                                         parsed, reqs)
     if any(r.logprob_start_len >= 0 for r in reqs):  # the prompts' own log-probs (e.g. a teacher scoring tokens)
         await _in_thread(eng.score_prompts, reqs)
     eng.stats["generate_calls"] += 1
@@ -71,6 +74,15 @@ def _to_engine_requests(parsed: list) -> list[Request]:
             r.rid = g.rid
         reqs.append(r)
     return reqs
+
+
+def _attach_images(eng: CPUEngine, parsed: list, reqs: list[Request]) -> None:
+    if eng.vision is None:
+        raise BadRequest(f"image_data: this model ({type(eng.model).__name__}) is a text model; serve a "
+                         "vision-language checkpoint (Qwen2.5-VL, Qwen3-VL) to send images")
+    for i, (g, r) in enumerate(zip(parsed, reqs)):
+        if g.image_data:
+            r.images = eng.vision.prompt_images(g.image_data, f"prompt {i}")
 
 
 @serving_routes.post("/abort_request")

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 _REQ_KEYS = {"text", "input_ids", "sampling_params", "rid", "return_logprob", "logprob_start_len",
              "top_logprobs_num", "return_text_in_logprobs", "stream", "model", "lora_path", "custom_logit_processor",
              "token_ids_logprob", "return_hidden_states", "return_routed_experts", "bootstrap_host", "bootstrap_room",
-             "data_parallel_rank",
+             "data_parallel_rank", "image_data",
              # SGLang fields that sglang-router 0.3 adds to every /generate it forwards (at their defaults)
              "background", "log_metrics", "no_logs", "return_bytes", "return_entropy"}
 
@@ -61,6 +61,7 @@ class GenerateRequest:
     rid: str | None
     logprob_start_len: int = -1        # >= 0: also score the prompt's tokens from this position (input_token_logprobs)
     return_routed_experts: bool = False   # MoE: the experts each token was routed to (rollout routing replay)
+    image_data: list | None = None     # SGLang's field: this prompt's images (data URLs / base64), None: no image
 
 
 MAX_TEXT_CHARS = 1 << 22   # default --max-text-chars: 4 Mi characters of prompt text per request
@@ -144,9 +145,28 @@ def parse_generate(body: dict, tokenizer, max_text_chars: int = MAX_TEXT_CHARS) 
             raise BadRequest(f"/generate field logprob_start_len={start!r} must be -1 or a position in the prompt "
                              f"[0, {len(p) - 1}]")
     routed = bool(body.get("return_routed_experts"))
-    reqs = [GenerateRequest(list(p), sp, bool(lp), with_text, rid, -1 if start is None else start, routed)
-            for p, sp, rid, lp, start in zip(prompts, sps, rids, logprob, starts)]
+    images = _image_data(body.get("image_data"), n, is_batch)
+    reqs = [GenerateRequest(list(p), sp, bool(lp), with_text, rid, -1 if start is None else start, routed, im)
+            for p, sp, rid, lp, start, im in zip(prompts, sps, rids, logprob, starts, images)]
     return reqs, is_batch
+
+
+def _image_data(value, n: int, is_batch: bool) -> list:
+    """SGLang's image_data per prompt: one prompt takes an image or a list of images; a batch takes one such
+    entry per prompt (None / [] for a prompt without images). Each image is a string (the engine decides which
+    forms it reads)."""
+    if value is None:
+        return [None] * n
+    entries = value if is_batch else [value]
+    if is_batch and (not isinstance(value, list) or len(value) != n):
+        raise BadRequest(f"image_data of a batch of {n} prompts must be a list of {n} entries (one per prompt)")
+    out = []
+    for e in entries:
+        items = [] if e is None else e if isinstance(e, list) else [e]
+        if not all(isinstance(x, str) for x in items):
+            raise BadRequest("image_data entries must be strings (data:image/...;base64, URLs or base64)")
+        out.append(items or None)
+    return out
 
 
 def build_response(r, tokenizer, weight_version: str) -> dict:
