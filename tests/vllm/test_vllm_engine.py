@@ -343,8 +343,9 @@ def test_a_refused_weight_payload_is_a_400(served):
 
 
 def test_rendezvous_with_an_unreachable_master_is_one_at_a_time_and_times_out(served):
-    """Issue 31 item 8 on the vllm engine: wrong types are a 400; a second rendezvous while one waits is a 409; the
-    waiting one gives up after the worker's 60 s rendezvous timeout; the engine then generates."""
+    """Issue 31 item 8 on the vllm engine: wrong types are a 400; a second rendezvous while one waits is a 409; vLLM
+    generates while the workers wait (they join on a thread); the waiting call gives up with a 504 after the
+    workers' 60 s rendezvous timeout; the engine then generates."""
     import threading
 
     body = {"master_address": "127.0.0.1", "master_port": free_port(), "rank_offset": 1, "world_size": 2,
@@ -359,24 +360,22 @@ def test_rendezvous_with_an_unreachable_master_is_one_at_a_time_and_times_out(se
             post(served.url, "/init_weights_update_group", dict(body, group_name=name), timeout=300)
             status[name] = 200
         except urllib.error.HTTPError as e:
-            status[name] = e.code
+            status[name] = (e.code, e.read().decode())
 
     # both at once: whichever the adapter takes first waits in the rendezvous, the other answers 409 at once
     # (starting one first and the second later raced: the second could be taken first)
     threads = {n: threading.Thread(target=join, args=(n,)) for n in ("first", "second")}
     for t in threads.values():
         t.start()
-    deadline = time.monotonic() + 50   # inside the worker's 60 s rendezvous timeout
+    deadline = time.monotonic() + 50   # inside the workers' 60 s rendezvous timeout
     while not status and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert list(status.values()) == [409], status
+    assert [code for code, _ in status.values()] == [409], status
     (waiting,) = [n for n, t in threads.items() if t.is_alive()]
+    assert gen(served.url, PROMPT, max_new_tokens=2)["output_ids"]   # served while the join waits
+    assert threads[waiting].is_alive()
     threads[waiting].join()
-    assert status[waiting] >= 500, status
-    try:
-        out = gen(served.url, PROMPT, max_new_tokens=2)
-    except EngineError as e:
-        # Seen once in two runs alone (2026-11-27): vLLM's server reset the connection after the timed-out
-        # rendezvous. A known open bug (the issue 31 note), reported here as XFAIL rather than hidden.
-        pytest.xfail(f"vLLM did not generate after a timed-out rendezvous: {e}")
+    code, message = status[waiting]
+    assert code == 504 and "did not complete within the workers' 60 s" in message, status
+    out = gen(served.url, PROMPT, max_new_tokens=2)
     assert out["output_ids"]

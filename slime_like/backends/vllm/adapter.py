@@ -43,6 +43,10 @@ SLEEP_ON_CPU = ("the vllm engine cannot release memory on CPU: vLLM's sleep mode
                 "0.32: /sleep answers success, frees nothing, and the engine stops generating until /wake_up); "
                 "run with --no-offload-rollout, or use a GPU")
 SGLANG_TO_VLLM_PAUSE = {"abort": "abort", "in_place": "keep", "retract": "keep"}
+# The trainer's store is up before it asks an engine to join: a reachable master answers within seconds, so past
+# this the master is unreachable (the CPU engine's bound too). The workers join on a thread, polled this often.
+JOIN_TIMEOUT_S = 60
+JOIN_POLL_S = 0.2
 
 
 class Adapter:
@@ -167,19 +171,34 @@ class Adapter:
         if wrong or missing:
             raise translate.BadRequest(f"/init_weights_update_group: missing {missing}, of the wrong type {wrong} "
                                        f"(expected {', '.join(f'{k}: {t.__name__}' for k, t in types.items())})")
-        # One rendezvous at a time: the worker waits in it (up to its 60 s timeout) and serves nothing meanwhile.
+        # One rendezvous at a time (the CPU engine's rule); the workers join on a thread and vLLM keeps serving.
         if self.joining:
             return web.json_response({"error": {"message": "/init_weights_update_group: another weight-update "
                                                            "group is being joined; retry when it finished"}},
                                      status=409)
         self.joining = True
         try:
-            result = await self.rpc("slime_init_group", b["master_address"], b["master_port"], b["rank_offset"],
-                                    b["world_size"], b.get("group_name", "weight_update_group"),
-                                    b.get("backend", "nccl"))
+            name = b.get("group_name", "weight_update_group")
+            await self.rpc("slime_init_group", b["master_address"], b["master_port"], b["rank_offset"],
+                           b["world_size"], name, b.get("backend", "nccl"), JOIN_TIMEOUT_S)
+            states = await self._wait_joined(name)
         finally:
             self.joining = False
-        return web.json_response({"success": True, "message": "joined", "result": result})
+        errors = [s["error"] for s in states if s["error"]]
+        if errors:
+            return web.json_response({"error": {"message": (
+                f"/init_weights_update_group: the rendezvous at {b['master_address']}:{b['master_port']} did not "
+                f"complete within the workers' {JOIN_TIMEOUT_S} s: {errors[0]}")}}, status=504)
+        return web.json_response({"success": True, "message": "joined", "result": {"rank": states[0]["rank"]}})
+
+    async def _wait_joined(self, group_name: str) -> list:
+        """Every worker's join state once all are done (each gives up after its JOIN_TIMEOUT_S)."""
+        while True:
+            out = await self.call("POST", "/collective_rpc", {"method": "slime_group_status", "args": [group_name]})
+            states = (out or {}).get("results") or []
+            if states and all(s["done"] for s in states):
+                return states
+            await asyncio.sleep(JOIN_POLL_S)
 
     async def update_from_distributed(self, request: web.Request):
         b = await _json(request)

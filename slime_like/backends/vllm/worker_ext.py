@@ -20,6 +20,7 @@ from __future__ import annotations
 import glob
 import math
 import os
+import threading
 import time
 from datetime import timedelta
 
@@ -96,18 +97,43 @@ class SlimeWorkerExtension:
 
     # ------------------------------------------------------------------ process group (disaggregated)
     def slime_init_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
-                         group_name: str, backend: str) -> dict:
+                         group_name: str, backend: str, join_timeout_s: float) -> dict:
+        """Starts joining the group on a thread and returns at once (``slime_group_status`` says when it is done).
+
+        Joining in the RPC itself held vLLM's engine core for up to the 60 s rendezvous timeout: it served no
+        request meanwhile, and a timed-out join raised inside the core's RPC (the server once reset every
+        connection after it). On a thread the core keeps serving and the error is reported, never raised there."""
         from slime_like.backends.engine_api.process_group import init_custom_process_group
 
         if backend == "nccl" and not torch.cuda.is_available():
             raise ValueError("init_weights_update_group: backend 'nccl' needs CUDA; this vLLM runs on CPU: use gloo")
+        joins = self.__dict__.setdefault("_slime_joins", {})
+        if not joins.get(group_name, {"done": True})["done"]:
+            raise ValueError(f"init_weights_update_group: group {group_name!r} is already being joined")
         rank = int(rank_offset) + _tp_rank(self)
+        state = joins[group_name] = {"done": False, "error": "", "rank": rank}
         groups = self.__dict__.setdefault("_slime_groups", {})
-        groups[group_name] = init_custom_process_group(
-            backend, f"tcp://{master_address}:{int(master_port)}", int(world_size), rank, group_name,
-            timeout=timedelta(seconds=300),
-            rendezvous_timeout=timedelta(seconds=60))   # the trainer's store is up before it calls us
+
+        def join():
+            try:
+                groups[group_name] = init_custom_process_group(
+                    backend, f"tcp://{master_address}:{int(master_port)}", int(world_size), rank, group_name,
+                    timeout=timedelta(seconds=300),
+                    rendezvous_timeout=timedelta(seconds=float(join_timeout_s)))
+            except Exception as e:  # noqa: BLE001  (reported through slime_group_status)
+                state["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+            finally:
+                state["done"] = True
+
+        threading.Thread(target=join, name=f"slime-join-{group_name}", daemon=True).start()
         return {"rank": rank}
+
+    def slime_group_status(self, group_name: str) -> dict:
+        """{"done", "error", "rank"} of the latest join of `group_name` started by slime_init_group."""
+        state = self.__dict__.get("_slime_joins", {}).get(group_name)
+        if state is None:
+            raise ValueError(f"no join of weight-update group {group_name!r} was started")
+        return dict(state)
 
     def slime_update_from_distributed(self, names: list, dtypes: list, shapes: list, group_name: str,
                                       load_format: str | None = None) -> dict:
