@@ -5,6 +5,10 @@ Megatron reference: megatron/training/arguments.py, `_add_network_size_args` and
 """
 from __future__ import annotations
 
+import argparse
+import json
+import os
+
 from slime_like.config.errors import ConfigError
 from slime_like.config.types import moe_layer_freq
 from slime_like.registry import ROLLOUT_ENGINES, TRAINER_BACKENDS
@@ -129,7 +133,28 @@ def add_model_group(parser):
     a("--mtp-num-layers", type=Int(0), default=None, help="Number of multi-token-prediction layers.")
     a("--mtp-loss-scaling-factor", type=Float(0), default=0.2, help="Scale of the MTP loss.")
     a("--enable-mtp-training", action="store_true", help="Train the MTP layers too (slime).")
+    # slime has no flag of its own for this (its Megatron trainer freezes by regex, --freeze-params-name-list, not
+    # built here; its former FSDP trainer trained the whole HF model): named as the contract of issue 30 says
+    a("--freeze-vision-tower", action=argparse.BooleanOptionalAction, default=False,
+      help="Vision-language --hf-checkpoint: keep the vision tower (patch embedding, vision blocks, merger / "
+           "projector) frozen; the language model trains. Weight pushes then leave the tower out. Default: train it.")
     return parser
+
+
+def check_vision_tower(args) -> None:
+    """--freeze-vision-tower on a text-only --hf-checkpoint would freeze nothing: an error, not a no-op."""
+    if not args.freeze_vision_tower or not args.hf_checkpoint:
+        return
+    path = os.path.join(args.hf_checkpoint, "config.json")
+    try:
+        with open(path) as f:
+            cfg = json.load(f)
+    except (OSError, ValueError):
+        return  # missing or unreadable: the checkpoint checks say so
+    if isinstance(cfg, dict) and not cfg.get("vision_config"):
+        raise ConfigError(f"--freeze-vision-tower: --hf-checkpoint {args.hf_checkpoint} is a text model "
+                          f"(model_type {cfg.get('model_type')!r}, no vision_config in config.json), so there is no "
+                          "vision tower to freeze; drop the flag or use a vision-language checkpoint")
 
 
 def add_routing_replay_flags(g):

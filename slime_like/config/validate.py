@@ -36,6 +36,7 @@ def validate_args(args, report, raise_path_problems: bool = True) -> None:
     engines.check_weight_update_check(args, report)
     _rollout_and_eval(args, report)
     checkpoint.check_checkpoints(args, report)
+    model.check_vision_tower(args)
     TRAINER_BACKENDS.run_validator(args.train_backend, args, report)  # the backend's own checks (registry.py)
     trainer_fsdp.check_lora(args, report)
     logging_debug.check_debug(args)

@@ -2,17 +2,22 @@
 
 - actor / reference: `AutoModelForCausalLM` from --hf-checkpoint (fp32 master weights; the mixed-precision
   policy casts gathered params to --fsdp-param-dtype for compute). Output: logits `[b, S, V]`.
+  A vision-language checkpoint (config.json has a vision_config) loads as `AutoModelForImageTextToText`
+  (vision.py), its vision tower frozen with --freeze-vision-tower.
 - critic: the same backbone (`AutoModel`, the LM without its head) plus a value head `hidden -> 1`
   (normal init, std --init-method-std, as the Megatron critic). Output: values `[b, S, 1]`.
 - LoRA (--lora-rank > 0): peft adapters on --lora-target-modules; only adapter (and value-head) params train.
   The reference model is then the same module with adapters disabled: no second copy of the base.
 Sharding: every decoder layer is its own FSDP unit, then the root (embeddings, final norm, head) — the
-usual FSDP2 recipe: one all-gather per layer, and tied embedding / head weights stay in one unit.
+usual FSDP2 recipe: one all-gather per layer, and tied embedding / head weights stay in one unit. A VLM's vision
+blocks are units too, and its vision tower (patch embedding, mergers) one more.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from slime_like.backends.fsdp import vision
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -26,15 +31,19 @@ class ValueModel(nn.Module):
         self.value_head = nn.Linear(hidden_size, 1, bias=False)
         nn.init.normal_(self.value_head.weight, mean=0.0, std=init_std)
 
-    def forward(self, input_ids, position_ids=None):
-        hidden = self.backbone(input_ids=input_ids, position_ids=position_ids).last_hidden_state
+    def forward(self, input_ids, position_ids=None, **multimodal):
+        hidden = self.backbone(input_ids=input_ids, position_ids=position_ids, **multimodal).last_hidden_state
         return self.value_head(hidden.to(self.value_head.weight.dtype))
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
-    """The repeated transformer blocks (HF keeps them in a ModuleList named `layers` / `h` / `blocks`)."""
+    """The repeated transformer blocks (HF keeps them in a ModuleList named `layers` / `h` / `blocks`); a VLM's
+    vision blocks are not the decoder's."""
     best = []
+    tower = vision.vision_prefixes(model)
     for name, module in model.named_modules():
+        if tower and name.startswith(tower):
+            continue
         if isinstance(module, nn.ModuleList) and name.rsplit(".", 1)[-1] in ("layers", "h", "blocks") \
                 and len(module) > len(best):
             best = list(module)
@@ -43,15 +52,16 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     return best
 
 
-def _hf_config(args):
+def hf_config(args):
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(args.hf_checkpoint, trust_remote_code=_trust(args))
     # the trainer's dropout follows our flags (RL recipes: 0), not whatever the checkpoint was trained with
-    for key, value in (("attention_dropout", args.attention_dropout),
-                       ("hidden_dropout", args.hidden_dropout)):
-        if hasattr(config, key):
-            setattr(config, key, float(value))
+    for cfg in {id(c): c for c in (config, vision.text_config(config))}.values():
+        for key, value in (("attention_dropout", args.attention_dropout),
+                           ("hidden_dropout", args.hidden_dropout)):
+            if hasattr(cfg, key):
+                setattr(cfg, key, float(value))
     return config
 
 
@@ -60,16 +70,24 @@ def _trust(args) -> bool:
 
 
 def load_hf_model(args, role: str, source: str | None = None) -> nn.Module:
-    """The unsharded fp32 model of `role` with weights from `source` (default --hf-checkpoint)."""
-    from transformers import AutoModel, AutoModelForCausalLM
+    """The unsharded fp32 model of `role` with weights from `source` (default --hf-checkpoint); a VLM's vision
+    tower frozen with --freeze-vision-tower."""
+    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForImageTextToText
 
     source = source or args.hf_checkpoint
-    config = _hf_config(args)
+    config = hf_config(args)
     kw = dict(config=config, dtype=torch.float32, trust_remote_code=_trust(args), attn_implementation="sdpa")
+    multimodal = vision.is_vision_language(config)
+    if multimodal:
+        vision.check_supported(config, f"--hf-checkpoint {args.hf_checkpoint}")
     if role == "critic":
         backbone = AutoModel.from_pretrained(source, **kw)
-        return ValueModel(backbone, config.hidden_size, float(args.init_method_std))
-    return AutoModelForCausalLM.from_pretrained(source, **kw)
+        model = ValueModel(backbone, vision.text_config(config).hidden_size, float(args.init_method_std))
+    else:
+        model = (AutoModelForImageTextToText if multimodal else AutoModelForCausalLM).from_pretrained(source, **kw)
+    if multimodal and args.freeze_vision_tower:
+        vision.freeze(model)
+    return model
 
 
 def linear_module_names(model: nn.Module) -> list[str]:
@@ -91,9 +109,12 @@ def add_lora(args, model: nn.Module, role: str) -> nn.Module:
     config = LoraConfig(r=int(args.lora_rank), lora_alpha=float(args.lora_alpha),
                         lora_dropout=float(args.lora_dropout),
                         target_modules="all-linear" if targets == ["all-linear"] else targets, bias="none")
+    excluded = vision.linear_names(model) if args.freeze_vision_tower else []  # a frozen tower gets no adapters
     if role == "critic":
         config.modules_to_save = ["value_head"]  # the freshly initialised head must train
-        config.exclude_modules = ["value_head"]
+        excluded.append("value_head")
+    if excluded:
+        config.exclude_modules = excluded
     return get_peft_model(model, config)
 
 
@@ -136,8 +157,8 @@ def shard_model(args, model: nn.Module, mesh, trainable: bool = True) -> nn.Modu
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False}) \
             if hasattr(model, "gradient_checkpointing_enable") else _checkpoint_layers(model)
     layers = decoder_layers(model)
-    for layer in layers:
-        fully_shard(layer, **kw)
+    for unit in vision.shard_units(model) + layers:
+        fully_shard(unit, **kw)
     fully_shard(model, **kw)
     if args.fsdp_forward_prefetch:
         for layer, nxt in zip(layers, layers[1:]):

@@ -17,11 +17,13 @@ import logging
 import math
 import os
 from datetime import timedelta
+from functools import cached_property
 
 import torch
 import torch.distributed as dist
 
 from slime_like.backends.fsdp import model as M
+from slime_like.backends.fsdp import vision
 from slime_like.backends.training import data as D
 from slime_like.backends.training import loss as L
 from slime_like.backends.training.base import RLTrainerBase, StepResult
@@ -121,7 +123,7 @@ class FSDPTrainer(RLTrainerBase):
         args = self.args
         self.mesh = M.device_mesh(args, self.ps.world_size, "cuda" if self.device is not None else "cpu")
         module = M.load_hf_model(args, self.role, self._initial_source())
-        args.vocab_size = getattr(getattr(module, "config", None), "vocab_size", None)
+        args.vocab_size = vision.text_config(M.hf_config(args)).vocab_size
         if self.lora:
             module = M.add_lora(args, module, self.role)
         return M.shard_model(args, module.to(self.device) if self.device else module, self.mesh)
@@ -201,9 +203,19 @@ class FSDPTrainer(RLTrainerBase):
             return contextlib.nullcontext()
         return torch.autocast("cuda" if self.device is not None else "cpu", dtype=M.DTYPES[dtype])
 
+    @cached_property
+    def vlm_config(self):
+        """The HF config of a vision-language --hf-checkpoint (None for a text model)."""
+        config = M.hf_config(self.args)
+        return config if vision.is_vision_language(config) else None
+
     def _forward(self, model, mb):
+        if self.vlm_config is not None:  # images in; HF computes the M-RoPE positions (vision.py)
+            inputs = vision.forward_kwargs(self.vlm_config, mb.tokens, mb.multimodal, self.device)
+        else:
+            inputs = dict(input_ids=mb.tokens, position_ids=mb.position_ids)
         with self._autocast():
-            out = model(input_ids=mb.tokens, position_ids=mb.position_ids)
+            out = model(**inputs)
         return out if torch.is_tensor(out) else out.logits
 
     def _teacher_output(self, mb):
@@ -277,10 +289,19 @@ class FSDPTrainer(RLTrainerBase):
             weights.save_hf(self, str(self.args.save_hf).replace("{rollout_id}", str(rollout_id)))
 
     def iter_hf_weights(self):
-        """(hf_name, full tensor) pairs; every rank must iterate (all-gathers); rank 0 yields. LoRA: merged."""
+        """(hf_name, full tensor) pairs; every rank must iterate (all-gathers); rank 0 yields. LoRA: merged.
+        A frozen vision tower is left out when the engines hold it already (they loaded the trainer's source)."""
         from slime_like.backends.fsdp import weights
 
-        yield from weights.iter_hf_weights(self.model, merged=True)
+        skip = vision.vision_prefixes(self.model) if self._engines_hold_frozen_tower() else ()
+        yield from weights.iter_hf_weights(self.model, merged=True, skip_prefixes=skip)
+
+    def _engines_hold_frozen_tower(self) -> bool:
+        """--freeze-vision-tower, and the trainer started from --hf-checkpoint, the engines' weights: the tower
+        never changes, so no push carries it. From another --load / --ref-load every push carries it."""
+        if self.vlm_config is None or not self.args.freeze_vision_tower:
+            return False
+        return os.path.realpath(self._initial_source()) == os.path.realpath(self.args.hf_checkpoint)
 
     def parallel_info(self) -> dict:
         return dict(dp_rank=self.ps.rank, dp_size=self.ps.world_size, tp_rank=0, pp_rank=0)

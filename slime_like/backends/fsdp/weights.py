@@ -39,12 +39,13 @@ def _lora_delta(model, prefix: str, params: dict) -> torch.Tensor:
 
 
 @torch.no_grad()
-def iter_hf_weights(model, merged: bool = True):
-    """Yield (hf_name, full tensor) on rank 0; `merged`: base weights with the LoRA update folded in."""
+def iter_hf_weights(model, merged: bool = True, skip_prefixes: tuple[str, ...] = ()):
+    """Yield (hf_name, full tensor) on rank 0; `merged`: base weights with the LoRA update folded in. Parameters
+    whose model name starts with one of `skip_prefixes` (a frozen vision tower) are not gathered."""
     rank0 = not dist.is_initialized() or dist.get_rank() == 0
     params = dict(model.named_parameters())
     for name, p in params.items():
-        if ".lora_A." in name or ".lora_B." in name or ".original_module." in name:
+        if ".lora_A." in name or ".lora_B." in name or ".original_module." in name or name.startswith(skip_prefixes):
             continue
         full = _full(p)
         if merged and name.endswith(".base_layer.weight"):

@@ -153,6 +153,7 @@ class MicroBatch:
     valid: torch.Tensor
     loss_mask: torch.Tensor
     fields: dict = field(default_factory=dict)
+    multimodal: dict | None = None  # `pixel_values` / `image_grid_thw` of the samples' images (multimodal_inputs)
 
     @property
     def response_lengths(self) -> list[int]:
@@ -288,7 +289,7 @@ def build_micro_batch(batch, sample_ids: list[int], packed: bool, use_te: bool =
     loss_mask = pb.padded("loss_masks", ids, rmax) * valid
     fields = {key: pb.padded(key, ids, rmax) for key in field_keys if key in pb.batch}
     mb = MicroBatch(sample_ids, tokens, position_ids, attention_mask, psp, rows, cols, targets, valid, loss_mask,
-                    fields)
+                    fields, multimodal_inputs(pb.batch, sample_ids))
     if device is not None:
         for name in ("tokens", "position_ids", "rows", "cols", "targets", "valid", "loss_mask"):
             setattr(mb, name, getattr(mb, name).to(device))
@@ -296,6 +297,20 @@ def build_micro_batch(batch, sample_ids: list[int], packed: bool, use_te: bool =
             mb.attention_mask = mb.attention_mask.to(device)
         mb.fields = {k: v.to(device) for k, v in mb.fields.items()}
     return mb
+
+
+def multimodal_inputs(batch: dict, sample_ids: list[int]) -> dict | None:
+    """The samples' images as one model input: `pixel_values` and `image_grid_thw` of every sample's
+    `multimodal_train_inputs` (the processor's output; None for a text sample) concatenated in `sample_ids` order,
+    the order of the samples' image tokens in the micro-batch (rows, or segments of a packed row), which is the
+    order HF's VLMs fill image tokens in. None when no sample of the micro-batch has images."""
+    column = batch.get("multimodal_train_inputs")
+    items = [column[i] for i in sample_ids if column[i]] if column else []
+    if not items:
+        return None
+    return {"pixel_values": torch.cat([torch.as_tensor(x["pixel_values"]) for x in items]).float(),
+            "image_grid_thw": torch.cat([torch.as_tensor(x["image_grid_thw"], dtype=torch.long).reshape(-1, 3)
+                                         for x in items])}
 
 
 def unpad_rows(x: torch.Tensor, lengths: list[int]) -> list[torch.Tensor]:
