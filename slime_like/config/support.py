@@ -89,7 +89,6 @@ UNSUPPORTED = {
     # pending: megatron
     "context_parallel_size": "context parallelism > 1: the trainer's loss does not split responses over CP "
                              "ranks; use --context-parallel-size 1",
-    "num_layers_per_virtual_pipeline_stage": f"interleaved pipeline schedule: {_MEGATRON}",  # pending: megatron
     "account_for_embedding_in_pipeline_split": f"uneven pipeline split: {_MEGATRON}",  # pending: megatron
     "account_for_loss_in_pipeline_split": f"uneven pipeline split: {_MEGATRON}",  # pending: megatron
     "fp8_format": _FP8,

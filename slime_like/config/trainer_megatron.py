@@ -22,7 +22,10 @@ def add_perf_group(parser):
     a("--expert-model-parallel-size", type=Int(1), default=1, help="Expert parallel size (EP).")
     a("--expert-tensor-parallel-size", type=Int(1), default=None, help="Expert tensor parallel size; default = TP.")
     a("--sequence-parallel", action="store_true", help="Megatron sequence parallelism (needs TP > 1).")
-    a("--num-layers-per-virtual-pipeline-stage", type=Int(1), default=None, help="Interleaved pipeline schedule.")
+    a("--num-layers-per-virtual-pipeline-stage", type=Int(1), default=None,
+      help="Interleaved pipeline schedule: layers per model chunk (even split only).")
+    a("--num-virtual-stages-per-pipeline-rank", type=Int(1), default=None,
+      help="Interleaved pipeline schedule: model chunks per pipeline rank.")
     a("--decoder-first-pipeline-num-layers", type=Int(0), default=None, help="Layers on the first pipeline stage.")
     a("--decoder-last-pipeline-num-layers", type=Int(0), default=None, help="Layers on the last pipeline stage.")
     a("--account-for-embedding-in-pipeline-split", action="store_true", help="Count the embedding as a layer.")
@@ -199,6 +202,7 @@ def check_model_divisibility(args, tp, pp, ep):
                                          args.decoder_last_pipeline_num_layers)
         if problem:
             raise ConfigError(problem)
+        check_virtual_pipeline(args, pp)
     if args.num_experts and args.num_experts % ep:
         raise ConfigError(f"--num-experts {args.num_experts} not divisible by EP {ep}")
 
@@ -225,4 +229,46 @@ def pipeline_split_problem(num_layers: int, pp: int, first, last) -> str | None:
     if rest < 0 or (middle == 0 and rest) or (middle and (rest == 0 or rest % middle)):
         return (f"{given} leave {rest} of --num-layers {num_layers} for the {middle} other stage(s) of "
                 f"--pipeline-model-parallel-size {pp}: each other stage needs the same number (at least 1)")
+    return None
+
+
+def check_virtual_pipeline(args, pp: int) -> None:
+    """The interleaved schedule's flags (--num-layers-per-virtual-pipeline-stage or
+    --num-virtual-stages-per-pipeline-rank): one of them, PP > 1, and every stage's layers divide evenly into its
+    chunks, as megatron-core needs."""
+    per_layer, per_rank = args.num_layers_per_virtual_pipeline_stage, args.num_virtual_stages_per_pipeline_rank
+    if per_layer is None and per_rank in (None, 1):  # one chunk per rank: the plain 1F1B schedule
+        return
+    problem = virtual_pipeline_problem(args.num_layers, pp, per_layer, per_rank, args.decoder_first_pipeline_num_layers,
+                                       args.decoder_last_pipeline_num_layers)
+    if problem:
+        raise ConfigError(problem)
+
+
+def virtual_pipeline_problem(num_layers: int, pp: int, per_layer, per_rank, first=None, last=None) -> str | None:
+    """What is wrong with the interleaved split, or None (the stage split itself is pipeline_split_problem's)."""
+    if per_layer is None and per_rank in (None, 1):
+        return None
+    if per_layer is not None and per_rank is not None:
+        return ("--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank both set the "
+                "interleaved schedule; pass one of them")
+    flag, value = (("--num-layers-per-virtual-pipeline-stage", per_layer) if per_layer is not None
+                   else ("--num-virtual-stages-per-pipeline-rank", per_rank))
+    if pp == 1:
+        return f"{flag} {value} interleaves pipeline stages, but --pipeline-model-parallel-size is 1"
+    if per_layer is not None:
+        if first is not None or last is not None:
+            return (f"{flag} {value} with --decoder-first/last-pipeline-num-layers: an uneven split takes "
+                    "--num-virtual-stages-per-pipeline-rank instead (as Megatron-LM)")
+        if (num_layers // pp) % per_layer:
+            return (f"{flag} {value} does not divide the {num_layers // pp} layers of each of the {pp} pipeline "
+                    f"stages (--num-layers {num_layers})")
+        return None
+    stages = {"first": first, "last": last}
+    rest = num_layers - sum(n for n in stages.values() if n is not None)
+    middle = pp - sum(n is not None for n in stages.values())
+    sizes = [n for n in stages.values() if n is not None] + ([rest // middle] if middle else [])
+    if any(n % value for n in sizes):
+        return (f"{flag} {value}: the pipeline stages hold {sorted(set(sizes))} layers (--num-layers {num_layers} over "
+                f"--pipeline-model-parallel-size {pp}); each stage's layers must divide evenly into {value} chunks")
     return None

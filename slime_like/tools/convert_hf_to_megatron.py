@@ -17,7 +17,7 @@ def parse(argv, prog: str = "convert_hf_to_megatron.py"):
     from slime_like.backends.megatron.model import padded_vocab_size
     from slime_like.config.hf_config import fill_args_from_hf
     from slime_like.config.parser import parse_namespace
-    from slime_like.config.trainer_megatron import pipeline_split_problem
+    from slime_like.config.trainer_megatron import pipeline_split_problem, virtual_pipeline_problem
 
     args, _ = parse_namespace(list(argv), prog=prog)
     if not args.hf_checkpoint or not args.save:
@@ -26,6 +26,10 @@ def parse(argv, prog: str = "convert_hf_to_megatron.py"):
     tp, pp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size
     split = pipeline_split_problem(args.num_layers, pp, args.decoder_first_pipeline_num_layers,
                                    args.decoder_last_pipeline_num_layers)
+    if not split and (args.num_layers_per_virtual_pipeline_stage or args.num_virtual_stages_per_pipeline_rank):
+        split = virtual_pipeline_problem(args.num_layers, pp, args.num_layers_per_virtual_pipeline_stage,
+                                         args.num_virtual_stages_per_pipeline_rank,
+                                         args.decoder_first_pipeline_num_layers, args.decoder_last_pipeline_num_layers)
     problems = [(args.num_query_groups % tp, f"--num-query-groups {args.num_query_groups} not divisible by TP {tp}"),
                 (split, split),
                 (args.ffn_hidden_size % tp, f"--ffn-hidden-size {args.ffn_hidden_size} not divisible by TP {tp}")]

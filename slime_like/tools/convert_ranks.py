@@ -7,7 +7,8 @@ def rank_model(rank: int, world: int, port: int, args):
     from slime_like.backends.megatron import model, parallel
 
     parallel.init_distributed(rank, world, master_port=port, tp=args.tensor_model_parallel_size,
-                              pp=args.pipeline_model_parallel_size, seed=args.seed)
+                              pp=args.pipeline_model_parallel_size, seed=args.seed,
+                              vpp=model.virtual_pipeline_size(args))
     return model.build_model(args)
 
 

@@ -108,6 +108,23 @@ def test_pipeline_parallel_actor_syncs_every_stage(tiny_ckpt, toy_prompts, tmp_p
         assert r["rollout/logprob_abs_diff"] < 1e-3, r
 
 
+def test_virtual_pipeline_actor_pushes_every_chunk(toy_prompts, tmp_path, capfd):
+    """PP=2 x VPP=2 on a 4-layer model: each stage pushes the layers of both its chunks (rank 0: layers 0 and 2 and
+    the embedding, rank 1: 1 and 3 and the head); the engine then holds exactly the trainer's weights."""
+    from slime_like.tools.tiny_model import build_tiny_checkpoint
+
+    ckpt = build_tiny_checkpoint(str(tmp_path / "qwen2_4l"), num_layers=4)
+    argv = loop_argv(ckpt, toy_prompts[0], tmp_path, "--actor-num-gpus-per-node", "2",
+                     "--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2",
+                     "--rollout-num-gpus", "1", "--num-rollout", "2", "--check-weight-update-equal")
+    assert train.main(argv) == 0
+    assert "--check-weight-update-equal: every engine holds exactly the trainer's weights" in capfd.readouterr().err
+    rows = _rollouts(tmp_path)
+    assert len(rows) == 2
+    for r in rows:
+        assert r["rollout/logprob_abs_diff"] < 1e-3, r
+
+
 def test_grpo_disk_weight_sync(tiny_ckpt, toy_prompts, tmp_path, capfd):
     """--update-weight-transport disk: each sync is an HF checkpoint under --update-weight-disk-dir that the engine
     reloads; the engine then holds exactly the trainer's weights (the check) and scores like it every rollout."""

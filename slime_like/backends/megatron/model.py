@@ -28,6 +28,17 @@ def params_dtype(args) -> torch.dtype:
     return torch.float32
 
 
+def virtual_pipeline_size(args) -> int | None:
+    """Model chunks per pipeline rank (megatron-core's virtual_pipeline_model_parallel_size; None: one), derived
+    as Megatron-LM does from the two flags (checked by config/trainer_megatron.check_virtual_pipeline)."""
+    per_layer, per_rank = args.num_layers_per_virtual_pipeline_stage, args.num_virtual_stages_per_pipeline_rank
+    if per_layer is not None:
+        vpp = args.num_layers // args.pipeline_model_parallel_size // per_layer
+    else:
+        vpp = per_rank
+    return vpp if vpp and vpp > 1 else None
+
+
 def transformer_config_from_args(args):
     """TransformerConfig from Megatron-style args; a CUDA kernel fusion is on only where its kernel is available
     (kernels.resolve; raises ValueError listing the explicit requests this machine cannot honour)."""
@@ -62,6 +73,13 @@ def transformer_config_from_args(args):
         # mapping and the weight push walk each stage's own layers
         num_layers_in_first_pipeline_stage=args.decoder_first_pipeline_num_layers,
         num_layers_in_last_pipeline_stage=args.decoder_last_pipeline_num_layers,
+        # interleaved schedule (config/trainer_megatron.check_virtual_pipeline): model chunks per pipeline rank
+        virtual_pipeline_model_parallel_size=virtual_pipeline_size(args),
+        # Megatron-LM's default with an interleaved schedule (its --no-overlap-p2p-communication is off): one
+        # direction per exchange, so at PP=2, where the previous and the next stage are the same rank, the
+        # activation and the gradient (and their shapes) cannot be taken for each other
+        overlap_p2p_comm=virtual_pipeline_size(args) is not None,
+        batch_p2p_comm=virtual_pipeline_size(args) is None,
         context_parallel_size=args.context_parallel_size,
         expert_model_parallel_size=args.expert_model_parallel_size,
         expert_tensor_parallel_size=args.expert_tensor_parallel_size,
@@ -168,9 +186,9 @@ def uses_te_spec(args) -> bool:
     return kernel_choice(args).te_spec
 
 
-def layer_spec(config, args):
+def layer_spec(config, args, vp_stage=None):
     """TE spec where kernels.resolve chose it (CUDA + TransformerEngine), local (pure torch) spec otherwise;
-    MoE-aware per layer."""
+    MoE-aware per layer (the layers of virtual stage `vp_stage` under an interleaved schedule)."""
     from megatron.core.models.gpt.gpt_layer_specs import (get_gpt_decoder_block_spec,
                                                           get_gpt_layer_local_spec,
                                                           get_gpt_layer_with_transformer_engine_spec)
@@ -183,7 +201,8 @@ def layer_spec(config, args):
                          + " and ".join(f"`--spec {' '.join(s)}`" for s in BUILT_SPECS) + " are")
     te, mla = uses_te_spec(args), config.multi_latent_attention
     if config.num_moe_experts:  # a block spec: dense and MoE layers may alternate (moe_layer_freq)
-        spec = get_gpt_decoder_block_spec(config, use_transformer_engine=te, normalization=config.normalization)
+        spec = get_gpt_decoder_block_spec(config, use_transformer_engine=te, normalization=config.normalization,
+                                          vp_stage=vp_stage)
     elif te:
         spec = get_gpt_layer_with_transformer_engine_spec(qk_layernorm=config.qk_layernorm, multi_latent_attention=mla)
     else:
@@ -264,32 +283,46 @@ def _mask_padded_vocab(vocab: int, padded: int):
 
 
 def build_model(args, role: str = "actor"):
-    """Build this rank's model chunk(s): list of GPTModel (one per virtual pipeline stage; VPP unsupported).
+    """Build this rank's model chunk(s): a list of GPTModel, one per virtual pipeline stage (one without an
+    interleaved schedule).
 
-    Must run after parallel.init_distributed. The chunk holds the layers of this PP stage; embeddings on
-    the first stage, final norm + LM head (or value head for role="critic") on the last.
+    Must run after parallel.init_distributed. Chunk v of pipeline rank p holds the layers of virtual stage
+    v * PP + p (megatron-core's numbering; layer_number stays global); embeddings in the first rank's first chunk,
+    final norm + LM head (or value head for role="critic") in the last rank's last chunk.
     """
     from megatron.core import parallel_state as ps
-    from megatron.core.models.gpt import GPTModel
 
     if role not in ("actor", "critic", "ref"):
         raise ValueError(f"build_model(role={role!r}): role must be actor, critic or ref")
     config = transformer_config_from_args(args)
     if config.deterministic_mode:  # Megatron-LM's --deterministic-mode: deterministic kernels or an error
         torch.use_deterministic_algorithms(True)
+    vpp = config.virtual_pipeline_model_parallel_size
+    if vpp is None:
+        chunks = [_build_chunk(args, config, role, None, ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage())]
+    else:
+        chunks = [_build_chunk(args, config, role, v, ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=v),
+                               ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=v)) for v in range(vpp)]
+    return chunks
+
+
+def _build_chunk(args, config, role: str, vp_stage, pre: bool, post: bool):
+    """One GPTModel chunk: the layers of its (virtual) stage, embeddings when `pre`, the head when `post`."""
+    from megatron.core.models.gpt import GPTModel
+
     critic = role == "critic"
     tie = not args.untie_embeddings_and_output_weights and not critic
-    post = ps.is_pipeline_last_stage()
-    model = GPTModel(config=config, transformer_layer_spec=layer_spec(config, args),
+    model = GPTModel(config=config, transformer_layer_spec=layer_spec(config, args, vp_stage),
                      vocab_size=padded_vocab_size(args),
                      max_sequence_length=args.max_position_embeddings,
-                     pre_process=ps.is_pipeline_first_stage(), post_process=post,
+                     pre_process=pre, post_process=post,
                      share_embeddings_and_output_weights=tie, parallel_output=True,
                      position_embedding_type=args.position_embedding_type,
                      rotary_base=int(args.rotary_base),
                      rotary_percent=args.rotary_percent,
                      rope_scaling=args.use_rope_scaling,  # Llama 3.1 style
-                     rope_scaling_factor=args.rope_scaling_factor)
+                     rope_scaling_factor=args.rope_scaling_factor,
+                     vp_stage=vp_stage)
     if critic and post:
         model.output_layer = ValueHead(config)
     elif post and padded_vocab_size(args) > args.vocab_size:
@@ -299,4 +332,4 @@ def build_model(args, role: str = "actor"):
     for p in model.parameters():  # mcore's DDP/optimizer expect these attributes on every param
         if not hasattr(p, "tensor_model_parallel"):
             p.tensor_model_parallel, p.partition_dim, p.partition_stride = False, -1, 1
-    return [model]
+    return model

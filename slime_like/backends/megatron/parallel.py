@@ -18,9 +18,10 @@ from slime_like.utils.net import free_port
 
 def init_distributed(rank: int, world_size: int, master_addr: str = "127.0.0.1", master_port: int = 29500,
                      tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1, etp: int | None = None,
-                     seed: int = 1234, timeout_minutes: int = 30):
+                     seed: int = 1234, timeout_minutes: int = 30, vpp: int | None = None):
     """Initialise the process group (unless already done) and mcore's parallel state; seed every RNG.
 
+    vpp: model chunks per pipeline rank (the interleaved schedule), None for one.
     Returns megatron.core.parallel_state. Seeds: python/torch get `seed`, and mcore's tracker gets its
     per-TP-rank model-parallel seed (seed + 2718 + tp_rank, mcore's rule) so dropout differs across TP ranks.
     """
@@ -48,6 +49,7 @@ def init_distributed(rank: int, world_size: int, master_addr: str = "127.0.0.1",
 
     if not ps.model_parallel_is_initialized():
         ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                                     virtual_pipeline_model_parallel_size=vpp,
                                      context_parallel_size=cp, expert_model_parallel_size=ep,
                                      expert_tensor_parallel_size=etp,
                                      distributed_timeout_minutes=timeout_minutes)

@@ -30,6 +30,7 @@ from slime_like.backends.megatron.checks import check_supported
 from slime_like.backends.megatron import optimizer as O
 from slime_like.backends.megatron import trainer_dist as TD
 from slime_like.backends.megatron import weight_sources as W
+from slime_like.backends.megatron.model import virtual_pipeline_size
 from slime_like.backends.megatron.old_actor import OldActorWeights
 from slime_like.backends.megatron.routing_replay import RoutingReplay
 from slime_like.backends.training.base import RLTrainerBase, StepResult
@@ -38,6 +39,14 @@ from slime_like.backends.training import loss as L
 from slime_like.config.hf_config import fill_args_from_hf
 
 log = logging.getLogger(__name__)
+
+
+def interleave_group(num_microbatches: int, ps) -> int:
+    """Micro-batches a chunk runs in a row under megatron-core's interleaved schedule: the pipeline size (its
+    default) when that divides the count, else all of them (the schedule accepts a group in [PP, M] that leaves no
+    remainder below PP; a rollout's micro-batch count varies). MicroBatcher keeps the count >= PP."""
+    pp = ps.get_pipeline_model_parallel_world_size()
+    return pp if num_microbatches % pp == 0 else num_microbatches
 
 
 class MegatronTrainer(RLTrainerBase):
@@ -49,6 +58,11 @@ class MegatronTrainer(RLTrainerBase):
 
     checkpoint_format = "torch_dist"
     old_actor = None  # --keep-old-actor: old_actor.OldActorWeights of the actor's chunks
+
+    @property
+    def min_micro_batches(self) -> int:
+        """megatron-core's interleaved schedule runs at least PP micro-batches (interleave_group)."""
+        return self.args.pipeline_model_parallel_size if virtual_pipeline_size(self.args) else 1
 
     # ----------------------------------------------------------------- setup (RLTrainerBase's constructor hooks)
     def _prepare_args(self, args, role):
@@ -65,7 +79,8 @@ class MegatronTrainer(RLTrainerBase):
             rank, world_size, master_addr, master_port, tp=args.tensor_model_parallel_size,
             pp=args.pipeline_model_parallel_size, cp=args.context_parallel_size,
             ep=args.expert_model_parallel_size, etp=args.expert_tensor_parallel_size,
-            seed=args.seed, timeout_minutes=args.distributed_timeout_minutes)
+            seed=args.seed, timeout_minutes=args.distributed_timeout_minutes,
+            vpp=virtual_pipeline_size(args))
 
     def _distributed_ready(self):
         from slime_like.backends.megatron import model as M
@@ -133,6 +148,7 @@ class MegatronTrainer(RLTrainerBase):
     def _run(self, model, mbs, make_loss_func, forward_only):
         """mcore's forward_backward_func over the micro-batches (1F1B under PP); loss dicts of the last stage."""
         from megatron.core.pipeline_parallel.schedules import get_forward_backward_func
+        from megatron.core.utils import get_model_config
 
         actor = model is getattr(self, "model", None) and self.role == "actor"
 
@@ -143,8 +159,12 @@ class MegatronTrainer(RLTrainerBase):
             self.routing.after_forward(actor, mb)
             return out, make_loss_func(mb)
 
+        data = iter(mbs)
+        if len(model) > 1:  # interleaved schedule: each chunk walks the micro-batches itself
+            data = [iter(mbs) for _ in model]
+            get_model_config(model[0]).microbatch_group_size_per_vp_stage = interleave_group(len(mbs), self.ps)
         return get_forward_backward_func()(
-            forward_step_func=forward_step, data_iterator=iter(mbs), model=model, num_microbatches=len(mbs),
+            forward_step_func=forward_step, data_iterator=data, model=model, num_microbatches=len(mbs),
             seq_length=max(mb.tokens.shape[1] for mb in mbs), micro_batch_size=mbs[0].tokens.shape[0],
             forward_only=forward_only)
 

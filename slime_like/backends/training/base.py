@@ -61,6 +61,7 @@ class RLTrainerBase(abc.ABC):
     # --use-dynamic-batch-size: pack a token budget's samples into one row (needs attention that does not cross
     # samples: mcore's block mask / THD). False: the same token-budget groups, each as right-padded rows.
     pack_rows = True
+    min_micro_batches = 1  # per pass; the Megatron trainer's interleaved pipeline schedule needs >= PP
 
     def __init__(self, args, role: str = "actor", rank: int = 0, world_size: int = 1,
                  master_addr: str = "127.0.0.1", master_port: int = 29500, *, resume_iteration: int | None = None):
@@ -78,7 +79,8 @@ class RLTrainerBase(abc.ABC):
         self.comm = Collectives(self.ps, self.device)
         self.hooks = TrainerHooks(args)  # slime's --custom-*-path hooks, imported and checked now
         self._distributed_ready()
-        self.batcher = D.MicroBatcher(args, pack_rows=self.pack_rows, use_te=self.use_te, device=self.device)
+        self.batcher = D.MicroBatcher(args, pack_rows=self.pack_rows, use_te=self.use_te, device=self.device,
+                                      min_micro_batches=self.min_micro_batches)
         self.optimizer = self.scheduler = self.ref_model = self.teacher_model = None
         self.loaded_rollout_id = None
         self._offloaded = False

@@ -132,6 +132,24 @@ def packed_micro_batches(indices: list[int], lengths: list[int], max_tokens: int
     return sorted((sorted(b) for b in bins), key=lambda b: b[0])
 
 
+def at_least(groups: list[list[int]], count: int) -> list[list[int]]:
+    """`groups` with the largest split in halves until there are `count` (megatron-core's interleaved pipeline
+    schedule runs at least PP micro-batches). A split group stays within its token budget and keeps its order."""
+    groups = [list(g) for g in groups]
+    while len(groups) < count:
+        big = max(range(len(groups)), key=lambda i: len(groups[i]))
+        if len(groups[big]) < 2:
+            n = sum(map(len, groups))
+            raise ValueError(f"the interleaved pipeline schedule (--num-virtual-stages-per-pipeline-rank / "
+                             f"--num-layers-per-virtual-pipeline-stage) runs at least {count} micro-batches "
+                             f"(--pipeline-model-parallel-size) per pass, but this data-parallel rank got {n} "
+                             "sample(s): raise --global-batch-size (samples per optimizer step) or drop the "
+                             "interleaved schedule")
+        half = (len(groups[big]) + 1) // 2
+        groups[big:big + 1] = [groups[big][:half], groups[big][half:]]
+    return groups
+
+
 @dataclass
 class MicroBatch:
     """Model inputs for one forward pass and where each sample's response logits sit in its output.
@@ -323,8 +341,9 @@ class MicroBatcher:
     """The micro-batches of one trainer rank: fixed-size groups of similar length, or token-budget groups
     (--use-dynamic-batch-size) packed into one row where the backend's attention allows it (`pack_rows`)."""
 
-    def __init__(self, args, *, pack_rows: bool, use_te: bool, device):
+    def __init__(self, args, *, pack_rows: bool, use_te: bool, device, min_micro_batches: int = 1):
         self.args, self.pack_rows, self.use_te, self.device = args, pack_rows, use_te, device
+        self.min_micro_batches = min_micro_batches  # the interleaved pipeline schedule needs >= PP of them
         self.packed_batch = None
 
     def reset(self) -> None:
@@ -342,6 +361,7 @@ class MicroBatcher:
             # The step's loss is a token sum over all its micro-batches: grouping changes only float rounding.
             by_length = sorted(indices, key=lambda i: len(batch["tokens"][i]))
             groups = fixed_micro_batches(by_length, args.micro_batch_size)
+        groups = at_least(groups, self.min_micro_batches)
         # One tensor conversion per column for every micro-batch of every pass over this call's batch (the
         # actor's, reference's and teacher's scoring; each optimizer step of train_step).
         if self.packed_batch is None or not self.packed_batch.packs(batch):
