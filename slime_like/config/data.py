@@ -224,6 +224,20 @@ def check_multimodal(args):
                           f"{len(problems)} problems with --multimodal-keys:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
+def check_multimodal_engine(args):
+    """--multimodal-keys needs a rollout engine that takes images with token-id prompts (needs the resolved
+    --rollout-engine)."""
+    from slime_like.registry import ROLLOUT_ENGINES
+
+    engine = args.rollout_engine
+    media = args.multimodal_keys or any((d["overrides"].get("multimodal_keys") for d in args.eval_datasets or ()))
+    if media and engine in ROLLOUT_ENGINES and not ROLLOUT_ENGINES.has(engine, "serves_images"):
+        having = " and ".join(map(ROLLOUT_ENGINES.display, ROLLOUT_ENGINES.with_capability("serves_images")))
+        raise ConfigError(f"--multimodal-keys with --rollout-engine {engine}: {ROLLOUT_ENGINES.display(engine)} "
+                          f"takes no images with token-id prompts (vLLM's /v1/completions has no image field, and its "
+                          f"token-in /inference/v1/generate takes pre-rendered features only); use {having}")
+
+
 def check_eval_schedule(args, data):
     """--eval-interval needs eval data; eval generation and its reward key default to the rollout's."""
     if args.eval_interval is not None:

@@ -47,6 +47,7 @@ def validate_args(args, report, raise_path_problems: bool = True) -> None:
     engines.check_engine_passthrough(args, report)  # needs the resolved --rollout-engine
     engines.check_router_flags(args, report)
     engines.check_engine_limits(args, report, cluster.cuda_visible())
+    data.check_multimodal_engine(args)
     check_model_against_hf(args)
     model.check_routing_replay(args)      # needs the model's MoE fields (config.json fills them)
     logging_debug.derive_run_dirs(args)

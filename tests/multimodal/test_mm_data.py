@@ -166,3 +166,14 @@ def test_text_checkpoint_is_refused(tmp_path, tiny_ckpt):
     path.write_text('{"prompt": "x", "label": "1"}\n')
     with pytest.raises(ConfigError, match="needs a vision-language --hf-checkpoint; .* model_type 'qwen2'"):
         _args(tiny_ckpt, str(path))
+
+
+def test_vllm_engine_is_refused_with_images(tmp_path, tiny_vlm_ckpt):
+    from slime_like.config.errors import ConfigError
+
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"prompt": "x", "label": "1"}\n')
+    with pytest.raises(ConfigError, match=r"--multimodal-keys with --rollout-engine vllm: the vLLM adapter takes no "
+                                          r"images .* use SGLang and the CPU engine"):
+        _args(tiny_vlm_ckpt, str(path), "--rollout-engine", "vllm")
+    assert _args(tiny_vlm_ckpt, str(path), "--rollout-engine", "cpu").rollout_engine == "cpu"

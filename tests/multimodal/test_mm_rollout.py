@@ -66,3 +66,41 @@ def test_rollout_with_images_matches_transformers(tmp_path, tiny_vlm_ckpt, vlm_e
     batch = to_train_batch(ctl.args, samples)
     assert all(torch.equal(b["pixel_values"], s.multimodal_train_inputs["pixel_values"])
                for b, s in zip(batch["multimodal_train_inputs"], samples))
+
+
+def test_multi_turn_with_images(tmp_path, tiny_vlm_ckpt, vlm_engine, hf_vlm):
+    """slime's multi-turn VLM shape: each environment turn shows a new image; the engine gets every image so far,
+    the sample carries every turn's pixels, observation tokens are not trained on, and the policy tokens'
+    log-probs equal transformers' over the whole conversation with all its images."""
+    from slime_like.multimodal.processor import encode_prompt, load_processor
+
+    proc = load_processor(tiny_vlm_ckpt)
+    first = encode_prompt(proc, proc.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "shape 0?"}]}]), [pattern_image(10)])
+    stop_id = greedy_reference(hf_vlm, proc.image_token_id, first.token_ids, first.multimodal_train_inputs, 1)[0][0]
+    # every turn ends after one token (the greedy first token is the stop token): 3 answers, 2 observations
+    args = _args(tiny_vlm_ckpt, _data(tmp_path, n=2), "--rollout-max-response-len", "200", "--n-samples-per-prompt",
+                 "1", "--custom-generate-function-path", "slime_like.rollout.multi_turn_vlm_example.generate",
+                 "--max-tool-turns", "2", "--rollout-stop-token-ids", str(stop_id))
+    ctl = RolloutController(args, [vlm_engine])
+    try:
+        samples, _ = ctl.generate(0)
+    finally:
+        ctl.close()
+    s = samples[0]
+    assert len(s.multimodal_inputs["image"]) == 3
+    grids = s.multimodal_train_inputs["image_grid_thw"]
+    assert len(grids) == 3 and s.multimodal_train_inputs["pixel_values"].shape[0] == int(grids.prod(-1).sum())
+    assert s.tokens.count(proc.image_token_id) == sum(int(g.prod()) // 4 for g in grids)
+    trained = [i for i, m in enumerate(s.loss_mask) if m]
+    assert len(trained) == 3 and 0 < s.loss_mask.count(0) == s.response_length - 3
+    assert s.metadata["round_number"] == 3
+    # transformers over the whole sequence, every image: the log-prob of each trained token
+    from slime_like.multimodal.processor import hf_model_inputs
+
+    with torch.no_grad():
+        logits = hf_vlm(**hf_model_inputs(proc.image_token_id, s.tokens, s.multimodal_train_inputs)).logits[0]
+    logp = torch.log_softmax(logits.float(), -1)
+    for i in trained:
+        pos = s.prompt_length + i
+        assert abs(float(logp[pos - 1, s.tokens[pos]]) - s.rollout_log_probs[i]) < 1e-4

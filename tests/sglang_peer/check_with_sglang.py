@@ -139,7 +139,7 @@ def bodies(path):
 
     with open(path) as f:
         recorded = json.load(f)
-    out = {"accepted": {}, "rejected": [], "unmapped": []}
+    out = {"accepted": {}, "rejected": [], "unmapped": [], "images": []}
     for route, body in recorded:
         if route not in ROUTES:
             out["unmapped"].append(route)
@@ -151,10 +151,22 @@ def bodies(path):
                 msgspec.json.decode(msgspec.json.encode(obj), type=cls)
             if route == "/generate":
                 obj.normalize_batch_and_arguments()   # SGLang's own single/batch validation
+                out["images"] += _sglang_image_sizes(obj)
             out["accepted"][route] = out["accepted"].get(route, 0) + 1
         except Exception as e:  # noqa: BLE001
             out["rejected"].append(f"{route} {sorted(body)}: {type(e).__name__}: {e}")
     return out
+
+
+def _sglang_image_sizes(obj):
+    """[width, height] of every image of a normalized GenerateReqInput, decoded by SGLang's own load_image (what
+    its multimodal processors call on each image_data item)."""
+    from sglang.srt.utils import load_image
+
+    items = obj.image_data if obj.image_data is not None else []
+    entries = items if obj.is_single is False else [items]
+    flat = [x for entry in entries for x in (entry if isinstance(entry, list) else [entry] if entry else [])]
+    return [list(load_image(x)[0].size) for x in flat]
 
 
 def _sglang_finish_reason(fr):

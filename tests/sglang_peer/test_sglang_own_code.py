@@ -191,6 +191,7 @@ def test_every_request_body_we_send_is_accepted_by_sglangs_request_classes(check
                   "/destroy_weights_update_group", "/weights_checker"):
         assert r["accepted"].get(route), (route, r)
     assert r["unmapped"] == [], r["unmapped"]   # a new route of ours: map it to its SGLang class in ROUTES
+    assert r["images"] == [[8, 8]] * 3, r["images"]   # the vision requests' image_data, decoded by SGLang itself
 
 
 def test_cpu_engine_answers_have_the_fields_sglangs_own_code_builds(checked):
