@@ -251,6 +251,22 @@ def check_eval_schedule(args, data):
         args.eval_reward_key = args.reward_key
 
 
+def _count_records(path: str) -> int:
+    """Prompts in one data file: non-blank JSONL lines, or the rows a Parquet footer declares."""
+    if path.endswith(".parquet"):
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise ConfigError(f"--num-epoch: counting the rows of {path} needs pyarrow (pip install pyarrow); or set "
+                              "--num-rollout instead") from None
+        try:
+            return pq.ParquetFile(path).metadata.num_rows
+        except Exception as e:  # noqa: BLE001 - a corrupt file: pyarrow's own reason
+            raise ConfigError(f"--num-epoch: {path} is not a readable Parquet file ({e})") from None
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
 def num_rollout_from_epochs(args, report):
     if args.num_epoch is not None and args.num_rollout is not None:
         report.warn(f"both --num-rollout {args.num_rollout} and --num-epoch {args.num_epoch} set; --num-epoch is "
@@ -260,19 +276,17 @@ def num_rollout_from_epochs(args, report):
 
 
 def _num_rollout_from_epochs(args, report):
-    """slime: num_rollout = num_epoch * dataset_size // rollout_batch_size (JSONL records counted here)."""
+    """slime: num_rollout = num_epoch * dataset_size // rollout_batch_size (JSONL lines or Parquet rows counted
+    here; a Parquet file's row count is in its footer)."""
     if args.num_epoch < 1:
         raise ConfigError(f"--num-epoch {args.num_epoch}: must be >= 1")
     files = [args.prompt_data, *(args.prompt_data_extra or [])]
-    if not args.prompt_data or not all(f.endswith(".jsonl") for f in files):
-        raise ConfigError(f"--num-epoch needs a JSONL --prompt-data (and JSONL --prompt-data-extra files) to count "
+    if not args.prompt_data or not all(f.endswith((".jsonl", ".parquet")) for f in files):
+        raise ConfigError(f"--num-epoch needs JSONL or Parquet --prompt-data (and --prompt-data-extra files) to count "
                           f"prompts (got {' '.join(map(str, files))}); set --num-rollout instead")
     if not all(os.path.isfile(f) for f in files):
         return  # reported as a missing path
-    n = 0
-    for path in files:
-        with open(path, "rb") as f:
-            n += sum(1 for line in f if line.strip())
+    n = sum(_count_records(path) for path in files)
     args.num_rollout = max(1, args.num_epoch * n // args.rollout_batch_size)
     args.num_rollout_per_epoch = max(1, n // args.rollout_batch_size)  # slime saves / evaluates at epoch ends
     if args.rollout_max_prompt_len is not None:

@@ -196,8 +196,23 @@ def test_num_epoch_derives_num_rollout(base, tmp_path):
     data.write_text("".join('{"input": "%d"}\n' % i for i in range(10)))
     argv = drop(base, "--num-rollout") + ["--prompt-data", str(data), "--num-epoch", "2"]
     assert parse(argv).num_rollout == 2 * 10 // 4
-    with pytest.raises(ConfigError, match="--num-epoch needs a JSONL --prompt-data"):
+    with pytest.raises(ConfigError, match="--num-epoch needs JSONL or Parquet --prompt-data"):
         parse(drop(base, "--num-rollout") + ["--num-epoch", "2"])
+
+
+def test_num_epoch_counts_parquet_rows(base, tmp_path):
+    """slime's SFT recipes read Parquet with --num-epoch: the rows of its footer are the prompts counted."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = tmp_path / "sft.parquet"
+    pq.write_table(pa.table({"input": [f"q{i}" for i in range(13)], "label": ["a"] * 13}), data, row_group_size=5)
+    argv = drop(base, "--num-rollout") + ["--prompt-data", str(data), "--num-epoch", "3"]
+    args = parse(argv)
+    assert args.num_rollout == 3 * 13 // 4 and args.num_rollout_per_epoch == 13 // 4
+    (tmp_path / "bad.parquet").write_text("not parquet")
+    with pytest.raises(ConfigError, match="bad.parquet.*not a readable Parquet file"):
+        parse(drop(argv, "--prompt-data") + ["--prompt-data", str(tmp_path / "bad.parquet")])
 
 
 def test_save_and_eval_follow_slimes_periodic_rule(base, tmp_path):
