@@ -91,9 +91,6 @@ UNSUPPORTED = {
                              "ranks; use --context-parallel-size 1",
     "account_for_embedding_in_pipeline_split": f"uneven pipeline split: {_MEGATRON}",  # pending: megatron
     "account_for_loss_in_pipeline_split": f"uneven pipeline split: {_MEGATRON}",  # pending: megatron
-    "fp8_format": _FP8,
-    "fp8_recipe": _FP8,
-    "fp8_param_gather": _FP8,
     "megatron_deepgemm_forward_layers": f"SGLang's block-FP8 DeepGEMM forward in the trainer: {_FP8}",
     "megatron_deepgemm_forward_modules": f"SGLang's block-FP8 DeepGEMM forward in the trainer: {_FP8}",
     "megatron_deepgemm_moe_forward_layers": f"SGLang's block-FP8 DeepGEMM forward in the trainer: {_FP8}",

@@ -151,6 +151,30 @@ def check_precision(args, gpu_visible: bool):
         args.use_distributed_optimizer = True
 
 
+def check_fp8(args, report, gpu_visible: bool) -> None:
+    """--fp8-format / --fp8-recipe / --fp8-param-gather: TransformerEngine's FP8 in the Megatron trainer's layers.
+    Invalid anywhere: FP8 with another trainer, the parameter gather without a format. Valid on GPUs but not here:
+    a machine that shows no GPU (refused at launch). The trainers check TransformerEngine and the GPU's compute
+    capability when they build the model (backends/megatron/kernels.py, model.py)."""
+    fmt = args.fp8_format
+    if args.fp8_param_gather and not fmt:
+        raise ConfigError("--fp8-param-gather keeps FP8 parameters, but no --fp8-format is set: add --fp8-format "
+                          "e4m3 (or hybrid), or drop it")
+    if "fp8_recipe" in args.cli_dests and not fmt:
+        raise ConfigError(f"--fp8-recipe {args.fp8_recipe} without --fp8-format: add --fp8-format e4m3 (or hybrid) "
+                          "to train in FP8, or drop it")
+    if not fmt:
+        return
+    if not TRAINER_BACKENDS.has(args.train_backend, "megatron_core_spec"):
+        raise ConfigError(f"--fp8-format {fmt} is FP8 training through TransformerEngine's layers in the Megatron "
+                          f"trainer; --train-backend {args.train_backend} does not build them: use --train-backend "
+                          "megatron or drop it")
+    if not gpu_visible:
+        report.refuse(f"--fp8-format {fmt} --fp8-recipe {args.fp8_recipe}: FP8 training needs TransformerEngine on "
+                      "a GPU with FP8 (compute capability 8.9+: Ada, Hopper, Blackwell; mxfp8 Blackwell); this "
+                      "machine shows none. Run it on such GPUs, or drop the FP8 flags (bf16)")
+
+
 def precision_line(args) -> str:
     """The dry run's one line: the compute precision each trainer will use, and why."""
     dtype = "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"

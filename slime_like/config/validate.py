@@ -41,6 +41,7 @@ def validate_args(args, report, raise_path_problems: bool = True) -> None:
     trainer_fsdp.check_lora(args, report)
     logging_debug.check_debug(args)
     trainer_megatron.check_precision(args, cluster.cuda_visible())
+    trainer_megatron.check_fp8(args, report, cluster.cuda_visible())
     fill_model_from_hf(args)
     model.derive_model_defaults(args, report)
     cluster.validate_cluster(args, report)

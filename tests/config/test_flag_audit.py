@@ -184,11 +184,11 @@ def test_refused_flags_stop_the_launch_not_the_dry_run(base, capsys):
     argv = base + ["--fp8-format", "e4m3", "--context-parallel-size", "2"]
     assert main(argv + ["--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "REFUSED AT LAUNCH: --fp8-format e4m3 is accepted" in out and "FP8 needs TransformerEngine" in out
+    assert "REFUSED AT LAUNCH: --fp8-format e4m3 --fp8-recipe delayed: FP8 training needs TransformerEngine" in out
     assert "REFUSED AT LAUNCH: --context-parallel-size 2" in out
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "error: this run cannot start: " in err and "--fp8-format e4m3 is accepted" in err
+    assert "error: this run cannot start: " in err and "--fp8-format e4m3 --fp8-recipe delayed: FP8" in err
     assert "--context-parallel-size 2 is accepted" in err
 
 

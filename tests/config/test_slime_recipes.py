@@ -8,6 +8,7 @@ recipe's own model flags (the model check against config.json stays on). What sl
 refused at launch, never here: the dry run lists it.
 """
 import json
+import os
 import pathlib
 import re
 
@@ -64,6 +65,17 @@ def placeholder_hf_config(argv) -> dict:
     return cfg
 
 
+def _parquet_prompts(tmp_path):
+    """A Parquet placeholder (slime's SFT recipes read Parquet, and count its rows for --num-epoch)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "prompts.parquet"
+    pq.write_table(pa.table({"prompt": ["1+1="], "label": ["2"], "input": ["1+1="],
+                             "messages": [[{"role": "user", "content": "1+1="}]]}), path)
+    return path
+
+
 def placeholder_argv(argv, tmp_path) -> list:
     """The recipe's argv with every path replaced by something that exists under tmp_path."""
     out, made = list(argv), {}
@@ -80,7 +92,7 @@ def placeholder_argv(argv, tmp_path) -> list:
             (tmp_path / "sglang.yaml").write_text("{}\n")
             out[i + 1] = str(tmp_path / "sglang.yaml")
         elif flag == "--prompt-data":
-            out[i + 1] = str(prompt)
+            out[i + 1] = str(_parquet_prompts(tmp_path) if value.endswith(".parquet") else prompt)
         elif flag in PATH_FLAGS:
             out[i + 1] = made.setdefault(value, str(tmp_path / f"dir{len(made)}"))
             pathlib.Path(out[i + 1]).mkdir(exist_ok=True)
@@ -97,8 +109,20 @@ def test_every_slime_run_script_is_recorded():
     assert all(len(RECIPES[r]["argv"]) > 90 for r in RUNS)  # the whole command, not a line cut short
 
 
+@pytest.fixture
+def gpu_machine(tmp_path, monkeypatch):
+    """A machine that shows an NVIDIA GPU (a stand-in nvidia-smi on PATH): the recipes are GPU plans, so what the
+    launch would refuse only for want of a GPU here (FP8 training) is not counted against them."""
+    bin_dir = tmp_path / "gpu_bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+
+
 @pytest.mark.parametrize("name", RUNS)
-def test_slime_recipe_dry_run_prints_the_plan(name, tmp_path, capsys):
+def test_slime_recipe_dry_run_prints_the_plan(name, tmp_path, capsys, gpu_machine):
     from slime_like.plan import print_dry_run
 
     if name in INVALID_ON_GPUS:

@@ -202,9 +202,33 @@ def resolve(args, cuda: bool) -> Resolution:
                 out.turned_off.append(opt.dest)
         out.fields[opt.field] = bool(wanted and ok)
     out.fields["persist_layer_norm"] = cuda and bool(PERSIST_LAYER_NORM.probe(stack))
+    if args.fp8_format:  # TransformerEngine's FP8 autocast around each layer (megatron-core's get_fp8_context)
+        errors += fp8_problems(args, cuda, stack)
+        out.fields.update(fp8=args.fp8_format, fp8_recipe=args.fp8_recipe, fp8_param=bool(args.fp8_param_gather))
     if not cuda and args.sequence_parallel:  # the local spec's torch norms refuse it
         errors.append("--sequence-parallel needs TransformerEngine on CUDA; drop it for CPU runs")
     return out
+
+
+# the TransformerEngine a recipe needs (megatron-core's own is_te_min_version checks for each)
+FP8_RECIPE_TE = {"delayed": (1, 0), "tensorwise": (2, 2), "mxfp8": (2, 1), "blockwise": (2, 3)}
+
+
+def fp8_problems(args, cuda: bool, stack: Stack) -> list:
+    """--fp8-format / --fp8-recipe against this machine's stack (the GPU's compute capability is model.py's, with
+    torch)."""
+    asked = f"--fp8-format {args.fp8_format} --fp8-recipe {args.fp8_recipe}"
+    if not cuda:
+        return [f"{asked} needs TransformerEngine on a CUDA GPU with FP8; none is visible: drop the FP8 flags"]
+    if not stack.te_spec:
+        why = "not installed" if not have(TE) else "not chosen (--transformer-impl local / --attention-backend local)"
+        return [f"{asked} runs in TransformerEngine's layers, and TransformerEngine's spec is {why}: pip install "
+                f"'{TE_PIP}' and keep --transformer-impl transformer_engine, or drop the FP8 flags"]
+    need = FP8_RECIPE_TE[args.fp8_recipe]
+    if not stack.te_at_least(*need):
+        return [f"--fp8-recipe {args.fp8_recipe} needs TransformerEngine >= {'.'.join(map(str, need))} (found "
+                f"{'.'.join(map(str, stack.te))}): upgrade it or use --fp8-recipe delayed"]
+    return []
 
 
 def _asked(args, opt: Option) -> str:

@@ -95,12 +95,29 @@ def transformer_config_from_args(args):
         rotary_interleaved=bool(args.rotary_interleaved),  # GLM-4: RoPE on interleaved pairs
         cuda_graph_scope=[],  # mcore's default 'full' is deprecated (a warning per model) and means the same
     )
+    if kw.get("fp8"):
+        _check_fp8_device(args.fp8_recipe)
     kw["moe_token_dispatcher_type"] = _token_dispatcher(args, kw["variable_seq_lengths"])
     if args.num_experts:
         kw.update(_moe_kwargs(args, kernels.fields))
     if args.multi_latent_attention:
         return _mla_config(args, kw)
     return TransformerConfig(**kw)
+
+
+# compute capability each FP8 recipe needs (TransformerEngine: FP8 GEMMs from Ada / Hopper; MXFP8 on Blackwell;
+# the 128-block scaling of --fp8-recipe blockwise on Hopper and later)
+FP8_CAPABILITY = {"delayed": (8, 9), "tensorwise": (8, 9), "blockwise": (9, 0), "mxfp8": (10, 0)}
+
+
+def _check_fp8_device(recipe: str) -> None:
+    """This GPU runs the FP8 recipe, or a ValueError naming the flag, the GPU and what it needs."""
+    need = FP8_CAPABILITY[recipe]
+    have = torch.cuda.get_device_capability()
+    if tuple(have) < need:
+        raise ValueError(f"--fp8-recipe {recipe} needs a GPU of compute capability {need[0]}.{need[1]}+ "
+                         f"({torch.cuda.get_device_name()} is {have[0]}.{have[1]}): drop the FP8 flags (bf16) or "
+                         + ("use --fp8-recipe delayed" if need > (8, 9) else "run on Ada / Hopper / Blackwell GPUs"))
 
 
 def _token_dispatcher(args, variable_seq_lengths: bool) -> str:
