@@ -2,12 +2,12 @@
 modules, and every import points down the data flow
 
     __main__ -> cli -> demo/ -> loops/ (and the entry scripts) -> tools/ -> ray/ -> args.py -> rollout/
-    -> backends/ -> plan.py -> config/, algorithms/, sample.py, utils/ -> registry.py
+    -> backends/ -> plan.py -> config/, algorithms/, sample.py, utils/ -> registry.py, multimodal/
 
 (args.py, the parse with its role views, is the drivers' business: rollout/ and backends/ get a Namespace.)
 
-with config/ and algorithms/ importing nothing else of ours but the ground-floor table registry.py (which imports
-nothing of ours). Imports inside functions count too: a lazy import
+with config/ and algorithms/ importing nothing else of ours but the ground floor: the table registry.py and
+multimodal/ (images and the model's processor; both import nothing of ours). Imports inside functions count too: a lazy import
 hides a dependency from start-up time, not from the design.
 """
 import ast
@@ -18,9 +18,10 @@ PKG = ROOT / "slime_like"
 
 # higher may import lower (or its own layer's package); see the module docstring
 LAYER = {"__main__": 8, "cli": 7, "demo": 6.5, "loops": 6, "tools": 5.5, "ray": 5, "args": 4.5, "rollout": 4,
-         "backends": 3, "plan": 2, "config": 1, "algorithms": 1, "sample": 0, "utils": 0, "registry": -1}
+         "backends": 3, "plan": 2, "config": 1, "algorithms": 1, "sample": 0, "utils": 0, "registry": -1,
+         "multimodal": -1}
 SELF_CONTAINED = ("config", "algorithms", "registry")  # import nothing of ours outside themselves but GROUND
-GROUND = ("registry",)
+GROUND = ("registry", "multimodal")
 
 
 def _module_name(path: pathlib.Path) -> str:
