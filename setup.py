@@ -35,10 +35,10 @@ EXTRAS = {
     # megatron-core (tests/fsdp/test_fsdp_without_megatron.py trains with it blocked)
     "fsdp": pinned("torch", "transformers", "peft", "accelerate", "safetensors", "numpy"),
     # the Ray layer (placement, actors, the run's own cluster)
-    "ray": pinned("ray", "psutil"),
+    "ray": pinned("ray", "psutil", "zstandard", "xxhash"),   # zstandard / xxhash: delta weight sync's sender
     # rollout: engine client, data sources, reward graders, the embedded CPU engine (torch + transformers)
     "rollout": pinned("aiohttp", "math-verify", "pylatexenc", "pyarrow", "tqdm", "torch", "transformers",
-                      "tokenizers", "safetensors"),
+                      "tokenizers", "safetensors", "zstandard", "xxhash"),
     "wandb": pinned("wandb"),
     "tensorboard": pinned("tensorboard"),
     "plot": pinned("matplotlib"),

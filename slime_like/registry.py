@@ -163,19 +163,21 @@ TRAINER_BACKENDS.register(
 # uses_router               several engines sit behind a started sglang-router
 # weights_checker           serves /weights_checker (--check-weight-update-equal)
 # returns_routed_experts    returns the experts each token was routed to (--use-rollout-routing-replay)
+# pull_weights              serves SGLang's /pull_weights (--update-weight-mode delta)
 # no_offload_on_cpu         cannot release its memory without CUDA (--offload-rollout refused at launch there)
 # serves_images             takes SGLang's image_data with token-id prompts (--multimodal-keys)
 ROLLOUT_ENGINES.register(
     "sglang", "slime_like.backends.sglang.engine:SGLangEngine", flag_group="SGLang",
     capabilities={"needs_gpu", "auto_with_gpu", "uses_router", "weights_checker", "returns_routed_experts",
-                  "serves_images"},
+                  "serves_images", "pull_weights"},
     python_package="sglang", install_extra="sglang", display="SGLang")
 ROLLOUT_ENGINES.register(
     "vllm", "slime_like.backends.vllm.engine:VLLMEngine", flag_group="vLLM",
     capabilities={"vllm_server_args", "no_offload_on_cpu"}, display="the vLLM adapter")
 ROLLOUT_ENGINES.register(
     "cpu", "slime_like.backends.cpu_engine.launch:CPUEngineServer", flag_group="SGLang",
-    capabilities={"auto_default", "embedded", "weights_checker", "returns_routed_experts", "serves_images"},
+    capabilities={"auto_default", "embedded", "weights_checker", "returns_routed_experts", "serves_images",
+                  "pull_weights"},
     sglang_keys=("dtype", "max_running_requests", "context_length"), display="the CPU engine")
 
 # ---- advantage estimators: capabilities (algorithms/registry.py's EstimatorSpec traits) --------------------------

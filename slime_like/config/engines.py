@@ -5,6 +5,8 @@ vllm_passthrough.py).
 """
 from __future__ import annotations
 
+import importlib.util
+
 from slime_like.config.errors import ConfigError
 from slime_like.config.types import Float, Int
 from slime_like.registry import ROLLOUT_ENGINES
@@ -68,14 +70,16 @@ def add_weight_sync_flags(g):
     """(slime extras group) weight sync through the file system and its delta variant."""
     a = g.add_argument
     a("--update-weight-mode", default="full", choices=["full", "delta"],
-      help="full (slime's default: every sync sends all weights) or delta (slime: only the changed bytes, patched "
-           "into engine-local checkpoints; not built here, refused at launch).")
+      help="full (slime's default: every sync sends all weights) or delta (slime: only the changed bytes, as "
+           "compressed deltas under --update-weight-disk-dir that each engine patches into its "
+           "--update-weight-local-checkpoint-dir and reloads; needs --update-weight-transport disk).")
     a("--update-weight-transport", default="nccl", choices=["nccl", "disk"],
       help="How weights reach the engines: nccl = tensors (shared memory when colocated, else a process group; gloo "
            "on CPU), disk = a full HF checkpoint per sync under --update-weight-disk-dir, loaded by each engine.")
     a("--update-weight-disk-dir", default=None, help="Directory of disk-based weight syncs (--update-weight-transport "
                                                      "disk); the engines must see it at the same path.")
-    a("--update-weight-disk-keep-files", action="store_true", help="Keep the full checkpoints a disk sync wrote.")
+    a("--update-weight-disk-keep-files", action="store_true",
+      help="Keep the full checkpoints (or delta versions) a disk sync wrote.")
     a("--update-weight-local-checkpoint-dir", default=None, help="Engine-host copy kept in sync by /pull_weights.")
     a("--update-weight-delta-encoding", default="xor", choices=["xor", "overwrite"], help="Delta encoding on disk.")
     a("--update-weight-delta-checksum", default="xxh3-128", choices=["xxh3-128", "blake3", "adler32"],
@@ -85,10 +89,8 @@ def add_weight_sync_flags(g):
 
 
 def check_weight_transport(args, report):
-    if args.update_weight_mode == "delta":  # full, slime's default, is what every sync does here
-        report.refuse("--update-weight-mode delta: slime's delta weight sync (only the changed bytes, patched into "
-                      "engine-local checkpoints) is not built in slime_like; use --update-weight-mode full (slime's "
-                      "default), with --update-weight-transport disk if the engines must read a shared directory")
+    if args.update_weight_mode == "delta":
+        check_delta_sync(args, report)
     if args.update_weight_transport == "disk":
         if not args.update_weight_disk_dir:
             raise ConfigError("--update-weight-transport disk needs --update-weight-disk-dir: a directory the trainer "
@@ -100,6 +102,34 @@ def check_weight_transport(args, report):
     elif args.update_weight_disk_dir or args.update_weight_disk_keep_files:
         report.warn("--update-weight-disk-dir / --update-weight-disk-keep-files without --update-weight-transport "
                     "disk: nothing is written there (weights go to the engines as tensors)")
+
+
+def check_delta_sync(args, report):
+    """slime's rules for --update-weight-mode delta (arguments.py), and what this machine can run of it."""
+    fix = "use --update-weight-mode full"
+    problems = []
+    if args.update_weight_transport != "disk":
+        problems.append(f"needs --update-weight-transport disk (got {args.update_weight_transport}): the deltas are "
+                        "files under --update-weight-disk-dir")
+    if not args.update_weight_local_checkpoint_dir:
+        problems.append("needs --update-weight-local-checkpoint-dir: the engine-host directory where each engine keeps "
+                        "the full copy it patches and reloads")
+    if args.colocate:
+        problems.append("does not run with --colocate (as in slime: colocated weights pass through shared memory, a "
+                        "handle per bucket, so diffing them only adds work)")
+    if not ROLLOUT_ENGINES.has(args.rollout_engine, "pull_weights") and args.rollout_engine != "auto":
+        having = " and ".join(map(ROLLOUT_ENGINES.display, ROLLOUT_ENGINES.with_capability("pull_weights")))
+        report.refuse(f"--update-weight-mode delta with --rollout-engine {args.rollout_engine}: "
+                      f"{ROLLOUT_ENGINES.display(args.rollout_engine)} has no /pull_weights route ({having} have it); "
+                      f"{fix}")
+    needed = {"zstandard": True, "xxhash": args.update_weight_delta_checksum == "xxh3-128",
+              "blake3": args.update_weight_delta_checksum == "blake3"}
+    absent = [name for name, used in needed.items() if used and importlib.util.find_spec(name) is None]
+    if absent:   # a launch refusal: a dry run plans the run on a machine without them
+        report.refuse(f"--update-weight-mode delta needs {', '.join(absent)}, not installed here (pip install "
+                      f"{' '.join(absent)}; --update-weight-delta-checksum adler32 needs no package)")
+    if problems:
+        raise ConfigError("--update-weight-mode delta: " + "; ".join(problems) + f" (or {fix})")
 
 
 def check_weight_update_check(args, report):

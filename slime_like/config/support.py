@@ -40,8 +40,6 @@ _MEGATRON = "the Megatron trainer does not implement it"
 _ARCH = "the Megatron trainer builds the model without it, so the weights would be used wrongly"
 _MOE_ROUTER = "the Megatron trainer's MoE router does not pass it to megatron-core (routing would differ)"
 _ISSUE18 = "not implemented in slime_like yet (issue 18, slime features, adds it)"
-_DELTA_SYNC = ("slime's delta weight sync (--update-weight-mode delta, engine-local checkpoints patched in place) is "
-               "not implemented; --update-weight-transport disk writes a full HF checkpoint per sync")
 _BUFFER = "slime's external rollout buffer (agent examples) is not implemented; use --custom-generate-function-path"
 _MTP_DROPPED = ("the Megatron trainer builds and trains the main model only (MTP layers are dropped: a checkpoint's "
                 "num_nextn_predict_layers are not loaded, HF exports leave them out, engines doing speculative "
@@ -115,9 +113,6 @@ UNSUPPORTED = {
     "train_env_vars": "environment variables for the trainer processes are not forwarded; export them "  # pending: ray
                       "before `ray start` instead",
     # weight sync through files, agent rollout buffers
-    "update_weight_local_checkpoint_dir": _DELTA_SYNC,
-    "update_weight_delta_encoding": _DELTA_SYNC,
-    "update_weight_delta_checksum": _DELTA_SYNC,
     "custom_update_weight_post_write_path": "publishing a disk sync's files on a non-POSIX filesystem: "
                                             "--update-weight-disk-dir must be a mount the engines see directly",
     "rollout_buffer_url": _BUFFER,
@@ -171,7 +166,7 @@ NO_EFFECT_HERE = {
 
 INFORMATIONAL = {
     "megatron_config_path": "role_overrides.py reads the YAML into args.megatron_role_overrides",
-    "update_weight_mode": "engines.py: full (slime's default) is what every sync does; delta is refused at launch",
+    "update_weight_mode": "engines.py: full (slime's default) or delta (engine_api/delta_sync.py)",
     "rollout_data_transport": "rollout.py: object-store (slime's default) is how rollout data moves; nixl is "
                               "refused at launch",
     "custom_config_path": "custom_config.py sets the YAML's keys on args (flags validated as flags)",

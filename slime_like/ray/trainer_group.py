@@ -113,7 +113,18 @@ class TrainerActor:
         from slime_like.backends.engine_api import weight_sync
 
         self._close_old_sender(leaving)
-        if self.args.update_weight_transport == "disk":  # a full HF checkpoint per sync (engine_api/disk_sync.py)
+        if self.args.update_weight_mode == "delta":  # only the changed bytes, via the engines' local copies
+            from slime_like.backends.engine_api.delta_sync import DeltaWeightSender
+
+            args = self.args
+            self.weight_sender = DeltaWeightSender(engine_urls, args.update_weight_disk_dir,
+                                                   args.update_weight_local_checkpoint_dir, args.hf_checkpoint,
+                                                   encoding=args.update_weight_delta_encoding,
+                                                   checksum_format=args.update_weight_delta_checksum,
+                                                   keep_files=args.update_weight_disk_keep_files,
+                                                   api_key=args.engine_api_key)
+            self.weight_sender.connect()
+        elif self.args.update_weight_transport == "disk":  # a full HF checkpoint per sync (engine_api/disk_sync.py)
             from slime_like.backends.engine_api.disk_sync import DiskWeightSender
 
             self.weight_sender = DiskWeightSender(engine_urls, self.args.update_weight_disk_dir,

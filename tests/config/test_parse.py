@@ -104,14 +104,22 @@ def test_unimplemented_slime_flags_say_so(base):
 
 
 def test_slime_defaults_of_weight_mode_and_data_transport_run(base):
-    """slime's defaults (full, object-store) are what runs here, whether written or not; only the values not built
-    (delta, nixl) are refused, at launch."""
+    """slime's defaults (full, object-store) are what runs here, whether written or not; delta runs with slime's
+    rules (disk transport, a local checkpoint dir, not colocated); nixl is refused at launch."""
     args = parse(base)
     assert (args.update_weight_mode, args.rollout_data_transport) == ("full", "object-store")
     refuse_at_launch(base + ["--update-weight-mode", "full", "--rollout-data-transport", "object-store"])
-    with pytest.raises(ConfigError, match="--update-weight-mode delta: slime's delta weight sync .* is not built in "
-                                          "slime_like; use --update-weight-mode full"):
-        refuse_at_launch(base + ["--update-weight-mode", "delta"])
+    with pytest.raises(ConfigError, match="--update-weight-mode delta: needs --update-weight-transport disk .*; "
+                                          "needs --update-weight-local-checkpoint-dir: .*; does not run with "
+                                          "--colocate .* \\(or use --update-weight-mode full\\)"):
+        parse(base + ["--update-weight-mode", "delta"])
+    apart = [a for a in base if a != "--colocate"] + ["--rollout-num-gpus", "1", "--num-gpus-per-node", "3"]
+    delta = apart + ["--update-weight-mode", "delta", "--update-weight-transport", "disk", "--update-weight-disk-dir",
+                    "/tmp/deltas", "--update-weight-local-checkpoint-dir", "/tmp/local"]
+    refuse_at_launch(delta)   # built: the CPU engine serves /pull_weights
+    with pytest.raises(ConfigError, match="--update-weight-mode delta with --rollout-engine vllm: the vLLM adapter "
+                                          "has no /pull_weights route"):
+        refuse_at_launch(delta + ["--rollout-engine", "vllm"])
     with pytest.raises(ConfigError, match="--rollout-data-transport nixl: NIXL transfers of rollout data are not "
                                           "built in slime_like; use --rollout-data-transport object-store"):
         refuse_at_launch(base + ["--rollout-data-transport", "nixl"])

@@ -141,3 +141,22 @@ def test_grpo_disk_weight_sync(tiny_ckpt, toy_prompts, tmp_path, capfd):
     kept = os.listdir(sync_dir)  # only the last sync's checkpoint is left (no --update-weight-disk-keep-files)
     assert len(kept) == 1 and kept[0].startswith("weights_v"), kept
     assert os.path.exists(sync_dir / kept[0] / "model.safetensors")
+
+
+def test_grpo_delta_weight_sync(tiny_ckpt, toy_prompts, tmp_path, capfd):
+    """--update-weight-mode delta (slime's): each sync writes only the changed tensors' compressed deltas, every engine
+    patches its local copy and reloads it; the engine then holds exactly the trainer's weights (the check) and scores
+    like it every rollout."""
+    sync_dir, local_dir = tmp_path / "deltas", tmp_path / "engine_local"
+    argv = loop_argv(tiny_ckpt, toy_prompts[0], tmp_path, "--actor-num-gpus-per-node", "1", "--rollout-num-gpus", "1",
+                     "--num-rollout", "3", "--check-weight-update-equal", "--update-weight-mode", "delta",
+                     "--update-weight-transport", "disk", "--update-weight-disk-dir", str(sync_dir),
+                     "--update-weight-local-checkpoint-dir", str(local_dir))
+    assert train.main(argv) == 0
+    assert "--check-weight-update-equal: every engine holds exactly the trainer's weights" in capfd.readouterr().err
+    rows = _rollouts(tmp_path)
+    assert len(rows) == 3
+    for r in rows:
+        assert r["weights/bytes_sent"] > 0 and r["rollout/logprob_abs_diff"] < 1e-3, r
+    assert sorted(os.listdir(sync_dir)) == ["weight_v000004"]   # the start's push + 3; older versions removed
+    assert os.path.exists(local_dir / "model.safetensors")

@@ -72,6 +72,7 @@ class CPUEngine:
         if not os.path.isfile(os.path.join(model_path, "config.json")):
             raise FileNotFoundError(f"--model-path {model_path!r} has no config.json (expected a Hugging Face model dir)")
         self.model_path, self.dtype = model_path, DTYPES[dtype]
+        self.served_model_path = model_path   # version 0 of a delta weight sync (/pull_weights)
         # /update_weights_from_disk loads from these only (default: the served model's parent directory)
         self.weight_dirs = list(weight_dirs or [os.path.dirname(os.path.realpath(model_path))])
         # a vision-language checkpoint (Qwen2.5-VL, Qwen3-VL): its image-text class, and its image processor
@@ -343,6 +344,15 @@ class CPUEngine:
             if weight_version is not None:
                 self.weight_version = weight_version
             return n
+
+    def pull_weights(self, local_dir: str, source_dir: str, target_version: int) -> int:
+        """SGLang's /pull_weights (delta weight sync): bring the local checkpoint copy to a version; the weights
+        served change only at the next /update_weights_from_disk of that copy."""
+        from slime_like.backends.engine_api import delta_pull
+
+        for path in (local_dir, source_dir):
+            weights.check_inside(path, self.weight_dirs, "/pull_weights")
+        return delta_pull.pull(local_dir, source_dir, target_version, self.served_model_path)
 
     def score_prompts(self, reqs: list[Request]) -> None:
         """SGLang's prompt log-probs (logprob_start_len >= 0): log p(token_i | tokens_<i) for i >= start, None for

@@ -32,7 +32,7 @@ def build_cpu_engine_command(args, *, port: int, host: str = "127.0.0.1", python
             cmd += ["--" + name.replace("_", "-"), str(sv[name])]
     if args.seed is not None:
         cmd += ["--random-seed", str(args.seed)]
-    disk_dir = args.update_weight_disk_dir
-    if disk_dir:  # the run's disk weight sync writes there; the served model's parent stays allowed
-        cmd += ["--weight-dirs", os.path.dirname(os.path.realpath(args.hf_checkpoint)), disk_dir]
+    sync_dirs = [d for d in (args.update_weight_disk_dir, args.update_weight_local_checkpoint_dir) if d]
+    if sync_dirs:  # the run's disk weight sync writes there; the served model's parent stays allowed
+        cmd += ["--weight-dirs", os.path.dirname(os.path.realpath(args.hf_checkpoint)), *sync_dirs]
     return cmd

@@ -40,6 +40,20 @@ async def update_weights_from_disk(request):
                               "num_paused_requests": 0})
 
 
+@routes.post("/pull_weights")
+async def pull_weights(request):
+    """SGLang's delta weight sync pull (slime's --update-weight-mode delta): the local checkpoint copy is brought to
+    target_version from the deltas under source_dir (engine_api/delta_pull.py); the served weights are unchanged."""
+    body = _typed(_fields(await _json(request), "/pull_weights",
+                          {"local_checkpoint_dir", "source_dir", "target_version"},
+                          {"local_checkpoint_dir", "source_dir", "target_version"}),
+                  "/pull_weights", {"local_checkpoint_dir": (str,), "source_dir": (str,), "target_version": (int,)})
+    n = await _in_thread(_engine(request).pull_weights, body["local_checkpoint_dir"], body["source_dir"],
+                         body["target_version"])
+    return web.json_response({"success": True, "message": f"Local checkpoint at version {body['target_version']} "
+                                                          f"({n} tensor(s) changed)."})
+
+
 @routes.post("/update_weights_from_tensor")
 async def update_weights_from_tensor(request):
     body = _fields(await _json(request), "/update_weights_from_tensor",

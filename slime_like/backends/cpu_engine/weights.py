@@ -119,16 +119,23 @@ def weight_files(model_path, allowed_dirs: list[str]) -> list[str]:
     if not os.path.isdir(model_path):
         raise BadRequest(f"model_path {model_path!r}: no such directory, so no *.safetensors to load (the path is "
                          "taken literally; wildcards are not expanded)")
-    real = os.path.realpath(model_path)
-    roots = [os.path.realpath(d) for d in allowed_dirs]
-    if not any(os.path.commonpath([real, r]) == r for r in roots):
-        raise BadRequest(f"model_path {model_path!r} is outside the directories this engine loads weights from "
-                         f"({', '.join(roots)}; the engine's --weight-dirs)")
+    check_inside(model_path, allowed_dirs, "model_path")
     files = sorted(os.path.join(model_path, f) for f in os.listdir(model_path)
                    if f.endswith(".safetensors") and os.path.isfile(os.path.join(model_path, f)))
     if not files:
         raise BadRequest(f"model_path {model_path!r} has no *.safetensors files")
     return files
+
+
+def check_inside(path: str, allowed_dirs: list[str], what: str) -> None:
+    """Refuse a path outside the engine's --weight-dirs (the served model's parent and the run's weight-sync dirs)."""
+    if not isinstance(path, str) or not path:
+        raise BadRequest(f"{what}: a directory path (a string) is needed, got {type(path).__name__}")
+    real = os.path.realpath(path)
+    roots = [os.path.realpath(d) for d in allowed_dirs]
+    if not any(os.path.commonpath([real, r]) == r for r in roots):
+        raise BadRequest(f"{what} {path!r} is outside the directories this engine loads weights from "
+                         f"({', '.join(roots)}; the engine's --weight-dirs)")
 
 
 def load_from_disk(model, model_path: str, allowed_dirs: list[str]) -> int:
