@@ -268,10 +268,8 @@ def _engine_layout(args, report):
     if gpe > per_node and gpe % per_node:
         raise ConfigError(f"--rollout-num-gpus-per-engine {gpe} exceeds --num-gpus-per-node {per_node} and is not a "
                           "multiple of it: a multi-node engine takes whole nodes")
-    if gpe > per_node:  # valid for SGLang (--nnodes); our launcher starts each engine on one node
-        report.refuse(f"--rollout-num-gpus-per-engine {gpe} > --num-gpus-per-node {per_node}: "
-                      "multi-node rollout engines are not implemented (the engine launcher starts one "
-                      "SGLang server per node-local GPU group); use at most one node's GPUs per engine")
+    if gpe > per_node:
+        _multi_node_engine(args, report, gpe, per_node)
     if args.rollout_num_gpus % gpe:
         raise ConfigError(f"--rollout-num-gpus {args.rollout_num_gpus} is not a multiple of "
                           f"--rollout-num-gpus-per-engine {gpe}")
@@ -280,6 +278,25 @@ def _engine_layout(args, report):
         raise ConfigError(f"--colocate: engines sit on the actor's GPUs node by node, so "
                           f"--actor-num-gpus-per-node {actor_per_node} must be a multiple of "
                           f"--rollout-num-gpus-per-engine {gpe} (or, for a multi-node engine, divide it)")
+
+
+def _multi_node_engine(args, report, gpe: int, per_node: int) -> None:
+    """An engine over gpe / per_node whole nodes: one server process per node (ray/engine_nodes.py), for an engine
+    that spans nodes (SGLang's --nnodes); what is not built for it is refused at launch, saying why."""
+    what = (f"--rollout-num-gpus-per-engine {gpe} > --num-gpus-per-node {per_node} (one engine over "
+            f"{gpe // per_node} nodes)")
+    engine = args.rollout_engine
+    if args.colocate and not args.debug_rollout_only:
+        report.refuse(f"{what} with --colocate: the colocated weight push hands each engine rank a CUDA IPC handle "
+                      "of the trainer's tensors, which only processes on the trainer's node can open (slime gathers "
+                      "one handle per GPU from the trainer rank on that GPU; not built here); run the engines on GPUs "
+                      "of their own (drop --colocate, set --rollout-num-gpus) or use one node's GPUs per engine")
+    elif not ROLLOUT_ENGINES.has(engine, "spans_nodes"):
+        report.refuse(f"{what}: {ROLLOUT_ENGINES.display(engine)} runs each engine on one node; use "
+                      "--rollout-engine sglang, or at most one node's GPUs per engine")
+    elif args.use_fault_tolerance:
+        report.refuse(f"{what} with --use-fault-tolerance: restarting an engine that spans nodes (every node's "
+                      "process together) is not built; drop --use-fault-tolerance or use one node's GPUs per engine")
 
 
 def _fault_tolerance(args, report):

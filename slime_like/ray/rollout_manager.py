@@ -25,17 +25,23 @@ class EngineActor:
         self.proc = None
         self.started_with = None   # (kind, multi_node) of the last start, for restart()
 
-    def start(self, kind: str, multi_node: bool) -> str:
+    def start(self, kind: str, multi_node: bool, node=None) -> str:
+        """`node`: this node's share of an engine spanning nodes (engine_api/engine.EngineNode), else None."""
         from slime_like.backends.engine_api.launcher import start_engine
 
-        self.started_with = (kind, multi_node)
+        self.started_with = (kind, multi_node, node)
         # One node: nothing off this host needs the engine, so it listens on loopback only. Across nodes it must
         # listen on the node's address; the run's secret (--engine-api-key) then guards every route.
         host = ray.util.get_node_ip_address() if multi_node else "127.0.0.1"
         self.proc = start_engine(self.args, kind=kind, engine_index=self.engine_index, gpu_ids=self.gpu_ids,
                                  host=host, port=free_port(host),
-                                 api_key=self.args.engine_api_key)
+                                 api_key=self.args.engine_api_key, node=node)
         return self.proc.url
+
+    def dist_init_addr(self) -> str:
+        """host:port on this node where the ranks of an engine spanning nodes meet (its node 0)."""
+        host = ray.util.get_node_ip_address()
+        return f"{host}:{free_port(host)}"
 
     def restart(self) -> str:
         """--use-fault-tolerance: kill the engine process (dead, or hung: SIGKILL, it may not answer SIGTERM) and
@@ -152,6 +158,7 @@ class EngineGroup:
         self.router, self.router_url = router, router_url  # a router process we started / any router in use
         self.api_key = api_key   # the run's secret, which the router's own routes require too
         self.restarts = 0
+        self.followers = []   # the node 1.. actors of engines spanning nodes (their node 0 actor is in actors)
         self._respawn = None   # index -> (new actor on that engine's slot, ref of its start()): set by start()
 
     def restart(self, url: str) -> str:
@@ -183,11 +190,15 @@ class EngineGroup:
 
     @classmethod
     def start(cls, args, placement: Placement, engine_slots: list, gpu_share: float, kind: str) -> "EngineGroup":
-        """One engine actor per plan entry, each starting its server (`kind`: the --rollout-engine value)."""
-        placement.check_same_node(engine_slots)
+        """One engine actor per plan entry, each starting its server (`kind`: the --rollout-engine value); an
+        engine spanning nodes gets one actor per node (engine_nodes.py), node 0's serving its URL."""
+        from slime_like.ray.engine_nodes import by_node, start_engine_nodes
 
-        def new_actor(i):
-            slots = engine_slots[i]
+        spans = [len(by_node(placement, slots)) > 1 for slots in engine_slots]
+        placement.check_same_node([slots for slots, many in zip(engine_slots, spans) if not many])
+
+        def new_actor(i, slots=None):
+            slots = slots or engine_slots[i]
             gpu_ids = [placement.bundles[s].gpu_id for s in slots]
             # The engine uses all its GPUs through --base-gpu-id, so Ray must not narrow CUDA_VISIBLE_DEVICES
             # down to the one bundle the actor sits on.
@@ -195,16 +206,26 @@ class EngineGroup:
             return EngineActor.options(num_gpus=gpu_share, scheduling_strategy=placement.strategy(slots[0]),
                                        runtime_env=env).remote(args, i, gpu_ids)
 
-        actors = [new_actor(i) for i in range(len(engine_slots))]
+        actors, followers, starts = [], [], []
+        multi_node = cluster_spans_nodes()
         try:
-            multi_node = cluster_spans_nodes()
-            urls = ray.get([a.start.remote(kind, multi_node) for a in actors])
+            for i, slots in enumerate(engine_slots):
+                if spans[i]:
+                    lead, rest, start = start_engine_nodes(new_actor, i, by_node(placement, slots), kind)
+                else:
+                    lead, rest, start = new_actor(i), [], None
+                    start = lead.start.remote(kind, multi_node)
+                actors.append(lead)
+                followers += rest
+                starts.append(start)
+            urls = ray.get(starts)
             router, router_url = start_router_for(args, kind, urls, multi_node)
         except BaseException:
-            for a in actors:  # the engines that did start exit with their actor (--parent-pid watchdog)
+            for a in actors + followers:  # the engines that did start exit with their actor (--parent-pid watchdog)
                 ray.kill(a)
             raise
         group = cls(actors, urls, router, router_url, args.engine_api_key)
+        group.followers = followers
 
         def respawn(i):
             actor = new_actor(i)
@@ -228,10 +249,10 @@ class EngineGroup:
         if not self.actors:  # external engines: nothing of ours; ray.get([]) would auto-start a Ray cluster
             return
         try:
-            ray.get([a.stop.remote() for a in self.actors])
+            ray.get([a.stop.remote() for a in self.actors + self.followers])
         except ray.exceptions.RayActorError:  # an engine actor that died (its engine went with it)
             pass
-        for a in self.actors:
+        for a in self.actors + self.followers:
             ray.kill(a)
 
     def _leave_router(self):

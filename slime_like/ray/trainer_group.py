@@ -136,6 +136,7 @@ class TrainerActor:
             # One shared-memory send buffer for the whole run: a fresh one per sync costs its page faults
             # (100M: ~1.3 s); released by close_weight_sender() or, after a kill, by TrainerGroup.kill()
             self.weight_sender = weight_sync.TensorWeightSender(engine_urls, keep_buffer=True,
+                                                               engine_tp_size=self._engine_ranks(),
                                                                api_key=self.args.engine_api_key)
         else:
             import torch
@@ -143,8 +144,15 @@ class TrainerActor:
             backend = "nccl" if torch.cuda.is_available() else "gloo"
             self.weight_sender = weight_sync.DistributedWeightSender(engine_urls, backend=backend,
                                                                      group_name=group_name,
+                                                                     engine_tp_size=self._engine_ranks(),
                                                                      api_key=self.args.engine_api_key)
             self.weight_sender.connect()
+
+    def _engine_ranks(self) -> int:
+        """Ranks of each engine that receive the push (SGLang: every GPU of it, on every node it spans)."""
+        from slime_like.backends.engine_api.engine import get_engine
+
+        return get_engine(self.args.rollout_engine).weight_sync_ranks(self.args)
 
     def _close_old_sender(self, leaving: list | None):
         if self.weight_sender is None:

@@ -1,9 +1,10 @@
 """Run under the interpreter that has SGLang (bench/.venv-vllm + `sglang==0.5.23 --no-deps`): check our side with
-SGLang's own code and print one JSON line. Usage: python check_with_sglang.py {passthrough|launch|router|bodies IN.json|responses IN.json|all BODIES RESPONSES}
+SGLang's own code and print one JSON line. Usage: python check_with_sglang.py {passthrough|launch|nodes|router|bodies IN.json|responses IN.json|all BODIES RESPONSES}
 
 * passthrough: our parser in generated mode (from SGLang's real ServerArgs); every generated --sglang-* flag, given
   a value of its kind, goes through our parser and build_sglang_command, and SGLang's own parser reads it back.
 * launch: build_sglang_command's argv through SGLang's prepare_server_args -> the ServerArgs we intend.
+* nodes: the per-node commands of one engine spanning two nodes, each through prepare_server_args.
 * bodies: every recorded request body goes into SGLang's own request class for its route (io_struct).
 * responses: for each recorded (request, our answer), SGLang's own TokenizerManager builds its answer from the same
   scheduler output (finish reason made by SGLang's FINISH_* classes); the two must have the same keys and kinds.
@@ -99,6 +100,35 @@ def launch():
             "chunked_prefill_size": 4096, "enable_metrics": True, "enable_return_routed_experts": True}
     got = {k: getattr(sa, k) for k in want}
     return {"argv": cmd[1:], "mismatch": {k: [want[k], got[k]] for k in want if got[k] != want[k]}}
+
+
+def nodes():
+    """The per-node commands of one engine over two 8-GPU nodes (SGLangEngine.node_launch_command for the nodes
+    engine_api.engine_nodes plans) through SGLang's prepare_server_args: one TP group of 16 over both nodes."""
+    import types
+
+    from sglang.srt.server_args import prepare_server_args
+
+    from slime_like.backends.engine_api.engine import engine_nodes
+    from slime_like.backends.sglang.engine import SGLangEngine
+
+    args = types.SimpleNamespace(hf_checkpoint="/models/Qwen3-235B", rollout_num_gpus_per_engine=16, seed=1,
+                                 offload_rollout=False, colocate=False, trust_remote_code=False,
+                                 use_rollout_routing_replay=False, sglang_cli_options={},
+                                 sglang_server_args={"mem_fraction_static": 0.7})
+    out = {"mismatch": [], "argv": []}
+    for node, gpus in engine_nodes([list(range(8)), list(range(8))], "10.0.0.5:5000"):
+        host = f"10.0.0.{5 + node.node_rank}"
+        cmd = SGLangEngine().node_launch_command(args, host=host, port=30000, gpu_ids=gpus, node=node)
+        sa = prepare_server_args(cmd[3:])
+        want = {"tp_size": 16, "nnodes": 2, "node_rank": node.node_rank, "dist_init_addr": "10.0.0.5:5000",
+                "base_gpu_id": 0, "host": host, "port": 30000, "model_path": "/models/Qwen3-235B"}
+        got = {k: getattr(sa, k) for k in want}
+        out["argv"].append(cmd[3:])
+        if got != want:
+            out["mismatch"].append({"node": node.node_rank, "want": want, "got": got})
+    out["weight_sync_ranks"] = SGLangEngine().weight_sync_ranks(args)
+    return out
 
 
 ROUTES = {"/generate": "GenerateReqInput", "/update_weights_from_tensor": "UpdateWeightsFromTensorReqInput",
@@ -295,7 +325,7 @@ def router():
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "all":   # one interpreter start (importing SGLang costs ~30 s here) for every check
-        result = {"passthrough": passthrough(), "launch": launch(), "bodies": bodies(sys.argv[2]),
+        result = {"passthrough": passthrough(), "launch": launch(), "nodes": nodes(), "bodies": bodies(sys.argv[2]),
                   "responses": responses(sys.argv[3], sys.argv[4])}
         try:
             import sglang_router  # noqa: F401
@@ -305,6 +335,6 @@ if __name__ == "__main__":
     elif mode == "responses":
         result = responses(sys.argv[2], sys.argv[3])
     else:
-        result = {"passthrough": passthrough, "launch": launch, "router": router}.get(
+        result = {"passthrough": passthrough, "launch": launch, "nodes": nodes, "router": router}.get(
             mode, lambda: bodies(sys.argv[2]))()
     print("RESULT " + json.dumps(result, default=str))

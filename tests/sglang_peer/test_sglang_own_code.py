@@ -29,6 +29,14 @@ def test_launch_command_gives_the_intended_server_args(checked):
     assert r["mismatch"] == {}, r["mismatch"]
 
 
+def test_an_engine_over_two_nodes_is_one_tp_group_of_sglang(checked):
+    """One engine of 16 GPUs over two 8-GPU nodes: each node's command is read by SGLang as TP 16, --nnodes 2, its
+    own --node-rank, node 0's --dist-init-addr; all 16 ranks take the weight push."""
+    r = checked["nodes"]
+    assert len(r["argv"]) == 2 and r["mismatch"] == [], r["mismatch"]
+    assert r["weight_sync_ranks"] == 16
+
+
 JOIN = """
 import json, sys, torch
 from slime_like.backends.engine_api.process_group import init_custom_process_group

@@ -16,6 +16,7 @@ flag value with `register_engine` (or an entry of slime_like/registry.py's ROLLO
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import ClassVar
 
 from slime_like.registry import ROLLOUT_ENGINES
@@ -24,6 +25,24 @@ from slime_like.registry import ROLLOUT_ENGINES
 FROM_TENSOR = "/update_weights_from_tensor"
 FROM_DISTRIBUTED = "/update_weights_from_distributed"
 FROM_DISK = "/update_weights_from_disk"
+
+
+@dataclass(frozen=True)
+class EngineNode:
+    """One node's share of an engine that spans nodes (--rollout-num-gpus-per-engine > --num-gpus-per-node): SGLang's
+    --nnodes / --node-rank / --dist-init-addr (host:port of node 0's process, where the ranks meet)."""
+    nnodes: int
+    node_rank: int
+    dist_init_addr: str
+
+
+def engine_nodes(gpu_ids_by_node: list, dist_init_addr: str) -> list:
+    """(EngineNode, that node's GPU ids) for each node of one engine, node 0 first (the one serving HTTP)."""
+    sizes = {len(g) for g in gpu_ids_by_node}
+    if len(sizes) != 1:
+        raise ValueError(f"an engine spanning nodes takes the same number of GPUs on each; got {gpu_ids_by_node}")
+    n = len(gpu_ids_by_node)
+    return [(EngineNode(n, r, dist_init_addr), list(g)) for r, g in enumerate(gpu_ids_by_node)]
 
 
 class Engine(ABC):
@@ -44,6 +63,15 @@ class Engine(ABC):
     @abstractmethod
     def launch_command(self, args, *, host: str, port: int, gpu_ids: list[int]) -> list[str]:
         """argv of one server process serving `args.hf_checkpoint` on (host, port) and the given GPUs."""
+
+    def node_launch_command(self, args, *, host: str, port: int, gpu_ids: list[int], node: EngineNode) -> list[str]:
+        """argv of one node's server process of an engine that spans nodes (registry capability spans_nodes)."""
+        raise NotImplementedError(f"--rollout-engine {self.name} runs each engine on one node")
+
+    def weight_sync_ranks(self, args) -> int:
+        """Ranks of one engine that join a weight-update group and receive every pushed tensor (SGLang: each of its
+        --rollout-num-gpus-per-engine GPUs, on every node it spans)."""
+        return 1
 
     def api_key_args(self, api_key: str) -> list[str]:
         """argv that makes the server require `Authorization: Bearer <api_key>` on every route (SGLang's and

@@ -107,7 +107,7 @@ class EngineProcess:
 def start_engine(args, kind: str = "cpu", *, engine_index: int = 0, gpu_ids: list | None = None,
                  host: str = "127.0.0.1", port: int = 30000, log_dir: str | None = None,
                  health_timeout: float | None = None, env: dict | None = None,
-                 cmd: list[str] | None = None, api_key: str | None = None) -> EngineProcess:
+                 cmd: list[str] | None = None, api_key: str | None = None, node=None) -> EngineProcess:
     """Start one engine server of the registered engine `kind` and wait until it generates.
 
     The server uses gpu_ids (the first is its base GPU). `cmd` overrides the command line (tests use it to start
@@ -117,12 +117,18 @@ def start_engine(args, kind: str = "cpu", *, engine_index: int = 0, gpu_ids: lis
     engine = get_engine(kind)
     api_key = resolve_api_key(api_key)
     name = f"rollout engine {engine_index} ({kind})"
-    if cmd is None:
+    if node is not None:  # one node's process of an engine spanning nodes (engine_api/engine.EngineNode)
+        name = f"rollout engine {engine_index} ({kind}, node {node.node_rank} of {node.nnodes})"
+    if cmd is None and node is not None:
+        cmd = engine.node_launch_command(args, host=host, port=port, gpu_ids=list(gpu_ids or [0]), node=node)
+        cmd += engine.api_key_args(api_key) if api_key else []
+    elif cmd is None:
         cmd = engine.launch_command(args, host=host, port=port, gpu_ids=list(gpu_ids or [0]))
         cmd += engine.api_key_args(api_key) if api_key else []
     log_dir = log_dir or os.path.join(args.save or tempfile.gettempdir(), "engine_logs")
     os.makedirs(log_dir, exist_ok=True)
-    log_path = os.path.join(log_dir, f"engine_{engine_index}_{kind}_{port}.log")
+    node_tag = f"_node{node.node_rank}" if node is not None else ""
+    log_path = os.path.join(log_dir, f"engine_{engine_index}{node_tag}_{kind}_{port}.log")
     child_env = dict(os.environ, **(env or {}))
     child_env.setdefault("TOKENIZERS_PARALLELISM", "false")
     child_env.pop(API_KEY_ENV, None)

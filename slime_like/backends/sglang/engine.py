@@ -22,6 +22,16 @@ class SGLangEngine(Engine):
     def launch_command(self, args, *, host: str, port: int, gpu_ids: list[int]) -> list[str]:
         return build_sglang_command(args, port=port, host=host, base_gpu_id=int(gpu_ids[0]), tp_size=len(gpu_ids))
 
+    def node_launch_command(self, args, *, host: str, port: int, gpu_ids: list[int], node) -> list[str]:
+        """One node of a multi-node engine: TP over all its GPUs (nnodes x this node's), ranks meeting at node 0's
+        --dist-init-addr. Node 0 serves the HTTP API; the others serve /health_generate only (SGLang's)."""
+        return build_sglang_command(args, port=port, host=host, base_gpu_id=int(gpu_ids[0]),
+                                    tp_size=len(gpu_ids) * node.nnodes, dist_init_addr=node.dist_init_addr,
+                                    nnodes=node.nnodes, node_rank=node.node_rank)
+
+    def weight_sync_ranks(self, args) -> int:
+        return int(args.rollout_num_gpus_per_engine)  # SGLang joins every TP rank (rank_offset + tp_rank)
+
 
 def server_flag(name: str, value, option: str | None = None) -> list[str]:
     """One ServerArgs value as CLI tokens: True -> bare flag, False -> omitted, list -> repeated values.
