@@ -27,14 +27,15 @@ def test_the_plan_gives_an_engine_whole_nodes(hf_dir):
     assert [(s.node, s.local_gpu) for s in p.engines[0]] == [(1, 0), (1, 1), (2, 0), (2, 1)]
 
 
-def _args(engine="sglang", colocate=False, fault_tolerance=False):
+def _args(engine="sglang", colocate=False, fault_tolerance=False, transport="nccl"):
     return argparse.Namespace(rollout_engine=engine, colocate=colocate, debug_rollout_only=False,
-                              use_fault_tolerance=fault_tolerance)
+                              use_fault_tolerance=fault_tolerance, update_weight_transport=transport)
 
 
 @pytest.mark.parametrize("kw,words", [
     ({}, None),
     ({"colocate": True}, "with --colocate: the colocated weight push hands each engine rank a CUDA IPC handle"),
+    ({"colocate": True, "transport": "disk"}, None),  # every rank reloads the files (a filesystem all nodes see)
     ({"engine": "cpu"}, "the CPU engine runs each engine on one node; use --rollout-engine sglang"),
     ({"engine": "vllm"}, "the vLLM adapter runs each engine on one node"),
     ({"fault_tolerance": True}, "with --use-fault-tolerance: restarting an engine that spans nodes"),
