@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from slime_like.config.errors import ConfigError
 from slime_like.config.hf_rope import partial_rotary, yarn_settings
 from slime_like.config.hf_rope import rope_and_scaling as _rope
-from slime_like.config.slime_paths import MINIMAX_M2_SPEC
+from slime_like.config.slime_paths import MINIMAX_M2_SPEC, QWEN3_5_SPEC, QWEN3_NEXT_SPEC
 
 # dest -> what it is called in config.json (for messages)
 CHECKED = {
@@ -30,6 +30,8 @@ CHECKED = {
     "rotary_scaling_factor": "rope_scaling.factor (yarn)", "mscale": "rope_scaling.mscale (yarn)",
     "mscale_all_dim": "rope_scaling.mscale_all_dim (yarn)",
     "moe_shared_expert_gate": "shared_expert_gate (Qwen2-MoE)",
+    "attention_output_gate": "layer_types (gated attention in the full-attention layers)",
+    "apply_layernorm_1p": "model_type (zero-centred RMSNorm weights: 1 + weight)",
 }
 
 
@@ -47,14 +49,15 @@ class ModelFamily:
     biased_router: bool = False
     fused_gate_up: bool = False    # the MLP's gate and up projections are one HF tensor gate_up_proj (GLM-4)
     shared_expert_gate: bool = False  # Qwen2-MoE: sigmoid(shared_expert_gate(x)) scales the shared expert's output
+    # Qwen3-Next / Qwen3.5: gated delta net layers where config.json's layer_types says linear_attention, gated
+    # full attention elsewhere, zero-centred RMSNorms (1 + weight); built through slime's spec name (this one)
+    linear_attention_spec: tuple = ()
     trainable: bool = False        # the Megatron trainer builds it and maps its HF weights (hf_weights.py)
     not_built: str = ""            # why the trainer refuses a family slime trains (read_hf_config says it)
 
 
-_GATED_DELTA_NET = ("its gated delta net layers need flash-linear-attention's Triton kernels in megatron-core 0.16 "
-                    "(CUDA only; the layer will not build without them) and slime_like has no verified HF <-> Megatron "
-                    "mapping of the linear-attention (in_proj_qkvz / in_proj_ba / conv1d / A_log / dt_bias) and "
-                    "gated-attention weights")
+_NEXT = dict(qk_norm=True, shared_expert_gate=True, trainable=True, linear_attention_spec=QWEN3_NEXT_SPEC)
+_QWEN3_5 = dict(_NEXT, linear_attention_spec=QWEN3_5_SPEC)
 # model_type -> family. Add a family here (and its weight names in backends/megatron/hf_weights.py to train it).
 MODEL_FAMILIES = {
     "llama": ModelFamily(trainable=True),
@@ -74,9 +77,14 @@ MODEL_FAMILIES = {
     "kimi_k2": ModelFamily(biased_router=True, trainable=True),
     # MiniMax-M2: every layer MoE (sigmoid router with correction bias, no groups, no shared expert), partial RoPE
     "minimax_m2": ModelFamily(biased_router=True, qk_norm_across_heads=True, trainable=True),
-    "qwen3_next": ModelFamily(not_built=_GATED_DELTA_NET),
-    "qwen3_5": ModelFamily(not_built=_GATED_DELTA_NET),
-    "qwen3_5_moe": ModelFamily(not_built=_GATED_DELTA_NET),
+    "qwen3_next": ModelFamily(**_NEXT),
+    # Qwen3.5's checkpoints are vision-language (model_type qwen3_5 / qwen3_5_moe, the text model's config under
+    # text_config with model_type qwen3_5_text / qwen3_5_moe_text, weights under model.language_model.*): the
+    # trainer builds and trains the text model; the vision tower is left as it is
+    "qwen3_5": ModelFamily(**_QWEN3_5),
+    "qwen3_5_moe": ModelFamily(**_QWEN3_5),
+    "qwen3_5_text": ModelFamily(**_QWEN3_5),
+    "qwen3_5_moe_text": ModelFamily(**_QWEN3_5),
 }
 _GENERIC = ModelFamily()  # an unknown model_type: MODEL_ARGS from the sizes alone (tools/model_args)
 
@@ -101,7 +109,16 @@ def read_hf_config(path: str, *, for_training: bool = False) -> dict:
             cfg = json.load(f)
         except json.JSONDecodeError as e:
             raise ConfigError(f"{file}: not valid JSON ({e.msg}, line {e.lineno})") from None
-    cfg = cfg.get("text_config", cfg) if isinstance(cfg.get("text_config"), dict) else cfg
+    if isinstance(cfg.get("text_config"), dict):  # a vision-language checkpoint: its text model
+        outer, cfg = cfg, dict(cfg["text_config"])
+        # the LM head is tied (or not) by the outer model: Qwen3.5 states it at the top level
+        cfg["tie_word_embeddings"] = outer.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False))
+        cfg["_text_of_vlm"] = True  # HF weights live under model.language_model.* (hf_weights.py)
+    if "intermediate_size" not in cfg and cfg.get("moe_intermediate_size"):  # Qwen3.5-MoE: every layer MoE, so
+        cfg["intermediate_size"] = cfg["moe_intermediate_size"]  # no dense width (slime passes the expert one)
+        for key in ("dtype", "torch_dtype"):  # the checkpoint's dtype (HF exports keep it)
+            if key in outer and key not in cfg:
+                cfg[key] = outer[key]
     if for_training and not family_of(cfg).trainable:
         why = family_of(cfg).not_built
         raise ConfigError(f"{file}: model_type {cfg.get('model_type')!r} is not supported by the trainer"
@@ -138,6 +155,9 @@ def model_flags_from_hf(cfg: dict) -> list:
         out.append("--qk-layernorm")
     if family.qk_norm_across_heads:
         out += ["--spec", *MINIMAX_M2_SPEC]
+    if family.linear_attention_spec:  # slime's spelling: both gate flags, zero-centred norms, its spec name
+        out += ["--spec", *family.linear_attention_spec, "--attention-output-gate", "--use-gated-attention",
+                "--apply-layernorm-1p"]
     if "rms_norm_eps" in cfg:
         out += ["--normalization", "RMSNorm", "--norm-epsilon", _num(cfg["rms_norm_eps"])]
     else:
@@ -259,6 +279,8 @@ def expected_from_hf(cfg: dict) -> dict:
         exp.update(num_experts=n_exp, moe_router_topk=cfg["num_experts_per_tok"], moe_ffn_hidden_size=_expert_ffn(cfg))
         if family_of(cfg).shared_expert_gate and cfg.get("shared_expert_intermediate_size"):
             exp["moe_shared_expert_gate"] = True
+    if family_of(cfg).linear_attention_spec:
+        exp.update(attention_output_gate=True, apply_layernorm_1p=True)
     return exp
 
 
@@ -272,6 +294,8 @@ def check_model_against_hf(args) -> None:
     problems = []
     for dest, want in expected_from_hf(cfg).items():
         have = getattr(args, dest)
+        if dest == "attention_output_gate":  # slime passes both spellings; either one turns the gate on
+            have = bool(have or args.use_gated_attention)
         same = abs(float(have) - float(want)) <= 1e-9 * max(1.0, abs(float(want))) \
             if isinstance(want, float) and have is not None else have == want
         if not same:
@@ -321,7 +345,8 @@ _HF_FIELDS = {
     "kv_channels": lambda c: c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
     "vocab_size": lambda c: c["vocab_size"],
     "max_position_embeddings": lambda c: c.get("max_position_embeddings", 4096),
-    "spec": lambda c: list(MINIMAX_M2_SPEC) if family_of(c).qk_norm_across_heads else None,
+    "spec": lambda c: list(MINIMAX_M2_SPEC) if family_of(c).qk_norm_across_heads
+    else list(family_of(c).linear_attention_spec) or None,
     "num_experts": lambda c: _num_experts(c),
     "moe_ffn_hidden_size": lambda c: _expert_ffn(c) if _num_experts(c) else None,
     "moe_shared_expert_intermediate_size": lambda c: c.get("shared_expert_intermediate_size")
@@ -331,7 +356,7 @@ _HF_FIELDS = {
 
 def dropped_mtp_note(cfg: dict, where: str) -> str | None:
     """What the trainer says when config.json declares MTP layers it does not build (docs/configuration.md)."""
-    n = int(cfg.get("num_nextn_predict_layers") or cfg.get("num_mtp_modules") or 0)
+    n = int(cfg.get("num_nextn_predict_layers") or cfg.get("num_mtp_modules") or cfg.get("mtp_num_hidden_layers") or 0)
     if not n:
         return None
     return (f"{where}: config.json declares {n} multi-token-prediction layer(s); the trainer builds the main model "
@@ -375,6 +400,8 @@ def fill_args_from_hf(args, hf_dir: str):
     out.hf_model_type = cfg.get("model_type", "")  # the HF weight layout (hf_weights.py), e.g. GLM-4's fused MLP
     if "kv_lora_rank" in cfg:  # YaRN's parts Megatron has no flags for (beta_fast / _slow, original length)
         out.hf_yarn = yarn_settings(cfg)
+    out.hf_text_of_vlm = bool(cfg.get("_text_of_vlm"))
+    out.hf_linear_attention = linear_attention_layout(cfg)
     if out.use_rotary_position_embeddings:
         out.position_embedding_type = "rope"
     if not out.group_query_attention:
@@ -383,3 +410,22 @@ def fill_args_from_hf(args, hf_dir: str):
     if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3" and not out.use_rope_scaling:
         out.use_rope_scaling, out.rope_scaling_factor = True, float(scaling.get("factor", 8.0))
     return out
+
+
+def linear_attention_layout(cfg: dict) -> dict | None:
+    """Qwen3-Next / Qwen3.5's hybrid layout from config.json: which layers are gated delta nets and their sizes
+    (megatron-core has flags for neither; slime's spec reads them from config.json as well). None for other models."""
+    if "linear_num_value_heads" not in cfg:
+        return None
+    n = cfg["num_hidden_layers"]
+    types = cfg.get("layer_types")
+    if not isinstance(types, list):  # older configs: every full_attention_interval-th layer is full attention
+        every = int(cfg.get("full_attention_interval", 4))
+        types = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(n)]
+    unknown = sorted(set(types) - {"full_attention", "linear_attention"})
+    if len(types) != n or unknown:
+        raise ConfigError(f"config.json layer_types: expected {n} entries of full_attention / linear_attention, got "
+                          f"{len(types)}" + (f" with {unknown}" if unknown else ""))
+    return dict(layer_types=types, num_key_heads=cfg["linear_num_key_heads"],
+                num_value_heads=cfg["linear_num_value_heads"], key_head_dim=cfg["linear_key_head_dim"],
+                value_head_dim=cfg["linear_value_head_dim"], conv_kernel_dim=cfg.get("linear_conv_kernel_dim", 4))

@@ -166,6 +166,8 @@ def _add_bookkeeping(args) -> None:
     args.model_args_from_hf = False     # the model flags came from config.json (hf_config.fill_model_from_hf)
     args.hf_model_type = ""             # config.json's model_type: the HF weight layout (hf_config.fill_args_from_hf)
     args.hf_yarn = None                 # config.json's YaRN settings Megatron has no flags for (same)
+    args.hf_text_of_vlm = False         # the text model of a vision-language checkpoint (Qwen3.5; same)
+    args.hf_linear_attention = None     # Qwen3-Next / Qwen3.5's gated-delta-net layers and sizes (same)
     args.num_rollout_per_epoch = None   # set when --num-epoch derives --num-rollout (data.py)
     args.custom_config = {}             # the keys --custom-config-path set (custom_config.py)
 

@@ -40,7 +40,13 @@ OWN_FUNCTIONS = {
 GLM4_SPEC = ("slime_plugins.models.glm4", "get_glm_spec")
 # slime's MiniMax-M2 spec: mcore's block spec with a query / key norm over all heads (backends/megatron/qk_norm.py)
 MINIMAX_M2_SPEC = ("slime_plugins.models.minimax_m2", "get_minimax_m2_layer_spec")
-BUILT_SPECS = (GLM4_SPEC, MINIMAX_M2_SPEC)
+# slime's Qwen3-Next / Qwen3.5 specs: mcore's block spec with gated delta net layers where config.json's layer_types
+# says linear_attention (backends/megatron/linear_attention_spec.py); the flags ask for the gated attention and the
+# zero-centred norms of the other layers
+QWEN3_NEXT_SPEC = ("slime_plugins.models.qwen3_next", "get_qwen3_next_spec")
+QWEN3_5_SPEC = ("slime_plugins.models.qwen3_5", "get_qwen3_5_spec")
+LINEAR_ATTENTION_SPECS = (QWEN3_NEXT_SPEC, QWEN3_5_SPEC)
+BUILT_SPECS = (GLM4_SPEC, MINIMAX_M2_SPEC, *LINEAR_ATTENTION_SPECS)
 
 
 def resolve(path):

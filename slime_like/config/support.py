@@ -52,7 +52,8 @@ UNSUPPORTED = {
     "rotary_seq_len_interpolation_factor": f"RoPE position interpolation: {_ARCH}",  # pending: megatron
     "add_position_embedding": "learned absolute positions switched off without RoPE: "  # pending: megatron
                               "use --position-embedding-type rope (or none)",
-    "apply_layernorm_1p": f"zero-centred LayerNorm: {_ARCH}",  # pending: megatron
+    "apply_layernorm_1p": "the Megatron trainer builds zero-centred norms for --normalization RMSNorm only "
+                          "(Qwen3-Next / Qwen3.5)",
     "apply_residual_connection_post_layernorm": f"post-layernorm residual: {_ARCH}",  # pending: megatron
     "openai_gelu": f"tanh-approximate GeLU: {_ARCH}",  # pending: megatron
     "squared_relu": f"squared ReLU: {_ARCH}",  # pending: megatron
@@ -65,15 +66,15 @@ UNSUPPORTED = {
                              "(config.json's rope_scaling.factor)",
     "mscale": "a YaRN setting of multi-latent attention; without --multi-latent-attention it changes nothing",
     "mscale_all_dim": "a YaRN setting of multi-latent attention; without --multi-latent-attention it changes nothing",
-    "attention_output_gate": f"gated attention (Qwen3-Next / Qwen3.5): {_ARCH}",  # pending: models
-    "use_gated_attention": f"gated attention (Qwen3-Next / Qwen3.5): {_ARCH}",  # pending: models
+    "attention_output_gate": "megatron-core 0.16 has no output gate for multi-latent attention",
+    "use_gated_attention": "megatron-core 0.16 has no output gate for multi-latent attention",
     "custom_model_provider_path": f"custom model providers: {_MEGATRON}",  # pending: megatron
     "spec": "custom layer specs: the Megatron trainer builds its own; of slime's plugins it builds "
-            "`slime_plugins.models.glm4 get_glm_spec` (GLM-4 sandwich norms) and `slime_plugins.models.minimax_m2 "
-            "get_minimax_m2_layer_spec` (MiniMax-M2's query / key norm over all heads) only. Not Qwen3-Next / "
-            "Qwen3.5 (qwen3_next, qwen3_5): megatron-core 0.16's gated delta net runs only with "
-            "flash-linear-attention's Triton (CUDA) kernels and slime_like has no HF weight mapping for its "
-            "linear-attention and gated-attention layers; not GLM-5 (glm5: DeepSeek sparse attention, whose indexer "
+            "`slime_plugins.models.glm4 get_glm_spec` (GLM-4 sandwich norms), `slime_plugins.models.minimax_m2 "
+            "get_minimax_m2_layer_spec` (MiniMax-M2's query / key norm over all heads), "
+            "`slime_plugins.models.qwen3_next get_qwen3_next_spec` and `slime_plugins.models.qwen3_5 "
+            "get_qwen3_5_spec` (gated delta net layers from config.json's layer_types) only; "
+            "not GLM-5 (glm5: DeepSeek sparse attention, whose indexer "
             "and sparse MLA are TileLang CUDA kernels in slime's plugin)",
     # MoE routing / MTP
     "moe_z_loss_coeff": _MOE_ROUTER,  # pending: megatron
@@ -158,7 +159,8 @@ NO_EFFECT_HERE = {
     "balance_by_flops": "micro-batches are packed by token count (the same loss; only the load balance differs)",
     "data_pad_size_multiplier": "packed micro-batches are padded to their longest sample (the multiplier is a "
                                 "kernel-alignment hint)",
-    "qwen_gdn_backend": "a gated-delta-net kernel choice (CUDA); slime_like builds no gated-delta-net layer",
+    "qwen_gdn_backend": "a gated-delta-net kernel choice: the trainer's gated delta net runs flash-linear-attention's "
+                        "chunked kernel where CUDA and fla are present, its own exact recurrence otherwise",
     "memory_recorder": "CUDA memory-history snapshots are not recorded",
     "memory_snapshot_num_steps": "CUDA memory-history snapshots are not recorded",
     "profile_target": "no profiler is wired to the trainer",
@@ -221,6 +223,9 @@ APPLIES_WHEN = {
     "mscale_all_dim": lambda a, v: not a.multi_latent_attention,
     "save_hf": lambda a, v: not TRAINER_BACKENDS.has(a.train_backend, "saves_hf"),
     "spec": lambda a, v: tuple(v) not in BUILT_SPECS,
+    "apply_layernorm_1p": lambda a, v: a.normalization != "RMSNorm",
+    "attention_output_gate": lambda a, v: a.multi_latent_attention,
+    "use_gated_attention": lambda a, v: a.multi_latent_attention,
     "add_position_embedding": lambda a, v: a.position_embedding_type == "learned_absolute"
     and not a.use_rotary_position_embeddings,
     "tokenizer_model": lambda a, v: v != a.hf_checkpoint,

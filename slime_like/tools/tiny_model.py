@@ -14,7 +14,7 @@ import string
 
 PAD, EOS = "<pad>", "<eos>"
 ARCHS = ("qwen2", "qwen3", "qwen3_moe", "llama", "glm4", "glm4_moe", "deepseek_v3", "moonlight", "kimi_k2",
-         "minimax_m2", "qwen2_moe", "glm4_moe_lite", "mimo")
+         "minimax_m2", "qwen2_moe", "glm4_moe_lite", "mimo", "qwen3_next", "qwen3_5", "qwen3_5_moe")
 # ChatML-style turns, written with plain characters so the char tokenizer covers them.
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -81,7 +81,7 @@ def build_tiny_checkpoint(out_dir: str, arch: str = "qwen2", hidden_size: int = 
 
 def _config_and_class(arch: str, common: dict, head: int, num_experts: int, moe_topk: int, ffn_hidden_size: int):
     """(transformers config, model class) of a tiny `arch`; `common`: the fields every architecture shares."""
-    for family in (_qwen_or_llama, _glm, _latent_attention, _minimax):
+    for family in (_qwen_or_llama, _glm, _latent_attention, _minimax, _linear_attention):
         made = family(arch, common, head, num_experts, moe_topk, ffn_hidden_size)
         if made is not None:
             return made
@@ -186,6 +186,32 @@ def _minimax(arch: str, common: dict, head: int, num_experts: int, moe_topk: int
     return cfg, cls
 
 
+def _linear_attention(arch: str, common: dict, head: int, num_experts: int, moe_topk: int, ffn_hidden_size: int):
+    """Qwen3-Next and Qwen3.5 dense / MoE (vision-language layout, a one-block vision tower): gated delta net and
+    gated full attention alternating, RoPE on a quarter of each head; None for another arch."""
+    import transformers
+
+    if arch not in ("qwen3_next", "qwen3_5", "qwen3_5_moe"):
+        return None
+    n = common["num_hidden_layers"]
+    text = dict(common, head_dim=head, partial_rotary_factor=0.25, linear_num_key_heads=2, linear_num_value_heads=4,
+                linear_key_head_dim=head // 2, linear_value_head_dim=head // 2, linear_conv_kernel_dim=4,
+                layer_types=["full_attention" if i % 2 else "linear_attention" for i in range(n)])
+    moe = dict(num_experts=num_experts, num_experts_per_tok=moe_topk, moe_intermediate_size=ffn_hidden_size // 4,
+               shared_expert_intermediate_size=ffn_hidden_size // 2)
+    if arch == "qwen3_next":
+        return transformers.Qwen3NextConfig(**text, **moe, norm_topk_prob=True), transformers.Qwen3NextForCausalLM
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=common["hidden_size"])
+    if arch == "qwen3_5":
+        cfg = transformers.Qwen3_5Config(text_config=text, vision_config=vision,
+                                         tie_word_embeddings=common["tie_word_embeddings"])
+        return cfg, transformers.Qwen3_5ForConditionalGeneration
+    text.pop("intermediate_size")  # as published: every layer MoE, no dense width
+    cfg = transformers.Qwen3_5MoeConfig(text_config=dict(text, **moe), vision_config=vision,
+                                        tie_word_embeddings=common["tie_word_embeddings"])
+    return cfg, transformers.Qwen3_5MoeForConditionalGeneration
+
+
 def _make_defaults_matter(model, arch: str, seed: int) -> None:
     """HF initialises norms to ones and the routers' correction bias to zeros: random values make a misplaced
     norm or an ignored bias show in a parity test."""
@@ -196,6 +222,14 @@ def _make_defaults_matter(model, arch: str, seed: int) -> None:
             for name, p in model.named_parameters():
                 if name.endswith(("layernorm.weight", "q_norm.weight", "k_norm.weight")):
                     p.copy_(1 + 0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))))
+    if arch in ("qwen3_next", "qwen3_5", "qwen3_5_moe"):  # zero-centred norms (1 + w: HF starts w at 0), the gated
+        with torch.no_grad():  # norm (w, starts at 1), dt_bias (starts at 1)
+            for name, p in model.named_parameters():
+                g = torch.Generator().manual_seed(len(name))
+                if name.endswith(("layernorm.weight", "q_norm.weight", "k_norm.weight", ".norm.weight")):
+                    p.copy_((0.0 if "linear_attn" not in name else 1.0) + 0.3 * torch.randn(p.shape, generator=g))
+                elif name.endswith("dt_bias"):
+                    p.copy_(1 + 0.5 * torch.randn(p.shape, generator=g))
     for name, buf in model.named_buffers():
         if name.endswith("e_score_correction_bias"):
             buf.copy_(torch.randn(buf.shape, generator=torch.Generator().manual_seed(seed + 1)) * 0.1)

@@ -8,6 +8,19 @@ Keys are the shipped scripts/models/<name>.sh file names.
 _Q25 = {"model_type": "qwen2", "hidden_act": "silu", "rope_theta": 1000000.0, "rms_norm_eps": 1e-06}
 _Q3 = {"model_type": "qwen3", "hidden_act": "silu", "rope_theta": 1000000.0, "rms_norm_eps": 1e-06,
        "head_dim": 128, "vocab_size": 151936, "attention_bias": False}
+# Qwen3-Next / Qwen3.5: gated delta net + gated attention (zero-centred norms), RoPE on a quarter of each 256-wide head
+_NEXT = {"model_type": "qwen3_next", "hidden_act": "silu", "rope_theta": 10000000, "rms_norm_eps": 1e-06,
+         "head_dim": 256, "partial_rotary_factor": 0.25, "attention_bias": False, "norm_topk_prob": True,
+         "decoder_sparse_step": 1, "mlp_only_layers": [], "router_aux_loss_coef": 0.0}
+
+
+def _qwen3_5(tie, model_type="qwen3_5_text", **text):
+    base = {k: v for k, v in _NEXT.items() if k not in ("norm_topk_prob", "decoder_sparse_step", "mlp_only_layers",
+                                                         "router_aux_loss_coef")}
+    outer = "qwen3_5_moe" if model_type == "qwen3_5_moe_text" else "qwen3_5"
+    return {"model_type": outer, "tie_word_embeddings": tie,
+            "text_config": dict(base, model_type=model_type, vocab_size=248320, **text)}
+
 
 PUBLISHED = {
     "qwen2.5-0.5B": dict(_Q25, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
@@ -133,6 +146,27 @@ PUBLISHED = {
                        "mlp_layer_types": ["dense"] + ["sparse"] * 46, "n_group": 1, "topk_group": 1,
                        "routed_scaling_factor": 1.8, "norm_topk_prob": True, "rope_interleave": True,
                        "max_position_embeddings": 202752},
+    # Qwen/Qwen3-Next-80B-A3B (model_type qwen3_next): the values of slime's scripts/models/qwen3-next-80B-A3B.sh at
+    # 624b824 in config.json keys (its --moe-aux-loss-coeff 0 as router_aux_loss_coef)
+    "qwen3-next-80B-A3B": dict(_NEXT, hidden_size=2048, intermediate_size=5120, num_hidden_layers=48,
+                               num_attention_heads=16, num_key_value_heads=2, vocab_size=151936,
+                               tie_word_embeddings=False, num_experts=512, num_experts_per_tok=10,
+                               moe_intermediate_size=512, shared_expert_intermediate_size=512),
+    # Qwen/Qwen3.5-* (vision-language checkpoints: the text model under text_config, model_type qwen3_5_text /
+    # qwen3_5_moe_text; tie_word_embeddings at the top level): the values of slime's scripts/models/qwen3.5-*.sh at
+    # 624b824 in config.json keys. The MoE text config has no intermediate_size (slime passes the expert size)
+    "qwen3.5-0.8B": _qwen3_5(hidden_size=1024, intermediate_size=3584, num_hidden_layers=24, num_attention_heads=8,
+                             num_key_value_heads=2, tie=True),
+    "qwen3.5-4B": _qwen3_5(hidden_size=2560, intermediate_size=9216, num_hidden_layers=32, num_attention_heads=16,
+                           num_key_value_heads=4, tie=True),
+    "qwen3.5-9B": _qwen3_5(hidden_size=4096, intermediate_size=12288, num_hidden_layers=32, num_attention_heads=16,
+                           num_key_value_heads=4, tie=False),
+    "qwen3.5-27B": _qwen3_5(hidden_size=5120, intermediate_size=17408, num_hidden_layers=64, num_attention_heads=24,
+                            num_key_value_heads=4, tie=False),
+    "qwen3.5-35B-A3B": _qwen3_5(hidden_size=2048, num_hidden_layers=40, num_attention_heads=16, num_key_value_heads=2,
+                                tie=False, model_type="qwen3_5_moe_text", num_experts=256, num_experts_per_tok=8,
+                                moe_intermediate_size=512, shared_expert_intermediate_size=512,
+                                router_aux_loss_coef=0.0),
     # slime_like.tools.tiny_model.build_tiny_checkpoint() defaults
     "tiny-qwen2": {"model_type": "qwen2", "hidden_act": "silu", "hidden_size": 64, "intermediate_size": 128,
                    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128,

@@ -32,9 +32,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # now honoured and its table entry must go.
 GUARDED_DOWNSTREAM = {"rotary_scaling_factor", "mscale", "mscale_all_dim", "context_parallel_size", "use_unbiased_kl", "custom_tis_function_path",
                       "reset_optimizer_states", "log_probs_chunk_size", "recompute_loss_function",
-                      "save_hf", "spec"}  # --save-hf: honoured by --train-backend fsdp, refused (APPLIES_WHEN) for megatron
+                      "save_hf", "spec",  # --save-hf: honoured by --train-backend fsdp, refused (APPLIES_WHEN) for megatron
+                      # honoured by the Megatron trainer; refused (APPLIES_WHEN) with LayerNorm / multi-latent attention
+                      "apply_layernorm_1p", "attention_output_gate", "use_gated_attention"}
 # flags whose rule applies only in context (support.APPLIES_WHEN): the tokens that create it
-CONTEXT = {}
+CONTEXT = {"attention_output_gate": ["--multi-latent-attention"], "use_gated_attention": ["--multi-latent-attention"],
+           "apply_layernorm_1p": ["--normalization", "LayerNorm"]}
 
 
 def _name(node) -> str:
@@ -200,8 +203,8 @@ def _overlay(tmp_path, overrides, role="critic") -> str:
 
 def test_yaml_overlay_follows_the_same_rules(base, tmp_path):
     ppo = base + ["--advantage-estimator", "ppo"]
-    with pytest.raises(ConfigError, match=r"roles.yaml \(role critic\): key 'apply_layernorm_1p'.*not honoured"):
-        overlay = _overlay(tmp_path, {"apply_layernorm_1p": True})
+    with pytest.raises(ConfigError, match=r"roles.yaml \(role critic\): key 'squared_relu'.*not honoured"):
+        overlay = _overlay(tmp_path, {"squared_relu": True})
         refuse_at_launch(ppo + ["--megatron-config-path", overlay])
     with pytest.raises(ConfigError, match=r"key 'use_slime_router' is a slime setting for slime's own router"):
         parse(ppo + ["--megatron-config-path", _overlay(tmp_path, {"use_slime_router": True})])

@@ -98,7 +98,10 @@ def test_tool_errors_cleanly(tmp_path):
 SLIME_TWINS = {"glm4.5-106B-A12B": "glm4.5-106B-A12B.sh", "glm4.5-355B-A32B": "glm4.5-355B-A32B.sh",
                "qwen3-30B-A3B": "qwen3-30B-A3B.sh", "qwen3-4B": "qwen3-4B.sh", "deepseek-v3": "deepseek-v3.sh",
                "moonlight-16B-A3B": "moonlight.sh", "kimi-k2": "kimi-k2.sh", "glm4-9B": "glm4-9B.sh",
-               "minimax-m2": "minimax-m2.sh"}
+               "minimax-m2": "minimax-m2.sh", "qwen3-next-80B-A3B": "qwen3-next-80B-A3B.sh",
+               "qwen3.5-35B-A3B": "qwen3.5-35B-A3B.sh", "qwen3.5-0.8B": "qwen3.5-0.8B.sh",
+               "qwen3.5-4B": "qwen3.5-4B.sh",
+               "qwen3.5-9B": "qwen3.5-9B.sh", "qwen3.5-27B": "qwen3.5-27B.sh"}
 
 
 @pytest.mark.parametrize("name", sorted(SLIME_TWINS))
@@ -122,16 +125,25 @@ def test_shipped_file_agrees_with_slimes_own(name):
     assert differ == {}
 
 
-@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5"])
-def test_qwen3_next_is_refused_naming_what_is_missing(tmp_path, model_type):
-    """Qwen3-Next / Qwen3.5 are not built: the trainer's config read says why (gated delta net kernels, weights)."""
-    from slime_like.config.errors import ConfigError
+def test_qwen3_5_text_model_is_read_from_the_vision_language_config(tmp_path):
+    """Qwen3.5's config.json nests the text model under text_config (tie_word_embeddings and dtype at the top level);
+    the trainer reads that text model, its layer_types and linear-attention sizes, and slime's spec name."""
+    from slime_like.args import make_args
+    from slime_like.config.hf_config import fill_args_from_hf
 
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type, "hidden_size": 64}))
-    read_hf_config(str(tmp_path))  # reading it for MODEL_ARGS is fine
-    with pytest.raises(ConfigError, match=rf"model_type '{model_type}' is not supported by the trainer "
-                                          r"\(its gated delta net layers need flash-linear-attention"):
-        read_hf_config(str(tmp_path), for_training=True)
+    cfg = dict(PUBLISHED["qwen3.5-35B-A3B"], dtype="bfloat16")
+    cfg["text_config"] = dict(cfg["text_config"], linear_num_key_heads=16, linear_num_value_heads=32,
+                              linear_key_head_dim=128, linear_value_head_dim=128, full_attention_interval=4)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    text = read_hf_config(str(tmp_path), for_training=True)
+    assert (text["model_type"], text["dtype"], text["intermediate_size"]) == ("qwen3_5_moe_text", "bfloat16", 512)
+    args = fill_args_from_hf(make_args("--hf-checkpoint", str(tmp_path)), str(tmp_path))
+    assert args.spec == ["slime_plugins.models.qwen3_5", "get_qwen3_5_spec"] and args.hf_text_of_vlm
+    assert args.attention_output_gate and args.apply_layernorm_1p and args.rotary_percent == 0.25
+    layout = args.hf_linear_attention
+    assert layout["layer_types"][:4] == ["linear_attention"] * 3 + ["full_attention"]
+    assert len(layout["layer_types"]) == 40
+    assert (layout["num_key_heads"], layout["num_value_heads"], layout["conv_kernel_dim"]) == (16, 32, 4)
 
 
 def test_mtp_layers_are_dropped_with_a_note():

@@ -48,6 +48,12 @@ TINY = {
     "glm4_moe_lite": dict(arch="glm4_moe_lite", tie_embeddings=False, num_experts=4, moe_topk=2),
     # MiMo: Qwen2 + one MTP layer (model.mtp_layers.0.* tensors) the trainer leaves out
     "mimo": dict(arch="mimo", tie_embeddings=False),
+    # Qwen3-Next: gated delta net layer 0, gated full attention layer 1 (zero-centred norms, RoPE on a quarter of
+    # each head), MoE with a gated shared expert; Qwen3.5 dense (tied) / MoE: the same layers in the
+    # vision-language layout (text_config, model.language_model.*, a one-block vision tower)
+    "qwen3_next": dict(arch="qwen3_next", tie_embeddings=False, num_experts=4, moe_topk=2),
+    "qwen3_5": dict(arch="qwen3_5", tie_embeddings=True),
+    "qwen3_5_moe": dict(arch="qwen3_5_moe", tie_embeddings=False, num_experts=4, moe_topk=2),
 }
 
 

@@ -155,3 +155,20 @@ def test_round_trip_tp2_mimo_drops_mtp(tiny_ckpts, tmp_path):
     assert len(main) < len(orig) and sorted(main) == sorted(new)
     assert all(torch.equal(main[k], new[k]) for k in main)
     assert json.load(open(back / "config.json"))["model_type"] == "mimo"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch, to_mc, to_hf", [
+    ("qwen3_next", ["--tensor-model-parallel-size", 2], ["--pipeline-model-parallel-size", 2]),
+    ("qwen3_5", ["--pipeline-model-parallel-size", 2], ["--tensor-model-parallel-size", 2]),
+    ("qwen3_5_moe", ["--tensor-model-parallel-size", 2], [])])
+def test_round_trip_linear_attention(tiny_ckpts, tmp_path, arch, to_mc, to_hf):
+    # Qwen3-Next / Qwen3.5: gated delta net tensors (in_proj and conv1d saved per section, so TP2 -> PP2 / TP1
+    # reshard), gated attention, zero-centred norms; Qwen3.5's vision-language layout (model.language_model.*) with
+    # its vision tower copied from the template
+    _, back = round_trip(tiny_ckpts[arch], tmp_path, to_mc, to_hf)
+    names = hf_tensors(back)
+    assert any(".linear_attn.conv1d.weight" in n for n in names)
+    if arch != "qwen3_next":
+        assert any(n.startswith("model.visual.") for n in names)
+    assert_identical_and_loads(tiny_ckpts[arch], back)

@@ -13,7 +13,10 @@ biased sigmoid router, one RMSNorm over all query heads and one over all key hea
 of each head, Mixtral-style block_sparse_moe / w1 w2 w3 names) and qwen2_moe (dense then MoE layer, softmax router
 without top-k renormalisation, one shared expert scaled by its sigmoid gate) and glm4_moe_lite (GLM-4.7-Flash:
 deepseek_v3's layout, dense / MoE layers from mlp_layer_types) and mimo (Qwen2 + an MTP layer the trainer neither loads
-nor exports; its reference is transformers' qwen2 on the same weights, since transformers has no mimo).
+nor exports; its reference is transformers' qwen2 on the same weights, since transformers has no mimo) and
+qwen3_next (a gated delta net layer and a gated full-attention layer with zero-centred norms, MoE with a gated shared
+expert) and qwen3_5 / qwen3_5_moe (the same layers, dense tied / MoE, in Qwen3.5's vision-language layout: its
+reference is transformers' text model loaded from the same directory).
 """
 import json
 import shutil
@@ -26,7 +29,7 @@ import torch
 from _dist import run_ranks, tiny_ckpts  # noqa: F401  (tiny_ckpts is a fixture)
 
 ARCHS = ["qwen2", "qwen2_untied", "qwen3", "llama", "qwen3_moe", "glm4", "glm4_moe", "deepseek_v3", "kimi_k2",
-         "minimax_m2", "qwen2_moe", "glm4_moe_lite", "mimo"]
+         "minimax_m2", "qwen2_moe", "glm4_moe_lite", "mimo", "qwen3_next", "qwen3_5", "qwen3_5_moe"]
 # model_type -> the transformers model_type of the same architecture, for types transformers does not have
 # (their modeling code is remote code upstream): Kimi-K2 is DeepSeek-V3's, MiMo's main model is Qwen2's
 REFERENCE_TYPE = {"kimi_k2": "deepseek_v3", "mimo": "qwen2"}
@@ -116,8 +119,10 @@ def parity_rank(rank, world, port, ckpts, tp, pp, ep, archs):
         # export side: this rank's HF tensors (TP-gathered; PP stages emit their own layers) vs the file
         ref_sd = load_file(os.path.join(ckpts[arch], "model.safetensors"))
         exported = {n: (t - ref_sd[n]).abs().max().item() for n, t in hf_weights.iter_hf_weights(chunks, args)}
-        # MTP layers (MiMo's model.mtp_layers.*) are not built, so not exported
-        exports[name] = dict(exported=exported, expected=sorted(n for n in ref_sd if ".mtp_layers." not in n))
+        # MTP layers (MiMo's model.mtp_layers.*) and Qwen3.5's vision tower (model.visual.*) are not built, so not
+        # exported by the trainer (export_hf copies the vision tower from the template: test_convert.py)
+        exports[name] = dict(exported=exported, expected=sorted(n for n in ref_sd if ".mtp_layers." not in n
+                                                                and not n.startswith("model.visual.")))
         logits = forward_logits(chunks, ids)
         if logits is None:
             continue
@@ -176,7 +181,8 @@ def test_parity_pp2(tiny_ckpts):
 @pytest.mark.slow
 def test_parity_moe_ep2(tiny_ckpts):
     # EP=2 over 2 data-parallel ranks: each rank holds 2 of the 4 experts; both ranks check their logits
-    moe = ["qwen3_moe", "glm4_moe", "deepseek_v3", "kimi_k2", "minimax_m2", "qwen2_moe", "glm4_moe_lite"]
+    moe = ["qwen3_moe", "glm4_moe", "deepseek_v3", "kimi_k2", "minimax_m2", "qwen2_moe", "glm4_moe_lite", "qwen3_next",
+           "qwen3_5_moe"]
     results = run_ranks(parity_rank, 2, tiny_ckpts, 1, 1, 2, moe)
     _check(results, len(moe))
     for diffs, _ in results:

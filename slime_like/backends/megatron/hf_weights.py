@@ -28,6 +28,7 @@ import shutil
 import torch
 import torch.distributed as dist
 
+from slime_like.backends.megatron import hf_linear_attention as hybrid
 from slime_like.backends.megatron.model import ValueHead, padded_vocab_size
 from slime_like.config.hf_config import dropped_mtp_note, family_of, read_hf_config
 
@@ -64,7 +65,8 @@ _BLOCK_SPARSE_MOE = [(re.compile(r"\.mlp\.gate\.e_score_correction_bias$"),
                      (re.compile(r"\.mlp\.experts\.(\d+)\.up_proj\."), r".block_sparse_moe.experts.\1.w3."),
                      (re.compile(r"\.mlp\.experts\.(\d+)\.down_proj\."), r".block_sparse_moe.experts.\1.w2.")]
 
-# Qwen2-MoE names its one shared expert in the singular
+_VLM_TEXT = re.compile(r"^model\.")
+# Qwen2-MoE (and Qwen3-Next / Qwen3.5) name their one shared expert in the singular
 _SINGULAR_SHARED_EXPERT = [(re.compile(r"\.mlp\.shared_experts\."), ".mlp.shared_expert.")]
 
 
@@ -84,6 +86,20 @@ _MLA = {
 }
 
 
+# gated delta net (gated_delta_net.py): mcore-style names <- HF linear_attn.*; in_proj is [q; k; v; z; beta; alpha]
+# (each section split over TP), which Qwen3.5 keeps as four tensors and Qwen3-Next as two, interleaved per key head
+_GATED_DELTA_NET = {
+    "self_attention.in_proj.weight": ("gdn_in", None),
+    "self_attention.conv1d.weight": ("gdn_conv", ["conv1d.weight"]),
+    "self_attention.dt_bias": ("copy", ["dt_bias"]),
+    "self_attention.A_log": ("copy", ["A_log"]),
+    "self_attention.out_norm.weight": ("copy", ["norm.weight"]),
+    "self_attention.out_proj.weight": ("copy", ["out_proj.weight"]),
+}
+_GDN_IN_PROJ = {"qwen3_next": ["in_proj_qkvz.weight", "in_proj_ba.weight"],
+                "qwen3_5": ["in_proj_qkv.weight", "in_proj_z.weight", "in_proj_b.weight", "in_proj_a.weight"]}
+
+
 def unwrap(module):
     """Strip DDP / Float16Module wrappers (they keep the model in `.module`)."""
     while hasattr(module, "module"):
@@ -92,11 +108,16 @@ def unwrap(module):
 
 
 def _rule(name: str, chunk, args):
-    """(kind, hf_names) for one mcore parameter; kind in copy | vocab | qkv | gate_up | gate_up_fused | skip."""
+    """(kind, hf_names) for one mcore parameter; kind in copy | vocab | qkv | gate_up | gate_up_fused | gdn_in |
+    gdn_conv | skip."""
     kind, names = _generic_rule(name, chunk, args)
-    renames = {"minimax_m2": _BLOCK_SPARSE_MOE, "qwen2_moe": _SINGULAR_SHARED_EXPERT}.get(args.hf_model_type, [])
+    family = family_of({"model_type": args.hf_model_type})
+    renames = _BLOCK_SPARSE_MOE if args.hf_model_type == "minimax_m2" else \
+        _SINGULAR_SHARED_EXPERT if family.shared_expert_gate else []  # Qwen2-MoE, Qwen3-Next, Qwen3.5
     for pattern, repl in renames:
         names = [pattern.sub(repl, n) for n in names]
+    if args.hf_text_of_vlm:  # Qwen3.5: the text model of a vision-language checkpoint
+        names = [_VLM_TEXT.sub("model.language_model.", n) for n in names]
     return kind, names
 
 
@@ -120,6 +141,11 @@ def _generic_rule(name: str, chunk, args):
         return _MLA[rest][0], [pre + _MLA[rest][1]]
     if rest in _SIMPLE:
         return "copy", [pre + _SIMPLE[rest]]
+    if rest in _GATED_DELTA_NET:  # Qwen3-Next / Qwen3.5 linear-attention layers
+        kind, hf = _GATED_DELTA_NET[rest]
+        if kind == "gdn_in":
+            hf = _GDN_IN_PROJ["qwen3_next" if args.hf_model_type == "qwen3_next" else "qwen3_5"]
+        return kind, [f"{pre}linear_attn.{n}" for n in hf]
     if rest.startswith("self_attention.linear_qkv.") and rest.rsplit(".", 1)[1] in ("weight", "bias"):
         kind = rest.rsplit(".", 1)[1]
         return "qkv", [f"{pre}self_attn.{p}_proj.{kind}" for p in "qkv"]
@@ -176,8 +202,10 @@ def _heads(args):
 
 def _merge(kind, tensors, args):
     """HF tensors -> one full (unsharded) mcore tensor."""
-    if kind in ("copy", "gate_up_fused"):
+    if kind in ("copy", "gate_up_fused", "gdn_conv"):
         return tensors[0]
+    if kind == "gdn_in":
+        return hybrid.merge_in_proj(tensors, args)
     if kind == "vocab":
         t = tensors[0]
         pad = padded_vocab_size(args) - t.shape[0]
@@ -185,43 +213,63 @@ def _merge(kind, tensors, args):
     if kind == "gate_up":
         return torch.cat(tensors)
     heads, groups, hd = _heads(args)  # qkv: per KV group [q (heads/groups rows of hd), k, v]
+    if _gated(args):  # + the gates of the group's heads after its queries
+        return hybrid.merge_gated_qkv(*tensors, groups, hd)
     q, k, v = (t.reshape(n, -1, *t.shape[1:]) for t, n in zip(tensors, (groups, groups, groups)))
     return torch.cat([q, k, v], dim=1).reshape(-1, *tensors[0].shape[1:])
 
 
 def _split(kind, full, args, hf_vocab):
     """Full mcore tensor -> HF tensors (inverse of _merge)."""
-    if kind in ("copy", "gate_up_fused"):
+    if kind in ("copy", "gate_up_fused", "gdn_conv"):
         return [full]
+    if kind == "gdn_in":
+        return hybrid.split_in_proj(full, args, len(_GDN_IN_PROJ["qwen3_next" if args.hf_model_type == "qwen3_next"
+                                                                  else "qwen3_5"]))
     if kind == "vocab":
         return [full[:hf_vocab]]
     if kind == "gate_up":
         return list(full.chunk(2))
     heads, groups, hd = _heads(args)
+    if _gated(args):
+        return hybrid.split_gated_qkv(full, heads, groups, hd)
     per = heads // groups * hd
     g = full.reshape(groups, per + 2 * hd, *full.shape[1:])
     q, k, v = g[:, :per], g[:, per:per + hd], g[:, per + hd:]
     return [x.reshape(-1, *full.shape[1:]) for x in (q, k, v)]
 
 
-def _shard(kind, full, param, rank, size):
+def _gated(args) -> bool:
+    return bool(args.attention_output_gate or args.use_gated_attention)
+
+
+def _sections(kind, full_rows: int, args):
+    """Rows of the sections split over TP one by one ([gate; up]: two halves; gated delta net: hf_linear_attention)."""
+    if kind in ("gate_up", "gate_up_fused"):
+        return [full_rows // 2] * 2
+    return hybrid.tp_sections(kind, args)
+
+
+def _shard(kind, full, param, rank, size, args):
     if not getattr(param, "tensor_model_parallel", False) or size == 1:
         return full
     dim = param.partition_dim
-    if kind in ("gate_up", "gate_up_fused"):  # each half is split over TP so every rank holds [gate_r; up_r]
-        return torch.cat([h.chunk(size, dim=dim)[rank] for h in full.chunk(2, dim=0)], dim=0)
+    sections = _sections(kind, full.shape[0], args)
+    if sections:  # each section is split over TP so every rank holds e.g. [gate_r; up_r]
+        return torch.cat([h.chunk(size, dim=dim)[rank] for h in full.split(sections, dim=0)], dim=0)
     return full.chunk(size, dim=dim)[rank]
 
 
-def _unshard(kind, local, param, size, group):
+def _unshard(kind, local, param, size, group, args):
     if not getattr(param, "tensor_model_parallel", False) or size == 1:
         return local
     parts = [torch.empty_like(local) for _ in range(size)]
     dist.all_gather(parts, local.contiguous(), group=group)
     dim = param.partition_dim
-    if kind in ("gate_up", "gate_up_fused"):
-        halves = [p.chunk(2, dim=0) for p in parts]
-        return torch.cat([torch.cat([h[i] for h in halves], dim=dim) for i in range(2)], dim=0)
+    sections = _sections(kind, local.shape[0] * size, args)
+    if sections:
+        pieces = [p.split([n // size for n in sections], dim=0) for p in parts]
+        return torch.cat([torch.cat([p[i] for p in pieces], dim=dim) for i in range(len(sections))], dim=0)
     return torch.cat(parts, dim=dim)
 
 
@@ -269,7 +317,7 @@ def load_hf_weights(model_chunks, hf_dir: str, args):
                 continue
             full = _merge(kind, [reader.get(n) for n in hf_names], args)
             rank, size, _ = _tp_group(name)
-            local = _shard(kind, full, param, rank, size)
+            local = _shard(kind, full, param, rank, size, args)
             if local.shape != param.shape:
                 raise ValueError(f"{name} <- {hf_names}: HF gives {tuple(local.shape)} for this rank, the model "
                                  f"expects {tuple(param.shape)}; do the model flags match {hf_dir}/config.json?")
@@ -295,7 +343,7 @@ def iter_hf_weights(model_chunks, args, hf_vocab_size: int | None = None):
             if kind == "skip" or (name == "output_layer.weight" and tied):
                 continue  # tied: the HF model has no lm_head tensor
             _, size, group = _tp_group(name)
-            full = _unshard(kind, param.detach(), param, size, group)
+            full = _unshard(kind, param.detach(), param, size, group, args)
             pieces = [(hf_names, full)]
             if ".experts." in name and ps.get_expert_model_parallel_world_size() > 1:
                 pieces = _gather_experts(name, chunk, args, full)
@@ -335,6 +383,9 @@ def export_hf(model_chunks, args, out_dir: str, template_hf_dir: str):
     tensors = {n: t.to(device="cpu", dtype=dtype, copy=True).contiguous()
                for n, t in iter_hf_weights(model_chunks, args, cfg["vocab_size"])}
     pp, stage = ps.get_pipeline_model_parallel_world_size(), ps.get_pipeline_model_parallel_rank()
+    if args.hf_text_of_vlm and tensors and stage == 0:  # Qwen3.5: the vision tower the trainer does not build
+        reader = _HFReader(template_hf_dir)
+        tensors.update({k: reader.get(k) for k in sorted(reader.where) if k.startswith("model.visual.")})
     fname = "model.safetensors" if pp == 1 else f"model-{stage + 1:05d}-of-{pp:05d}.safetensors"
     os.makedirs(out_dir, exist_ok=True)
     if tensors:

@@ -93,6 +93,9 @@ def transformer_config_from_args(args):
         calculate_per_token_loss=args.calculate_per_token_loss,
         deterministic_mode=bool(args.deterministic_mode),
         rotary_interleaved=bool(args.rotary_interleaved),  # GLM-4: RoPE on interleaved pairs
+        # Qwen3-Next / Qwen3.5: sigmoid gate on the attention output (slime passes both spellings), 1 + weight norms
+        attention_output_gate=bool(args.attention_output_gate or args.use_gated_attention),
+        layernorm_zero_centered_gamma=bool(args.apply_layernorm_1p),
         cuda_graph_scope=[],  # mcore's default 'full' is deprecated (a warning per model) and means the same
     )
     if kw.get("fp8"):
@@ -210,14 +213,23 @@ def layer_spec(config, args, vp_stage=None):
                                                           get_gpt_layer_local_spec,
                                                           get_gpt_layer_with_transformer_engine_spec)
 
-    from slime_like.config.slime_paths import BUILT_SPECS, MINIMAX_M2_SPEC
+    from slime_like.config.slime_paths import BUILT_SPECS, LINEAR_ATTENTION_SPECS, MINIMAX_M2_SPEC
 
     spec_flag = tuple(args.spec or ())
     if spec_flag and spec_flag not in BUILT_SPECS:  # the launch check says so first (config/support.py)
         raise ValueError(f"--spec {' '.join(spec_flag)}: custom layer specs are not built; of slime's plugins only "
                          + " and ".join(f"`--spec {' '.join(s)}`" for s in BUILT_SPECS) + " are")
     te, mla = uses_te_spec(args), config.multi_latent_attention
-    if config.num_moe_experts:  # a block spec: dense and MoE layers may alternate (moe_layer_freq)
+    hybrid = spec_flag in LINEAR_ATTENTION_SPECS
+    if hybrid or (config.layernorm_zero_centered_gamma and not te):  # Qwen3-Next / Qwen3.5 (linear_attention_spec.py)
+        from slime_like.backends.megatron import linear_attention_spec as hybrid_spec
+
+        spec = hybrid_spec.block_spec_for(config, te, vp_stage)
+        if not te:
+            spec = hybrid_spec.use_zero_centered_norms(spec)
+        if hybrid:
+            spec = hybrid_spec.use_linear_attention(spec, config, args.hf_linear_attention, te, vp_stage)
+    elif config.num_moe_experts:  # a block spec: dense and MoE layers may alternate (moe_layer_freq)
         spec = get_gpt_decoder_block_spec(config, use_transformer_engine=te, normalization=config.normalization,
                                           vp_stage=vp_stage)
     elif te:

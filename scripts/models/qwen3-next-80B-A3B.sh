@@ -1,0 +1,34 @@
+# Qwen/Qwen3-Next-80B-A3B (model_type qwen3_next: gated delta net + gated attention, MoE): values of slime's scripts/models/qwen3-next-80B-A3B.sh
+# (tests/config/published_configs.py; regenerate: python -m slime_like.tools.model_args DIR). The gated delta net's
+# sizes and layer_types are read from --hf-checkpoint's config.json, as slime's spec reads them: see docs/configuration.md
+MODEL_ARGS=(
+   --swiglu
+   --num-layers 48
+   --hidden-size 2048
+   --ffn-hidden-size 5120
+   --num-attention-heads 16
+   --group-query-attention
+   --num-query-groups 2
+   --kv-channels 256
+   --use-rotary-position-embeddings
+   --disable-bias-linear
+   --qk-layernorm
+   --spec slime_plugins.models.qwen3_next get_qwen3_next_spec
+   --attention-output-gate
+   --use-gated-attention
+   --apply-layernorm-1p
+   --normalization RMSNorm
+   --norm-epsilon 1e-06
+   --rotary-base 10000000
+   --rotary-percent 0.25
+   --vocab-size 151936
+   --untie-embeddings-and-output-weights
+   --num-experts 512
+   --moe-router-topk 10
+   --moe-ffn-hidden-size 512
+   --moe-layer-freq "[1]*48"
+   --moe-shared-expert-intermediate-size 512
+   --moe-shared-expert-gate
+   --moe-router-score-function softmax
+   --moe-aux-loss-coeff 0.0
+)
