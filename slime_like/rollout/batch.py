@@ -120,20 +120,25 @@ def to_train_batch(args, samples) -> dict:
     raw_all, shaped_all = _rewards(args, groups)
     _check_finite(groups, raw_all, shaped_all)
     flat = [s for g in groups for s in g]
+    with_lp = _has_rollout_log_probs(args, flat)
     for s, r, adv in zip(flat, raw_all, shaped_all):
-        if not (len(s.loss_mask) == len(s.rollout_log_probs) == s.response_length):
+        lp = len(s.rollout_log_probs) if with_lp else s.response_length
+        if not (len(s.loss_mask) == lp == s.response_length):
             raise ValueError(f"sample {s.index} (prompt {s.group_index}): response_length "
                              f"{s.response_length}, loss_mask {len(s.loss_mask)}, rollout_log_probs "
-                             f"{len(s.rollout_log_probs)} must be equal")
+                             f"{len(s.rollout_log_probs or ())} must be equal")
         batch["tokens"].append(list(s.tokens))
         batch["response_lengths"].append(s.response_length)
         batch["loss_masks"].append([0] * s.response_length if s.remove_sample
                                    else list(s.loss_mask))
         batch["rewards"].append(float(adv))
         batch["raw_rewards"].append(float(r))
-        batch["rollout_log_probs"].append(list(s.rollout_log_probs))
+        if with_lp:
+            batch["rollout_log_probs"].append(list(s.rollout_log_probs))
         batch["sample_indices"].append(s.index)
         batch["truncated"].append(int(s.status == Status.TRUNCATED))
+    if not with_lp:
+        del batch["rollout_log_probs"]
     _teacher_column(batch, flat)
     _multimodal_column(batch, flat)
     if args.use_rollout_routing_replay:   # the trainer replays the engine's routing (megatron/routing_replay.py)
@@ -141,6 +146,25 @@ def to_train_batch(args, samples) -> dict:
     if args.keep_old_actor:  # the trainer scores each sample with the weights that wrote it
         batch["weight_versions"] = [_oldest_version(s) for s in flat]
     return batch
+
+
+def _has_rollout_log_probs(args, samples) -> bool:
+    """Whether the batch carries the engine's log-probs. A custom generate function may return none (slime's
+    tau-bench asks the engine for text only): as in slime the column is then left out, and the trainer scores the
+    samples itself; a batch where only some samples have them, or a flag that reads them, is an error."""
+    missing = [s for s in samples if not s.rollout_log_probs]
+    if not missing:
+        return True
+    if len(missing) < len(samples):
+        s = missing[0]
+        raise ValueError(f"sample {s.index} (prompt {s.group_index}) has no rollout_log_probs while other samples of "
+                         "the batch do: a custom generate function must return the engine's log-probs for all or none")
+    needing = [f for f, on in (("--use-tis", args.use_tis), ("--use-rollout-logprobs", args.use_rollout_logprobs),
+                               ("--get-mismatch-metrics", args.get_mismatch_metrics)) if on]
+    if needing:
+        raise ValueError(f"{' / '.join(needing)} read the engine's log-probs, but the samples have no "
+                         "rollout_log_probs (the generate function did not ask for return_logprob)")
+    return False
 
 
 def _oldest_version(sample) -> int | None:

@@ -225,12 +225,12 @@ async def _generate_one(args, sample: Sample, sampling_params: dict) -> list[Sam
 
 
 def _checked_output(fn, out, sample: Sample) -> list[Sample]:
-    """A custom generate's answer as a list: one Sample, or (as slime allows) a non-empty list of Samples that
-    all replace this one in its prompt's group (multi-sample per prompt; they share its group_index, so the
+    """A custom generate's answer as a list: one Sample (this one or a new one), or (as slime allows) a non-empty
+    list of Samples; they all replace this one in its prompt's group (multi-sample per prompt; they share its group_index, so the
     group step and --group-rm see them together)."""
     name = f"--custom-generate-function-path {fn.__module__}.{fn.__name__}"
     if isinstance(out, Sample):
-        return [out]
+        out = [out]    # possibly a new Sample (slime's tau-bench builds one from its trajectory)
     if not isinstance(out, (list, tuple)) or not out or not all(isinstance(s, Sample) for s in out):
         got = type(out).__name__ if not isinstance(out, (list, tuple)) else \
             f"a {type(out).__name__} of {[type(s).__name__ for s in out][:5]}"
@@ -303,5 +303,9 @@ async def generate_group(args, group: list[Sample], sampling_params: dict, rollo
         if hooks:   # --rollout-sample-hook-path: once per generated sample, right before its reward
             group[:] = [await apply_sample_hooks(args, s, hooks, rollout_id=rollout_id, evaluation=evaluation)
                         if s.reward is None else s for s in group]
-        await assign_rewards(args, group)
+        # as slime's generate_and_rm: a reward the generate function set itself (multi_agent, tau-bench) stands;
+        # --group-rm scores the whole group
+        unscored = group if args.group_rm else [s for s in group if s.reward is None]
+        if unscored:
+            await assign_rewards(args, unscored)
     return group

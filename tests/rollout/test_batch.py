@@ -90,3 +90,21 @@ def test_reward_category_shares():
                         {"score": -1.0, "why": "format"}, {"score": 1.0, "why": "ok"}], 2)
     m = category_metrics(make_args(log_reward_category="why"), samples)
     assert m == {"rollout/why/format": 0.5, "rollout/why/ok": 0.5}
+
+
+def test_samples_without_rollout_log_probs():
+    """slime's tau-bench returns no log-probs: the batch leaves the column out (the trainer scores the samples
+    itself); a batch mixing both, or a flag reading them, is an error naming why."""
+    samples = _samples([1.0, 0.0], 2)
+    for s in samples:
+        s.rollout_log_probs = []
+    b = to_train_batch(_args("grpo"), samples)
+    assert "rollout_log_probs" not in b and b["loss_masks"] == [[1, 1], [1, 1]]
+    samples[0].rollout_log_probs = [-0.5, -0.5]
+    with pytest.raises(ValueError, match="sample 1 .* has no rollout_log_probs while other samples of the batch do"):
+        to_train_batch(_args("grpo"), samples)
+    samples[0].rollout_log_probs = None
+    args = _args("grpo")
+    args.use_tis = True
+    with pytest.raises(ValueError, match="--use-tis read the engine's log-probs, but the samples have no"):
+        to_train_batch(args, samples)
