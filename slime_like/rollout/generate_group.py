@@ -98,6 +98,7 @@ class GenerateState(metaclass=_RolloutSingleton):
         # slime's attribute: the model's processor when the run reads images (--multimodal-keys), else None; here
         # a multimodal.processor.VisionProcessor (tokenizer + image processor + chat template)
         self.processor = multimodal_processor(args)
+        self.placeholder_ids = vision_placeholder_ids(args, tokenizer)
         self.semaphore = Slots(int(args.sglang_server_concurrency) * len(pool.urls))
         if args.use_rollout_routing_replay:           # SGLang's request field: the engine reports each token's experts
             pool.request_extras["return_routed_experts"] = True
@@ -134,6 +135,39 @@ class GenerateState(metaclass=_RolloutSingleton):
         await self.pool.abort_all()
 
 
+def vision_placeholder_ids(args, tokenizer) -> frozenset:
+    """A vision-language checkpoint's image / video placeholder token ids (empty for a text model)."""
+    import json
+    import os
+
+    path = os.path.join(args.hf_checkpoint or "", "config.json")
+    if tokenizer is None or not os.path.isfile(path):
+        return frozenset()
+    with open(path) as f:
+        if "vision_config" not in json.load(f):
+            return frozenset()
+    ids = (tokenizer.convert_tokens_to_ids(t) for t in ("<|image_pad|>", "<|video_pad|>"))
+    return frozenset(i for i in ids if isinstance(i, int) and i != tokenizer.unk_token_id)
+
+
+def _cut_at_placeholder(sample: Sample, new_ids: list, new_lps: list, out: dict):
+    """A vision-language model that samples an image / video placeholder token has written a token with no image
+    behind it: no forward can score it (transformers' Qwen-VL models fill every placeholder with an image's
+    features). The response ends before it, as a truncation (sample.metadata['cut_at_placeholder'] = True); a
+    response with nothing before it fails (its group is counted failed and another prompt is drawn)."""
+    try:
+        ids = current_state().placeholder_ids
+    except RuntimeError:
+        return new_ids, new_lps, out
+    cut = next((i for i, t in enumerate(new_ids) if t in ids), None)
+    if cut is None:
+        return new_ids, new_lps, out
+    sample.metadata["cut_at_placeholder"] = True
+    meta = dict(out.get("meta_info") or {}, finish_reason={"type": "length", "length": cut})
+    text = current_state().tokenizer.decode(new_ids[:cut]) if current_state().tokenizer is not None else ""
+    return new_ids[:cut], new_lps[:cut], dict(out, text=text, meta_info=meta)
+
+
 def append_engine_output(sample: Sample, out: dict, loss_mask_value: int = 1) -> int:
     """Append one /generate answer to the sample (tokens, log-probs, mask, text, status); returns #tokens."""
     meta = out.get("meta_info") or {}
@@ -143,6 +177,9 @@ def append_engine_output(sample: Sample, out: dict, loss_mask_value: int = 1) ->
                               f"keys: {sorted(meta)}")
     new_ids = [int(t) for _, t, *_ in lp]
     new_lps = [float(v) for v, *_ in lp]
+    n_answered = len(new_ids)
+    new_ids, new_lps, out = _cut_at_placeholder(sample, new_ids, new_lps, out)
+    meta = out.get("meta_info") or {}
     sample.tokens += new_ids
     sample.response_length += len(new_ids)
     sample.loss_mask += [loss_mask_value] * len(new_ids)
@@ -153,6 +190,8 @@ def append_engine_output(sample: Sample, out: dict, loss_mask_value: int = 1) ->
         sample.weight_versions.append(str(meta["weight_version"]))
     kind = (meta.get("finish_reason") or {}).get("type")
     sample.status = {"length": Status.TRUNCATED, "abort": Status.ABORTED}.get(kind, Status.COMPLETED)
+    if len(new_ids) < n_answered and not sample.response_length:
+        sample.status = Status.FAILED   # nothing before the placeholder: the group is counted failed, not trained
     if meta.get("routed_experts") is not None:     # --use-rollout-routing-replay: the whole sequence's routing
         if meta.get("routed_experts_start_len"):
             raise GenerationError("the engine answered routed_experts from position "

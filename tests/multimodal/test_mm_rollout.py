@@ -104,3 +104,29 @@ def test_multi_turn_with_images(tmp_path, tiny_vlm_ckpt, vlm_engine, hf_vlm):
     for i in trained:
         pos = s.prompt_length + i
         assert abs(float(logp[pos - 1, s.tokens[pos]]) - s.rollout_log_probs[i]) < 1e-4
+
+
+def test_sampled_placeholder_tokens_end_the_response(tmp_path, tiny_vlm_ckpt, vlm_engine):
+    """A random tiny VLM at temperature 1 samples <|image_pad|> / <|video_pad|> now and then (2 of 128 ids: about
+    8 in these 512 tokens); no trainer can score such a token, so the response ends before it. Every sample that
+    reaches training has exactly its images' placeholder tokens."""
+    from slime_like.multimodal.processor import image_token_counts, load_processor
+
+    proc = load_processor(tiny_vlm_ckpt)
+    placeholders = {proc.image_token_id, proc.tokenizer.convert_tokens_to_ids("<|video_pad|>")}
+    args = _args(tiny_vlm_ckpt, _data(tmp_path, n=8), "--rollout-max-response-len", "16", "--rollout-batch-size", "4",
+                 "--n-samples-per-prompt", "8", "--rollout-temperature", "1")
+    args.rollout_greedy = False
+    ctl = RolloutController(args, [vlm_engine])
+    try:
+        samples, metrics = ctl.generate(0)
+    finally:
+        ctl.close()
+    cut = [s for s in samples if s.metadata.get("cut_at_placeholder")]
+    assert cut, "no placeholder was sampled in 512 tokens"
+    for s in samples:
+        assert not placeholders & set(s.tokens[s.prompt_length:])
+        assert s.tokens.count(proc.image_token_id) == sum(image_token_counts(
+            proc, s.multimodal_train_inputs["image_grid_thw"]))
+        assert s.response_length >= 1
+    assert all(s.response_length < 16 and s.status.value == "truncated" for s in cut)

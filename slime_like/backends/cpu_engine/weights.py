@@ -139,14 +139,27 @@ def check_inside(path: str, allowed_dirs: list[str], what: str) -> None:
 
 
 def load_from_disk(model, model_path: str, allowed_dirs: list[str]) -> int:
-    """Load every ``*.safetensors`` file of a Hugging Face model dir into the model in place."""
+    """Load every ``*.safetensors`` file of a Hugging Face model dir into the model in place. A file key that is not
+    a parameter name goes through transformers' own checkpoint renaming for the model first (Qwen2.5-VL's
+    save_pretrained writes 'model.embed_tokens.*' / 'visual.*' for the modules 'model.language_model.*' /
+    'model.visual.*')."""
     from safetensors.torch import load_file
 
     files = weight_files(model_path, allowed_dirs)
+    params, rename = _params(model), _checkpoint_renamer(model)
     n = 0
     for f in files:
-        n += load_named_tensors(model, load_file(f).items())
+        n += load_named_tensors(model, ((k if k in params else rename(k), t) for k, t in load_file(f).items()))
     return n
+
+
+def _checkpoint_renamer(model):
+    """checkpoint key -> module name by the model's WeightRenaming transforms (identity when it has none)."""
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import WeightRenaming, apply_renamings
+
+    renamings = [t for t in get_model_conversion_mapping(model) if isinstance(t, WeightRenaming)]
+    return (lambda key: apply_renamings(key, renamings)) if renamings else (lambda key: key)
 
 
 def release(model) -> dict[str, tuple]:
