@@ -142,6 +142,7 @@ ADVANTAGE_ESTIMATORS = Registry("--advantage-estimator", "advantage estimator")
 # supports_lora             trains LoRA adapters (--lora-rank); the KL reference is the base with adapters off
 # saves_hf                  writes --save-hf exports itself
 # fp32_sharded_params       computes in bf16 / fp16 over fp32 sharded parameters (FSDP2 mixed precision)
+# trains_images             trains vision-language models on the samples' multimodal_train_inputs (--multimodal-keys)
 TRAINER_BACKENDS.register(
     "megatron", "slime_like.backends.megatron.trainer:MegatronTrainer", flag_group="perf/parallelism",
     capabilities={"keeps_pushed_weights", "distributed_optimizer", "megatron_checkpoints", "megatron_hooks",
@@ -150,7 +151,7 @@ TRAINER_BACKENDS.register(
     why_no_lora="its fused layers and distributed optimizer are not wired for adapters")
 TRAINER_BACKENDS.register(
     "fsdp", "slime_like.backends.fsdp.trainer:FSDPTrainer", flag_group="fsdp / LoRA",
-    capabilities={"supports_lora", "saves_hf", "fp32_sharded_params"},
+    capabilities={"supports_lora", "saves_hf", "fp32_sharded_params", "trains_images"},
     validator="slime_like.config.trainer_fsdp:check_fsdp_backend", display="the FSDP trainer")
 
 # ---- rollout engines: capabilities -----------------------------------------------------------------------------

@@ -226,9 +226,14 @@ def check_multimodal(args):
 
 def check_multimodal_engine(args):
     """--multimodal-keys needs a rollout engine that takes images with token-id prompts (needs the resolved
-    --rollout-engine)."""
-    from slime_like.registry import ROLLOUT_ENGINES
+    --rollout-engine) and a trainer that trains on the images (never silently on the tokens alone)."""
+    from slime_like.registry import ROLLOUT_ENGINES, TRAINER_BACKENDS
 
+    backend = args.train_backend
+    if args.multimodal_keys and backend in TRAINER_BACKENDS and not TRAINER_BACKENDS.has(backend, "trains_images"):
+        having = " and ".join(map(TRAINER_BACKENDS.display, TRAINER_BACKENDS.with_capability("trains_images")))
+        raise ConfigError(f"--multimodal-keys with --train-backend {backend}: {TRAINER_BACKENDS.display(backend)} "
+                          f"does not train on images (registry capability trains_images); use {having}")
     engine = args.rollout_engine
     media = args.multimodal_keys or any((d["overrides"].get("multimodal_keys") for d in args.eval_datasets or ()))
     if media and engine in ROLLOUT_ENGINES and not ROLLOUT_ENGINES.has(engine, "serves_images"):

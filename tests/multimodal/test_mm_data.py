@@ -21,7 +21,7 @@ def _args(ckpt, data, *flags):
     return make_args("--hf-checkpoint", ckpt, "--prompt-data", data, "--input-key", "prompt", "--label-key", "label",
                      "--num-rollout", "1", "--colocate", "--actor-num-gpus-per-node", "1", "--num-gpus-per-node", "1",
                      "--rollout-max-response-len", "4", "--rollout-batch-size", "2", "--n-samples-per-prompt", "2",
-                     "--multimodal-keys", KEYS, *flags, validate=True)
+                     "--multimodal-keys", KEYS, "--train-backend", "fsdp", *flags, validate=True)
 
 
 @pytest.fixture
@@ -127,7 +127,7 @@ def test_preflight_lists_every_bad_image_before_ray(tmp_path, tiny_vlm_ckpt, cap
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     argv = ["--hf-checkpoint", tiny_vlm_ckpt, "--prompt-data", str(path), "--input-key", "prompt", "--label-key",
             "label", "--num-rollout", "1", "--rollout-batch-size", "2", "--colocate", "--actor-num-gpus-per-node", "1",
-            "--num-gpus-per-node", "1", "--multimodal-keys", KEYS]
+            "--num-gpus-per-node", "1", "--multimodal-keys", KEYS, "--train-backend", "fsdp"]
     for extra in (["--dry-run"], []):
         try:
             code = train.main(argv + extra)
@@ -177,3 +177,15 @@ def test_vllm_engine_is_refused_with_images(tmp_path, tiny_vlm_ckpt):
                                           r"images .* use SGLang and the CPU engine"):
         _args(tiny_vlm_ckpt, str(path), "--rollout-engine", "vllm")
     assert _args(tiny_vlm_ckpt, str(path), "--rollout-engine", "cpu").rollout_engine == "cpu"
+
+
+def test_a_trainer_without_images_is_refused(tmp_path, tiny_vlm_ckpt):
+    """The Megatron trainer (slime_like's default backend) has no vision path yet: --multimodal-keys with it is an
+    error before any work, not a run that trains on the tokens alone."""
+    from slime_like.config.errors import ConfigError
+
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"prompt": "x", "label": "1"}\n')
+    with pytest.raises(ConfigError, match=r"--multimodal-keys with --train-backend megatron: the Megatron trainer "
+                                          r"does not train on images .* use the FSDP trainer"):
+        _args(tiny_vlm_ckpt, str(path), "--train-backend", "megatron")

@@ -41,7 +41,7 @@ def _args(ckpt, data, *flags):
     return make_args("--hf-checkpoint", ckpt, "--prompt-data", data, "--input-key", "prompt", "--label-key", "label",
                      "--num-rollout", "1", "--colocate", "--actor-num-gpus-per-node", "1", "--num-gpus-per-node", "1",
                      "--rollout-max-response-len", "5", "--rollout-batch-size", "2", "--n-samples-per-prompt", "2",
-                     "--rollout-greedy", "--multimodal-keys", '{"image": "images"}',
+                     "--rollout-greedy", "--multimodal-keys", '{"image": "images"}', "--train-backend", "fsdp",
                      "--custom-rm-path", "rollout_rewards_for_tests.reward_length", *flags, validate=True)
 
 
