@@ -2,6 +2,7 @@
 
     POST /s/{session}/v1/chat/completions   messages (+ tools) -> the chat template -> /generate through the pool
     POST /s/{session}/v1/completions        prompt text -> /generate
+    (either with "stream": true: server-sent events, openai_stream.py)
     GET  /s/{session}/v1/models
 
 Each sample's agent gets its own session in the base URL. The session records one token trajectory, as slime's
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from ..utils.auth import authorized
+from . import openai_stream
 
 TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
 MAX_BODY = 16 << 20
@@ -124,8 +126,11 @@ class OpenAIProxy:
             raise ProxyError("the body is not JSON") from None
         if not isinstance(body, dict):
             raise ProxyError("the body must be a JSON object")
-        if body.get("stream"):
-            raise ProxyError("stream=true is not supported")
+        if not isinstance(body.get("stream", False), bool):
+            raise ProxyError("stream must be true or false")
+        options = body.get("stream_options")
+        if options is not None and (not body.get("stream") or not isinstance(options, dict)):
+            raise ProxyError("stream_options needs stream: true and must be an object")
         if body.get("n", 1) != 1:
             raise ProxyError("n must be 1 (one trajectory per session)")
         return body
@@ -144,8 +149,13 @@ class OpenAIProxy:
         if calls:
             message["tool_calls"] = calls
         finish = "tool_calls" if calls else _finish(out)
-        return web.json_response(_envelope("chat.completion", self.model_name, len(s.tokens), ids,
-                                           {"index": 0, "message": message, "finish_reason": finish}))
+        envelope = _envelope("chat.completion", self.model_name, len(s.tokens), ids,
+                             {"index": 0, "message": message, "finish_reason": finish})
+        if body.get("stream"):
+            pieces = openai_stream.text_pieces(self.tokenizer, ids, raw)
+            return await openai_stream.send_events(request, openai_stream.chat_chunks(
+                envelope, pieces, message, finish, _with_usage(body)))
+        return web.json_response(envelope)
 
     async def _completions(self, request):
         s, body = self.sessions[request.match_info["sid"]], await self._body(request)
@@ -162,8 +172,13 @@ class OpenAIProxy:
         out, ids = await self._run(s, delta, body)
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         s.text = prompt + text
-        return web.json_response(_envelope("text_completion", self.model_name, len(s.tokens), ids,
-                                           {"index": 0, "text": text, "finish_reason": _finish(out)}))
+        envelope = _envelope("text_completion", self.model_name, len(s.tokens), ids,
+                             {"index": 0, "text": text, "finish_reason": _finish(out)})
+        if body.get("stream"):
+            pieces = openai_stream.text_pieces(self.tokenizer, ids, text)
+            return await openai_stream.send_events(request, openai_stream.completion_chunks(
+                envelope, pieces, _finish(out), _with_usage(body)))
+        return web.json_response(envelope)
 
     # ------------------------------------------------------------------ the trajectory
     def _ids_of(self, text: str) -> list[int]:
@@ -220,6 +235,10 @@ class OpenAIProxy:
             s.weight_versions.append(str(meta["weight_version"]))
         s.calls += 1
         return out, ids
+
+
+def _with_usage(body: dict) -> bool:
+    return bool((body.get("stream_options") or {}).get("include_usage"))
 
 
 def _finish(out: dict) -> str:

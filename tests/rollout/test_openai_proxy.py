@@ -118,3 +118,88 @@ def test_hermes_tool_calls_are_parsed():
     text = 'ok <tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call> <tool_call>{bad}</tool_call>'
     (call,) = parse_tool_calls(text)
     assert call["function"]["name"] == "add" and call["function"]["arguments"] == '{"a": 1, "b": 2}'
+
+
+def test_streaming_chat_trains_exactly_the_streamed_tokens(make_args, prompt_file, tiny_ckpt):
+    """stream=True (server-sent events read by the official client): the streamed content of each turn is exactly
+    what the trajectory trains for it, with the usage chunk's token count and a finish reason per turn."""
+    from transformers import AutoTokenizer
+
+    from rollout import openai_agents_for_tests as mod
+
+    tok = AutoTokenizer.from_pretrained(tiny_ckpt)
+    mod.SEEN.clear()
+    samples, _ = _run(make_args, prompt_file, "streaming_tool_agent")
+    assert len(samples) == 4 and len(mod.SEEN) == 4
+    seen = {s["index"]: s for s in mod.SEEN}
+    for s in samples:
+        n1, n2 = seen[s.index]["usage"]
+        gen = [i for i, m in enumerate(s.loss_mask) if m == 1]
+        assert len(gen) == n1 + n2 > 0 and s.metadata["agent"]["calls"] == 2
+        resp = s.tokens[-s.response_length:]
+        assert tok.decode([resp[i] for i in gen[:n1]], skip_special_tokens=True) == seen[s.index]["answers"][0]
+        assert tok.decode([resp[i] for i in gen[n1:]], skip_special_tokens=True) == seen[s.index]["answers"][1]
+        assert len(seen[s.index]["finish"]) == 2 and set(seen[s.index]["finish"]) <= {"stop", "length"}
+        assert seen[s.index]["pieces"][0] <= n1 and seen[s.index]["pieces"][1] <= n2   # at most one per token
+    assert max(p for v in seen.values() for p in v["pieces"]) >= 2                      # in pieces, not one blob
+
+
+def test_streaming_completions(make_args, prompt_file, tiny_ckpt):
+    from transformers import AutoTokenizer
+
+    from rollout import openai_agents_for_tests as mod
+
+    tok = AutoTokenizer.from_pretrained(tiny_ckpt)
+    inserted = tok(" then ", add_special_tokens=False)["input_ids"]
+    mod.SEEN.clear()
+    samples, _ = _run(make_args, prompt_file, "streaming_completions_agent")
+    seen = {s["index"]: s for s in mod.SEEN}
+    for s in samples:
+        resp = s.tokens[-s.response_length:]
+        start = s.loss_mask.index(0)
+        assert s.loss_mask.count(0) == len(inserted) and resp[start:start + len(inserted)] == inserted
+        assert tok.decode(resp[:start], skip_special_tokens=True) == seen[s.index]["answers"][0]
+
+
+def test_streamed_tool_calls_and_refusals(tiny_ckpt):
+    """A Hermes tool call streamed: the openai client assembles the same tool_calls as without streaming."""
+    from openai import AsyncOpenAI
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_ckpt)
+    call = '<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>'
+    ids = tok(call, add_special_tokens=False)["input_ids"]
+
+    async def engine_answer(input_ids, params):   # what an engine answers when the model writes the call
+        return {"text": call, "meta_info": {"output_token_logprobs": [[-0.1, t, None] for t in ids],
+                                            "finish_reason": {"type": "stop"}}}
+
+    async def go():
+        proxy = OpenAIProxy(tok, engine_answer, "sekret")
+        await proxy.start()
+        try:
+            _, base = proxy.open_session(500)
+            client = AsyncOpenAI(base_url=base, api_key="sekret", max_retries=0)
+            msgs = [{"role": "user", "content": "add"}]
+            plain = await client.chat.completions.create(model="policy", messages=msgs, tools=[{"type": "function",
+                                                         "function": {"name": "add", "parameters": {}}}])
+            msgs += [{"role": "assistant", "content": plain.choices[0].message.content},
+                     {"role": "tool", "tool_call_id": "call_0", "content": "1"}]
+            chunks = [c async for c in await client.chat.completions.create(
+                model="policy", messages=msgs, stream=True,
+                tools=[{"type": "function", "function": {"name": "add", "parameters": {}}}])]
+            calls = [tc for c in chunks for ch in c.choices for tc in (ch.delta.tool_calls or [])]
+            assert [(tc.function.name, tc.function.arguments) for tc in calls] == \
+                [(t.function.name, t.function.arguments) for t in plain.choices[0].message.tool_calls]
+            assert [ch.finish_reason for c in chunks for ch in c.choices if ch.finish_reason] == ["tool_calls"]
+            assert "".join(ch.delta.content or "" for c in chunks for ch in c.choices) == \
+                plain.choices[0].message.content
+            import openai
+            with pytest.raises(openai.BadRequestError, match="stream_options needs stream: true"):
+                await client.chat.completions.create(model="policy", messages=msgs + [
+                    {"role": "assistant", "content": call}, {"role": "user", "content": "again"}],
+                    stream_options={"include_usage": True})
+        finally:
+            await proxy.stop()
+
+    asyncio.run(go())
