@@ -221,6 +221,10 @@ def test_unsupported_generate_fields_and_text_in_logprobs(engine, tiny_ckpt):
         run(go({"input_ids": [3, 4], "sampling_param": {}}))
     with pytest.raises(EngineError, match="lora_path"):   # no LoRA adapters on the CPU engine (docs/engines.md)
         run(go({"input_ids": [3, 4], "lora_path": "my-adapter"}))
+    # images for a text model: SGLang's image_data field is known, and refused naming the model
+    png = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
+    with pytest.raises(EngineError, match=r"image_data: this model \(Qwen2ForCausalLM\) is a text model"):
+        run(go({"input_ids": [3, 4], "image_data": [png]}))
     r = run(go({"input_ids": [3, 4], "return_logprob": True, "return_text_in_logprobs": True,
                 "sampling_params": {"max_new_tokens": 4, "temperature": 0, "ignore_eos": True}}))
     from transformers import AutoTokenizer
