@@ -38,6 +38,10 @@ class EngineActor:
                                  api_key=self.args.engine_api_key, node=node)
         return self.proc.url
 
+    def where(self) -> tuple:
+        """(Ray node id, URL of the process this actor started): the multi-node launch's check."""
+        return ray.get_runtime_context().get_node_id(), self.proc.url if self.proc else None
+
     def dist_init_addr(self) -> str:
         """host:port on this node where the ranks of an engine spanning nodes meet (its node 0)."""
         host = ray.util.get_node_ip_address()

@@ -30,6 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="most characters of prompt `text` per /generate request (400 above); send input_ids for more")
     p.add_argument("--weight-dirs", nargs="+", default=None,
                    help="directories /update_weights_from_disk may load from (default: --model-path's parent)")
+    p.add_argument("--nnodes", type=int, default=1, help="nodes of the engine (a stand-in for SGLang's: see --node-rank)")
+    p.add_argument("--node-rank", type=int, default=0,
+                   help="this process's node of the engine; above 0 it serves /health and /health_generate only, as "
+                        "SGLang's non-zero node ranks do (node 0 holds the model: the CPU engine is one rank)")
+    p.add_argument("--dist-init-addr", default=None, help="node 0's host:port (SGLang's; recorded, not dialled)")
     p.add_argument("--log-level", default="info")
     p.add_argument("--parent-pid", type=int, default=None,
                    help="exit when this process (the launcher) is gone, so a killed launcher leaves no engine behind")
@@ -82,6 +87,8 @@ def main(argv=None) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.parent_pid:
         watch_parent(args.parent_pid)
+    if args.node_rank > 0:
+        return serve_node_health(args)
     import torch
     from aiohttp import web
 
@@ -99,6 +106,23 @@ def main(argv=None) -> None:
     # handler_cancellation: a client that disconnects cancels its handler, which aborts its requests
     web.run_app(app, host=args.host, port=args.port, print=None, access_log=None, shutdown_timeout=2.0,
                 handler_cancellation=True)
+
+
+def serve_node_health(args) -> None:
+    """Node rank >= 1 of an engine spanning nodes: /health and /health_generate answer 200, nothing else is served
+    (SGLang's launch_dummy_health_check_server for its non-zero node ranks)."""
+    from aiohttp import web
+
+    async def healthy(request):
+        return web.Response(status=200)
+
+    app = web.Application()
+    for route in ("/health", "/health_generate"):
+        app.router.add_get(route, healthy)
+    logging.getLogger("slime_like.cpu_engine").info("node %d of %d (node 0 at %s): health routes on http://%s:%d",
+                                                     args.node_rank, args.nnodes, args.dist_init_addr, args.host,
+                                                     args.port)
+    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None, shutdown_timeout=2.0)
 
 
 if __name__ == "__main__":
