@@ -52,6 +52,9 @@ class ModelFamily:
     # Qwen3-Next / Qwen3.5: gated delta net layers where config.json's layer_types says linear_attention, gated
     # full attention elsewhere, zero-centred RMSNorms (1 + weight); built through slime's spec name (this one)
     linear_attention_spec: tuple = ()
+    # DeepSeek sparse attention (DeepSeek-V3.2, GLM-5): MLA whose keys an indexer narrows to the top index_topk;
+    # built as dense MLA, identical while no sample is longer than index_topk (config/sparse_attention.py)
+    sparse_attention: bool = False
     trainable: bool = False        # the Megatron trainer builds it and maps its HF weights (hf_weights.py)
     not_built: str = ""            # why the trainer refuses a family slime trains (read_hf_config says it)
 
@@ -77,6 +80,8 @@ MODEL_FAMILIES = {
     "kimi_k2": ModelFamily(biased_router=True, trainable=True),
     # MiniMax-M2: every layer MoE (sigmoid router with correction bias, no groups, no shared expert), partial RoPE
     "minimax_m2": ModelFamily(biased_router=True, qk_norm_across_heads=True, trainable=True),
+    "deepseek_v32": ModelFamily(biased_router=True, sparse_attention=True, trainable=True),
+    "glm_moe_dsa": ModelFamily(biased_router=True, sparse_attention=True, trainable=True),  # GLM-5
     "qwen3_next": ModelFamily(**_NEXT),
     # Qwen3.5's checkpoints are vision-language (model_type qwen3_5 / qwen3_5_moe, the text model's config under
     # text_config with model_type qwen3_5_text / qwen3_5_moe_text, weights under model.language_model.*): the
@@ -401,6 +406,7 @@ def fill_args_from_hf(args, hf_dir: str):
     if "kv_lora_rank" in cfg:  # YaRN's parts Megatron has no flags for (beta_fast / _slow, original length)
         out.hf_yarn = yarn_settings(cfg)
     out.hf_text_of_vlm = bool(cfg.get("_text_of_vlm"))
+    out.hf_index_topk = cfg.get("index_topk") if family_of(cfg).sparse_attention else None
     out.hf_linear_attention = linear_attention_layout(cfg)
     if out.use_rotary_position_embeddings:
         out.position_embedding_type = "rope"

@@ -7,7 +7,8 @@ Mutates the namespace only to fill derived defaults (documented per rule in docs
 from __future__ import annotations
 
 from slime_like.config import (algorithm, checkpoint, cluster, data, distillation, engines, logging_debug, model,
-                               optimizer, rewards, rollout, support, trainer_fsdp, trainer_megatron)
+                               optimizer, rewards, rollout, sparse_attention, support, trainer_fsdp,
+                               trainer_megatron)
 from slime_like.config.hf_config import check_model_against_hf, fill_model_from_hf
 from slime_like.registry import TRAINER_BACKENDS
 
@@ -50,6 +51,7 @@ def validate_args(args, report, raise_path_problems: bool = True) -> None:
     engines.check_engine_limits(args, report, cluster.cuda_visible())
     data.check_multimodal_engine(args)
     check_model_against_hf(args)
+    sparse_attention.check_length_bound(args, report)  # DeepSeek-V3.2 / GLM-5: dense only up to index_topk tokens
     model.check_routing_replay(args)      # needs the model's MoE fields (config.json fills them)
     logging_debug.derive_run_dirs(args)
     engines.derive_external(args)

@@ -14,7 +14,8 @@ import string
 
 PAD, EOS = "<pad>", "<eos>"
 ARCHS = ("qwen2", "qwen3", "qwen3_moe", "llama", "glm4", "glm4_moe", "deepseek_v3", "moonlight", "kimi_k2",
-         "minimax_m2", "qwen2_moe", "glm4_moe_lite", "mimo", "qwen3_next", "qwen3_5", "qwen3_5_moe")
+         "minimax_m2", "qwen2_moe", "glm4_moe_lite", "mimo", "qwen3_next", "qwen3_5", "qwen3_5_moe",
+         "deepseek_v32", "glm_moe_dsa")
 # ChatML-style turns, written with plain characters so the char tokenizer covers them.
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -149,6 +150,8 @@ def _latent_attention(arch: str, common: dict, head: int, num_experts: int, moe_
     """DeepSeek-V3's multi-latent attention family: DeepSeek-V3, Moonlight, Kimi-K2; None for another arch."""
     import transformers
 
+    if arch in ("deepseek_v32", "glm_moe_dsa"):
+        return _sparse_attention(arch, common, head, num_experts, moe_topk, ffn_hidden_size)
     if arch not in ("deepseek_v3", "moonlight", "kimi_k2"):
         return None
     # multi-latent attention + GLM-4.5's router; Moonlight: no q low rank, 1 group, 2 shared experts
@@ -170,6 +173,23 @@ def _latent_attention(arch: str, common: dict, head: int, num_experts: int, moe_
                                         **dict(common, num_key_value_heads=common["num_attention_heads"]))
     cls = transformers.DeepseekV3ForCausalLM
     return cfg, cls
+
+
+def _sparse_attention(arch: str, common: dict, head: int, num_experts: int, moe_topk: int, ffn_hidden_size: int):
+    """DeepSeek-V3.2 / GLM-5: DeepSeek-V3's MLA and router plus a lightning indexer keeping the top index_topk keys
+    (16: more than the tests' sequences, where the sparse attention is the dense one)."""
+    import transformers
+
+    kw = dict(n_routed_experts=num_experts, num_experts_per_tok=moe_topk, moe_intermediate_size=ffn_hidden_size // 4,
+              n_shared_experts=1, n_group=1, topk_group=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+              first_k_dense_replace=1, q_lora_rank=2 * head, kv_lora_rank=head, qk_nope_head_dim=head,
+              qk_rope_head_dim=head // 2, v_head_dim=head, index_topk=16, index_n_heads=2, index_head_dim=head,
+              **dict(common, num_key_value_heads=common["num_attention_heads"]))
+    if arch == "deepseek_v32":
+        return transformers.DeepseekV32Config(**kw), transformers.DeepseekV32ForCausalLM
+    n = common["num_hidden_layers"]
+    return (transformers.GlmMoeDsaConfig(mlp_layer_types=["dense"] + ["sparse"] * (n - 1), **kw),
+            transformers.GlmMoeDsaForCausalLM)
 
 
 def _minimax(arch: str, common: dict, head: int, num_experts: int, moe_topk: int, ffn_hidden_size: int):

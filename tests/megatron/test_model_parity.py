@@ -16,7 +16,9 @@ deepseek_v3's layout, dense / MoE layers from mlp_layer_types) and mimo (Qwen2 +
 nor exports; its reference is transformers' qwen2 on the same weights, since transformers has no mimo) and
 qwen3_next (a gated delta net layer and a gated full-attention layer with zero-centred norms, MoE with a gated shared
 expert) and qwen3_5 / qwen3_5_moe (the same layers, dense tied / MoE, in Qwen3.5's vision-language layout: its
-reference is transformers' text model loaded from the same directory).
+reference is transformers' text model loaded from the same directory) and deepseek_v32 / glm_moe_dsa (DeepSeek-V3.2 /
+GLM-5: DeepSeek-V3's layout whose lightning indexer keeps index_topk 16 >= 12 keys, so transformers' sparse attention is
+the dense one the trainer builds; the indexer tensors are neither loaded nor exported by the trainer).
 """
 import json
 import shutil
@@ -29,7 +31,8 @@ import torch
 from _dist import run_ranks, tiny_ckpts  # noqa: F401  (tiny_ckpts is a fixture)
 
 ARCHS = ["qwen2", "qwen2_untied", "qwen3", "llama", "qwen3_moe", "glm4", "glm4_moe", "deepseek_v3", "kimi_k2",
-         "minimax_m2", "qwen2_moe", "glm4_moe_lite", "mimo", "qwen3_next", "qwen3_5", "qwen3_5_moe"]
+         "minimax_m2", "qwen2_moe", "glm4_moe_lite", "mimo", "qwen3_next", "qwen3_5", "qwen3_5_moe", "deepseek_v32",
+         "glm_moe_dsa"]
 # model_type -> the transformers model_type of the same architecture, for types transformers does not have
 # (their modeling code is remote code upstream): Kimi-K2 is DeepSeek-V3's, MiMo's main model is Qwen2's
 REFERENCE_TYPE = {"kimi_k2": "deepseek_v3", "mimo": "qwen2"}
@@ -122,7 +125,8 @@ def parity_rank(rank, world, port, ckpts, tp, pp, ep, archs):
         # MTP layers (MiMo's model.mtp_layers.*) and Qwen3.5's vision tower (model.visual.*) are not built, so not
         # exported by the trainer (export_hf copies the vision tower from the template: test_convert.py)
         exports[name] = dict(exported=exported, expected=sorted(n for n in ref_sd if ".mtp_layers." not in n
-                                                                and not n.startswith("model.visual.")))
+                                                                and not n.startswith("model.visual.")
+                                                                and ".self_attn.indexer." not in n))
         logits = forward_logits(chunks, ids)
         if logits is None:
             continue
@@ -182,7 +186,7 @@ def test_parity_pp2(tiny_ckpts):
 def test_parity_moe_ep2(tiny_ckpts):
     # EP=2 over 2 data-parallel ranks: each rank holds 2 of the 4 experts; both ranks check their logits
     moe = ["qwen3_moe", "glm4_moe", "deepseek_v3", "kimi_k2", "minimax_m2", "qwen2_moe", "glm4_moe_lite", "qwen3_next",
-           "qwen3_5_moe"]
+           "qwen3_5_moe", "glm_moe_dsa"]
     results = run_ranks(parity_rank, 2, tiny_ckpts, 1, 1, 2, moe)
     _check(results, len(moe))
     for diffs, _ in results:

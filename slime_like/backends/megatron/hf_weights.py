@@ -370,6 +370,11 @@ def _gather_experts(name, chunk, args, full):
     return out
 
 
+def _kept_from_template(name: str, args) -> bool:
+    return (args.hf_text_of_vlm and name.startswith("model.visual.")) or \
+        (bool(args.hf_index_topk) and ".self_attn.indexer." in name)
+
+
 def export_hf(model_chunks, args, out_dir: str, template_hf_dir: str):
     """Write an HF checkpoint (safetensors, one file per PP stage + index; config + tokenizer from the template).
 
@@ -383,9 +388,9 @@ def export_hf(model_chunks, args, out_dir: str, template_hf_dir: str):
     tensors = {n: t.to(device="cpu", dtype=dtype, copy=True).contiguous()
                for n, t in iter_hf_weights(model_chunks, args, cfg["vocab_size"])}
     pp, stage = ps.get_pipeline_model_parallel_world_size(), ps.get_pipeline_model_parallel_rank()
-    if args.hf_text_of_vlm and tensors and stage == 0:  # Qwen3.5: the vision tower the trainer does not build
+    if tensors and stage == 0:  # what the trainer does not build: Qwen3.5's vision tower, DSA's indexers (frozen)
         reader = _HFReader(template_hf_dir)
-        tensors.update({k: reader.get(k) for k in sorted(reader.where) if k.startswith("model.visual.")})
+        tensors.update({k: reader.get(k) for k in sorted(reader.where) if _kept_from_template(k, args)})
     fname = "model.safetensors" if pp == 1 else f"model-{stage + 1:05d}-of-{pp:05d}.safetensors"
     os.makedirs(out_dir, exist_ok=True)
     if tensors:

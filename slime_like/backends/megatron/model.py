@@ -311,6 +311,21 @@ def _mask_padded_vocab(vocab: int, padded: int):
     return hook
 
 
+def _dense_attention_bound(index_topk: int):
+    """Forward pre-hook: refuse a sample longer than index_topk (positions restart at 0 in every sample, so the
+    largest position + 1 is the longest sample), where DeepSeek sparse attention differs from the dense MLA built."""
+    from slime_like.config.sparse_attention import MISSING_KERNEL
+
+    def hook(module, args, kwargs):
+        positions = kwargs.get("position_ids", args[1] if len(args) > 1 else None)
+        if positions is not None and positions.numel() and int(positions.max()) + 1 > index_topk:
+            raise ValueError(f"a sample of {int(positions.max()) + 1} tokens exceeds config.json index_topk "
+                             f"{index_topk}: DeepSeek sparse attention then attends to a subset of the keys, which "
+                             f"the dense multi-latent attention built here does not; it needs {MISSING_KERNEL}")
+
+    return hook
+
+
 def build_model(args, role: str = "actor"):
     """Build this rank's model chunk(s): a list of GPTModel, one per virtual pipeline stage (one without an
     interleaved schedule).
@@ -356,6 +371,8 @@ def _build_chunk(args, config, role: str, vp_stage, pre: bool, post: bool):
         model.output_layer = ValueHead(config)
     elif post and padded_vocab_size(args) > args.vocab_size:
         model.output_layer.register_forward_hook(_mask_padded_vocab(args.vocab_size, padded_vocab_size(args)))
+    if args.hf_index_topk:  # DeepSeek-V3.2 / GLM-5 built dense: exact only up to index_topk tokens per sample
+        model.register_forward_pre_hook(_dense_attention_bound(int(args.hf_index_topk)), with_kwargs=True)
     if torch.cuda.is_available():
         model.cuda(torch.cuda.current_device())
     for p in model.parameters():  # mcore's DDP/optimizer expect these attributes on every param
