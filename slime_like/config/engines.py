@@ -6,6 +6,7 @@ vllm_passthrough.py).
 from __future__ import annotations
 
 import importlib.util
+import os
 
 from slime_like.config.errors import ConfigError
 from slime_like.config.types import Float, Int
@@ -114,6 +115,10 @@ def check_delta_sync(args, report):
     if not args.update_weight_local_checkpoint_dir:
         problems.append("needs --update-weight-local-checkpoint-dir: the engine-host directory where each engine keeps "
                         "the full copy it patches and reloads")
+    local, others = args.update_weight_local_checkpoint_dir, (args.update_weight_disk_dir, args.hf_checkpoint)
+    if local and any(o and _nested(local, o) for o in others):
+        problems.append(f"--update-weight-local-checkpoint-dir {local} must be a directory of its own, apart from "
+                        "--update-weight-disk-dir and --hf-checkpoint (each engine replaces its files)")
     if args.colocate:
         problems.append("does not run with --colocate (as in slime: colocated weights pass through shared memory, a "
                         "handle per bucket, so diffing them only adds work)")
@@ -130,6 +135,12 @@ def check_delta_sync(args, report):
                       f"{' '.join(absent)}; --update-weight-delta-checksum adler32 needs no package)")
     if problems:
         raise ConfigError("--update-weight-mode delta: " + "; ".join(problems) + f" (or {fix})")
+
+
+def _nested(a: str, b: str) -> bool:
+    """a and b are the same directory, or one holds the other."""
+    ra, rb = os.path.realpath(a), os.path.realpath(b)
+    return os.path.commonpath([ra, rb]) in (ra, rb)
 
 
 def check_weight_update_check(args, report):

@@ -117,6 +117,9 @@ def test_slime_defaults_of_weight_mode_and_data_transport_run(base):
     delta = apart + ["--update-weight-mode", "delta", "--update-weight-transport", "disk", "--update-weight-disk-dir",
                     "/tmp/deltas", "--update-weight-local-checkpoint-dir", "/tmp/local"]
     refuse_at_launch(delta)   # built: the CPU engine serves /pull_weights
+    hf_dir = base[base.index("--hf-checkpoint") + 1]
+    with pytest.raises(ConfigError, match="--update-weight-local-checkpoint-dir .* must be a directory of its own"):
+        parse(delta + ["--update-weight-local-checkpoint-dir", hf_dir])
     with pytest.raises(ConfigError, match="--update-weight-mode delta with --rollout-engine vllm: the vLLM adapter "
                                           "has no /pull_weights route"):
         refuse_at_launch(delta + ["--rollout-engine", "vllm"])

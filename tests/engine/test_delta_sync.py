@@ -167,6 +167,10 @@ def test_corrupt_or_mismatched_deltas_are_refused(delta_engine, tiny_ckpt):
         _pull(proc, dirs, 1)
     _pull(proc, dirs, 0)
     assert _version_of(dirs) == 0 and np.array_equal(disk_delta.read_checkpoint(dirs["local"])[name][2], old)
+    # the local copy may not be the served checkpoint (version 0 replaces its files) nor the shared directory
+    with pytest.raises(EngineError, match="must be a directory of its own"):
+        post(proc.url, "/pull_weights", {"local_checkpoint_dir": dirs["disk"], "source_dir": dirs["disk"],
+                                         "target_version": 0})
     # outside the engine's --weight-dirs
     with pytest.raises(EngineError, match="outside the directories"):
         post(proc.url, "/pull_weights", {"local_checkpoint_dir": "/tmp", "source_dir": dirs["disk"],

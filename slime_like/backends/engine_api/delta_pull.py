@@ -48,6 +48,11 @@ def pull(local_dir: str, source_dir: str, target: int, served_model_dir: str) ->
     """Bring `local_dir` to version `target`; returns the number of tensors changed."""
     if not isinstance(target, int) or isinstance(target, bool) or target < 0:
         raise BadRequest(f"/pull_weights: target_version must be an integer >= 0, got {target!r}")
+    real = [os.path.realpath(d) for d in (local_dir, source_dir, served_model_dir)]
+    if real[0] in (real[1], real[2]) or any(os.path.commonpath([real[0], r]) in (real[0], r) for r in real[1:]):
+        raise BadRequest(f"/pull_weights: local_checkpoint_dir {local_dir} must be a directory of its own, apart from "
+                         f"source_dir {source_dir} and the served model {served_model_dir} (version 0 replaces its "
+                         "files)")
     with _locked(local_dir):
         if target == 0:
             _materialize_base(local_dir, served_model_dir)
