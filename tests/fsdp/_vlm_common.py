@@ -96,3 +96,27 @@ def hf_vlm_log_probs(model, batch, temperature=1.0, one_d_positions=False):
             lp = torch.log_softmax(logits[len(toks) - r - 1:len(toks) - 1].float(), -1)
             out.append(lp.gather(-1, torch.tensor(toks[len(toks) - r:])[:, None])[:, 0])
     return out
+
+
+def with_observation_image(ckpt, family, batch, sample=0):
+    """The batch with a multi-turn observation inside sample `sample`'s response, as multimodal/turns.py appends
+    one: after the first response token, non-trainable tokens holding a new image's placeholders, whose pixels are
+    appended to the sample's multimodal_train_inputs."""
+    from slime_like.multimodal.processor import load_processor, process_images
+
+    processor = load_processor(ckpt)
+    tok = processor.tokenizer
+    image = process_images(processor, images_for(family, ((2, 3),), 777))
+    n_image = int(image["image_grid_thw"].prod()) // processor.merge_size ** 2
+    observation = tok.convert_tokens_to_ids(["<|vision_start|>"]) + [processor.image_token_id] * n_image \
+        + tok.convert_tokens_to_ids(["<|vision_end|>"]) + tok("look again", add_special_tokens=False)["input_ids"]
+    b = {k: list(v) for k, v in batch.items()}
+    toks, r = b["tokens"][sample], b["response_lengths"][sample]
+    cut = len(toks) - r + 1
+    b["tokens"][sample] = toks[:cut] + observation + toks[cut:]
+    b["response_lengths"][sample] = r + len(observation)
+    b["loss_masks"][sample] = [1] + [0] * len(observation) + [1] * (r - 1)
+    b["rollout_log_probs"][sample] = [-4.0] * (r + len(observation))
+    mm = b["multimodal_train_inputs"][sample]
+    b["multimodal_train_inputs"][sample] = {key: torch.cat([mm[key], image[key]]) for key in mm}
+    return b

@@ -12,7 +12,8 @@ One run per (family, setting) feeds the tests (module fixture): spawning ranks c
 import pytest
 import torch
 from _fsdp_common import flat, make_args, run_ranks, shard
-from _vlm_common import FAMILIES, build_tiny_vlm, hf_vlm, hf_vlm_log_probs, other_image, vlm_batch
+from _vlm_common import (FAMILIES, build_tiny_vlm, hf_vlm, hf_vlm_log_probs, other_image, vlm_batch,
+                         with_observation_image)
 
 pytestmark = pytest.mark.slow
 STEP_FLAGS = ["--lr", "1e-2", "--micro-batch-size", "4", "--global-batch-size", "8", "--clip-grad", "1.0",
@@ -39,6 +40,7 @@ def vlm_rank(rank, world_size, port, ckpt, family, *flags):
     mine = shard(batch, world_size, rank)
     out = dict(before=t.compute_log_probs(mine)["log_probs"],
                other=t.compute_log_probs(shard(other_image(ckpt, family, batch), world_size, rank))["log_probs"],
+               observation=t.compute_log_probs(with_observation_image(ckpt, family, batch))["log_probs"],
                params0={n: _full(p) for n, p in t.model.named_parameters()},
                trainable={n for n, p in t.model.named_parameters() if p.requires_grad})
     mine.update(t.compute_advantages(mine))
@@ -73,6 +75,23 @@ def test_log_probs_equal_transformers_with_its_mrope_positions(ckpts, runs, fami
         assert (flat(run["dynamic"]) - reference).abs().max().item() < 1e-4  # token-budget micro-batches
     one_d = flat(hf_vlm_log_probs(ckpts[family], batch, one_d_positions=True))
     assert (one_d - reference).abs().max().item() > 1e-4  # the positions matter: ours are M-RoPE's
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_an_observation_image_inside_the_response_reaches_the_trainer(ckpts, runs, family):
+    """Multi-turn with images: an environment turn's image inside the response (its pixels appended to the
+    sample's multimodal_train_inputs) is an image for the trainer as for transformers' forward."""
+    batch = with_observation_image(ckpts[family], family, vlm_batch(ckpts[family], family))
+    reference = flat(hf_vlm_log_probs(ckpts[family], batch))
+    ours = runs[family, "trained"]["observation"]
+    assert (flat(ours) - reference).abs().max().item() < 1e-4
+    # another observation image moves sample 0 away from ours: the trainer used this one
+    mm = dict(batch["multimodal_train_inputs"][0])
+    n_obs = int(mm["image_grid_thw"][-1].prod())
+    mm["pixel_values"] = torch.cat([mm["pixel_values"][:-n_obs], torch.randn(n_obs, mm["pixel_values"].shape[1])])
+    moved = hf_vlm_log_probs(ckpts[family], dict(batch, multimodal_train_inputs=[mm] + batch[
+        "multimodal_train_inputs"][1:]))[0]
+    assert (moved - ours[0]).abs().max().item() > 1e-3
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -211,7 +211,7 @@ class FSDPTrainer(RLTrainerBase):
 
     def _forward(self, model, mb):
         if self.vlm_config is not None:  # images in; HF computes the M-RoPE positions (vision.py)
-            inputs = vision.forward_kwargs(self.vlm_config, mb.tokens, mb.multimodal, self.device)
+            inputs = vision.forward_kwargs(self.vlm_config, mb, self.device)
         else:
             inputs = dict(input_ids=mb.tokens, position_ids=mb.position_ids)
         with self._autocast():

@@ -9,7 +9,7 @@ A checkpoint whose config.json has a `vision_config` is trained as the Hugging F
   the ones transformers itself computes (`get_rope_index`) from the row's image tokens and `image_grid_thw`.
   transformers 5 computes them only when `mm_token_type_ids` is passed (the processor returns it): without it
   Qwen2.5-VL silently falls back to 1-D positions (log-probs off by 3e-3 on the tiny model) and Qwen3-VL
-  raises. We build it from the token ids (image token -> 1, video token -> 2), as the processor does.
+  raises. We build it from the token ids (image token -> 1), as the processor does (no videos).
 """
 from __future__ import annotations
 
@@ -75,16 +75,16 @@ def linear_names(model: nn.Module) -> list[str]:
     return [name for name, m in model.named_modules() if isinstance(m, nn.Linear) and name.startswith(prefixes)]
 
 
-def forward_kwargs(config, tokens: torch.Tensor, multimodal: dict | None, device=None) -> dict:
-    """Keyword arguments for the HF VLM's forward on `tokens` `[b, S]`: the images and `mm_token_type_ids`, with
-    no position_ids (transformers computes the M-RoPE positions), no KV cache."""
-    kinds = torch.zeros_like(tokens, dtype=torch.int32)
-    kinds[tokens == config.image_token_id] = 1
-    video = getattr(config, "video_token_id", None)
-    if video is not None:
-        kinds[tokens == video] = 2
-    out = {"input_ids": tokens, "mm_token_type_ids": kinds, "use_cache": False}
-    n_tokens = int((kinds == 1).sum())
+def forward_kwargs(config, mb, device=None) -> dict:
+    """Keyword arguments of the HF VLM's forward on micro-batch `mb`: the images and `mm_token_type_ids` (every
+    image token -> 1: the prompt's placeholders, and a multi-turn observation's inside the response, whose pixels
+    the rollout appended to the sample's multimodal_train_inputs), no position_ids (transformers computes the
+    M-RoPE positions), no KV cache. The rollout ends a response before a sampled placeholder (generate_group.py),
+    so every image token has an image behind it."""
+    tokens, multimodal = mb.tokens, mb.multimodal
+    placeholders = tokens == config.image_token_id
+    out = {"input_ids": tokens, "mm_token_type_ids": placeholders.to(torch.int32), "use_cache": False}
+    n_tokens = int(placeholders.sum())
     merge = int(config.vision_config.spatial_merge_size) ** 2
     expected = int(multimodal["image_grid_thw"].prod(-1).sum()) // merge if multimodal is not None else 0
     if n_tokens != expected:  # HF's own check says only "do not match" (or nothing, without images): name the cause
