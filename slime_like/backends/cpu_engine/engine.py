@@ -345,15 +345,6 @@ class CPUEngine:
                 self.weight_version = weight_version
             return n
 
-    def pull_weights(self, local_dir: str, source_dir: str, target_version: int) -> int:
-        """SGLang's /pull_weights (delta weight sync): bring the local checkpoint copy to a version; the weights
-        served change only at the next /update_weights_from_disk of that copy."""
-        from slime_like.backends.engine_api import delta_pull
-
-        for path in (local_dir, source_dir):
-            weights.check_inside(path, self.weight_dirs, "/pull_weights")
-        return delta_pull.pull(local_dir, source_dir, target_version, self.served_model_path)
-
     def score_prompts(self, reqs: list[Request]) -> None:
         """SGLang's prompt log-probs (logprob_start_len >= 0): log p(token_i | tokens_<i) for i >= start, None for
         token 0 (nothing before it), temperature-scaled like the output log-probs; one forward per prompt, between

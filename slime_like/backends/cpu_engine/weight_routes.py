@@ -18,7 +18,7 @@ from aiohttp import web
 from slime_like.backends.cpu_engine import weights
 from slime_like.backends.cpu_engine.http_common import (
     _engine, _err, _fields, _in_thread, _int_list, _json, _typed, logger)
-from slime_like.backends.engine_api import process_group, tensor_serializer
+from slime_like.backends.engine_api import delta_pull, process_group, tensor_serializer
 from slime_like.backends.engine_api.protocol import BadRequest
 
 routes = web.RouteTableDef()
@@ -48,8 +48,14 @@ async def pull_weights(request):
                           {"local_checkpoint_dir", "source_dir", "target_version"},
                           {"local_checkpoint_dir", "source_dir", "target_version"}),
                   "/pull_weights", {"local_checkpoint_dir": (str,), "source_dir": (str,), "target_version": (int,)})
-    n = await _in_thread(_engine(request).pull_weights, body["local_checkpoint_dir"], body["source_dir"],
-                         body["target_version"])
+    eng, local, source = _engine(request), body["local_checkpoint_dir"], body["source_dir"]
+
+    def pull():   # reads and writes only inside the engine's --weight-dirs; the served weights stay as they are
+        for path in (local, source):
+            weights.check_inside(path, eng.weight_dirs, "/pull_weights")
+        return delta_pull.pull(local, source, body["target_version"], eng.served_model_path)
+
+    n = await _in_thread(pull)
     return web.json_response({"success": True, "message": f"Local checkpoint at version {body['target_version']} "
                                                           f"({n} tensor(s) changed)."})
 
