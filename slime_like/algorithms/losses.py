@@ -27,7 +27,13 @@ def _zero_masked(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return torch.where(valid, x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
-def _gspo_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+def _sequence_mean(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """`[B]` mean of x over each row's valid entries (the default `seq_mean` of GSPO and OPSM)."""
+    return masked_mean(x, valid, dim=-1)
+
+
+def _gspo_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, valid: torch.Tensor,
+                    seq_mean=_sequence_mean) -> torch.Tensor:
     """GSPO's sequence log-ratio on every token, with the gradient flowing per token (GSPO-token):
 
         log s_i     = mean over valid t of (logp_t - old_logp_t)
@@ -37,15 +43,16 @@ def _gspo_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, valid: torch.Ten
     s_i * log pi(y_t), as in the GSPO paper's GSPO-token objective (and verl). With one advantage
     per sequence (how grpo-style rewards arrive) it equals the gradient of the sequence-level
     objective -min(s_i A_i, clip(s_i) A_i) differentiated through the mean (slime's form); with
-    per-token advantages it is deliberately not the derivative of the forward value.
+    per-token advantages it is deliberately not the derivative of the forward value. `seq_mean(x, valid)`: the
+    per-sequence mean (context parallelism: over every rank's part of the sequence).
     """
-    seq = masked_mean((logp - old_logp).detach(), valid, dim=-1)            # [B]
+    seq = seq_mean(_zero_masked((logp - old_logp).detach(), valid), valid)            # [B]
     return seq.unsqueeze(-1) + logp - logp.detach()
 
 
 def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
                 eps_clip: float, eps_clip_high: float | None = None, eps_clip_c: float | None = None,
-                kind: str = "ppo") -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                kind: str = "ppo", seq_mean=_sequence_mean) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO clipped surrogate (kind="ppo") or its sequence-level variant GSPO (kind="gspo"), per token.
 
         ratio   = exp(logp - old_logp)                (ppo: per token)
@@ -72,7 +79,7 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     if kind == "ppo":
         log_ratio = logp - old_logp
     elif kind == "gspo":
-        log_ratio = _gspo_log_ratio(logp, old_logp, valid)
+        log_ratio = _gspo_log_ratio(logp, old_logp, valid, seq_mean)
     else:
         raise ValueError(f"policy_loss: unknown kind {kind!r}; valid choices: 'ppo', 'gspo', 'cispo' "
                          f"(GSPO / CISPO are selected by --advantage-estimator gspo / cispo)")
@@ -131,7 +138,7 @@ def cispo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Ten
 
 
 def opsm_mask(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-              delta: float) -> tuple[torch.Tensor, torch.Tensor]:
+              delta: float, seq_mean=_sequence_mean) -> tuple[torch.Tensor, torch.Tensor]:
     """Off-policy sequence masking (--use-opsm, slime's compute_opsm_mask): drop the tokens of a sequence that
     has drifted off-policy and is being pushed down.
 
@@ -141,7 +148,7 @@ def opsm_mask(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tens
     Returns (keep [B, T] float, detached, 0 at masked positions; the share of valid tokens dropped)."""
     valid = _check_same_shape("opsm_mask", mask, logp=logp, old_logp=old_logp, advantages=advantages)
     with torch.no_grad():
-        seq_kl = masked_mean(_zero_masked(old_logp - logp, valid), valid, dim=-1)      # [B]
+        seq_kl = seq_mean(_zero_masked(old_logp - logp, valid), valid)      # [B]
         drop = (advantages < 0) & (seq_kl.unsqueeze(-1) > delta) & valid
         keep = _zero_masked((~drop).to(logp.dtype), valid)
         return keep, masked_mean(drop.to(logp.dtype), valid)
@@ -224,7 +231,7 @@ def aggregate_loss(per_token_loss: torch.Tensor, mask: torch.Tensor, mode: str =
 
 
 def step_token_weights(mask: torch.Tensor, mode: str, step_tokens: float, step_seqs: float,
-                       horizon: float | None = None) -> torch.Tensor:
+                       horizon: float | None = None, seq_tokens: torch.Tensor | None = None) -> torch.Tensor:
     """Per-token weights `[n, R]` so that sum(w * l) over every micro-batch of a step is the step's aggregate.
 
         token-mean           w = 1 / step_tokens                 (every valid token of the step weighs the same)
@@ -235,13 +242,15 @@ def step_token_weights(mask: torch.Tensor, mode: str, step_tokens: float, step_s
     `step_tokens` / `step_seqs` count the valid tokens / the responses with a valid token over the whole step
     (every micro-batch and data-parallel rank). Called with one micro-batch's counts instead, the same weights
     aggregate that micro-batch alone (RLinf's use_valid_token_scale: false). Masked positions weigh 0.
+    `seq_tokens` `[n]`: each response's valid tokens where `mask` holds only part of it (context parallelism).
     """
     valid = mask.bool() if mask.dtype != torch.bool else mask
     w = valid.to(torch.float32)
     if mode == "token-mean":
         return w / max(float(step_tokens), 1.0)
     if mode == "seq-mean-token-mean":
-        per_seq = valid.sum(dim=-1, keepdim=True).clamp(min=1).to(torch.float32)
+        per_seq = valid.sum(dim=-1, keepdim=True) if seq_tokens is None else seq_tokens.reshape(-1, 1)
+        per_seq = per_seq.clamp(min=1).to(torch.float32)
         return w / per_seq / max(float(step_seqs), 1.0)
     if mode == "seq-mean-token-sum":
         return w / max(float(step_seqs), 1.0)

@@ -19,7 +19,7 @@ import shutil
 from slime_like.config.algorithm import reference_needed
 from slime_like.config.errors import ConfigError
 from slime_like.config.placement_spec import parse_placement, per_node_counts
-from slime_like.config.trainer_megatron import check_model_divisibility, check_parallel_sizes
+from slime_like.config.trainer_megatron import check_context_parallel, check_model_divisibility, check_parallel_sizes
 from slime_like.registry import ROLLOUT_ENGINES, TRAINER_BACKENDS
 from slime_like.config.types import Int
 
@@ -85,6 +85,7 @@ def validate_cluster(args, report) -> None:
     _explicit_placement(args, report)
     _placement_defaults(args, report)
     tp, pp, cp, ep, etp = check_parallel_sizes(args, report)
+    check_context_parallel(args, report, cp)
     _trainer_worlds(args, tp, pp, cp, ep, etp)
     check_model_divisibility(args, tp, pp, ep)
     _engine_layout(args, report)

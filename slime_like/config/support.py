@@ -87,8 +87,6 @@ UNSUPPORTED = {
     "enable_mtp_training": f"training multi-token prediction layers: {_MTP_DROPPED}",
     # parallelism the trainer cannot run (it would also fail later, inside a Ray actor)
     # pending: megatron
-    "context_parallel_size": "context parallelism > 1: the trainer's loss does not split responses over CP "
-                             "ranks; use --context-parallel-size 1",
     "account_for_embedding_in_pipeline_split": f"uneven pipeline split: {_MEGATRON}",  # pending: megatron
     "account_for_loss_in_pipeline_split": f"uneven pipeline split: {_MEGATRON}",  # pending: megatron
     "megatron_deepgemm_forward_layers": f"SGLang's block-FP8 DeepGEMM forward in the trainer: {_FP8}",
@@ -152,7 +150,9 @@ NO_EFFECT_HERE = {
     "tokenizer_type": "the tokenizer is always read from --hf-checkpoint (as slime does)",
     "tokenizer_model": "the tokenizer is always read from --hf-checkpoint (as slime does)",
     "model_name": "HF weight names follow --hf-checkpoint's config.json model_type",
-    "cp_comm_type": "context parallelism is not supported, so its communication type is unused",
+    # TE's CP attention reads it (TransformerConfig.cp_comm_type); the local spec's CP attention is all-gather only
+    "cp_comm_type": "context parallelism is off (--context-parallel-size 1); with CP > 1 TransformerEngine's CP "
+                    "attention reads it, and without TE the CP attention all-gathers keys and values",
     "log_interval": "the driver logs one console line per rollout",  # pending: utils
     "overlap_cpu_optimizer_d2h_h2d": "optimizer states are not offloaded to the CPU during a step (see "
                                      "--optimizer-cpu-offload), so there are no copies to overlap",
@@ -230,6 +230,7 @@ APPLIES_WHEN = {
     "add_position_embedding": lambda a, v: a.position_embedding_type == "learned_absolute"
     and not a.use_rotary_position_embeddings,
     "tokenizer_model": lambda a, v: v != a.hf_checkpoint,
+    "cp_comm_type": lambda a, v: a.context_parallel_size == 1,
 }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from slime_like.config.checkpoint import is_fsdp_checkpoint
 from slime_like.config.errors import ConfigError
+from slime_like.config.slime_paths import LINEAR_ATTENTION_SPECS
 from slime_like.config.types import json_value
 from slime_like.registry import TRAINER_BACKENDS
 from slime_like.config.types import Int, json_value
@@ -211,6 +212,34 @@ def check_parallel_sizes(args, report):
         report.warn("--sequence-parallel with --tensor-model-parallel-size 1: turned off, as Megatron-LM does "
                     "(sequence parallelism splits activations over the tensor-parallel group)")
     return tp, pp, cp, ep, etp
+
+
+# Per-token pieces of the loss that need a whole response on one rank: under CP each rank holds part of it
+CP_WHOLE_RESPONSE = (
+    ("custom_loss_function_path", "--custom-loss-function-path", "the custom loss is handed whole responses"),
+    ("custom_tis_function_path", "--custom-tis-function-path", "the custom TIS function is handed whole responses"),
+    ("custom_pg_loss_reducer_function_path", "--custom-pg-loss-reducer-function-path",
+     "the custom reducer is handed whole responses"),
+    ("early_stop_imp_ratio", "--early-stop-imp-ratio", "its per-micro-batch stop would differ between CP ranks"),
+    ("use_routing_replay", "--use-routing-replay", "the recorded routing is per whole sequence"),
+    ("use_rollout_routing_replay", "--use-rollout-routing-replay", "the recorded routing is per whole sequence"),
+)
+
+
+def check_context_parallel(args, report, cp: int) -> None:
+    """--context-parallel-size > 1 (backends/training/cp_layout.py): the combinations the split loss cannot run,
+    refused at launch (the dry run lists them). GSPO's and OPSM's per-sequence means are all-reduced over CP."""
+    if cp == 1:
+        return
+    if tuple(args.spec or ()) in LINEAR_ATTENTION_SPECS:
+        report.launch_refusals.append(
+            f"--context-parallel-size {cp} with --spec {' '.join(args.spec)}: its gated delta net layers' recurrence "
+            "runs over whole sequences (backends/megatron/gated_delta_net.py has no context-parallel form); use "
+            "--context-parallel-size 1")
+    for dest, flag, why in CP_WHOLE_RESPONSE:
+        if getattr(args, dest, None):
+            report.launch_refusals.append(f"--context-parallel-size {cp} with {flag}: {why}, while context "
+                                          "parallelism splits responses over CP ranks; use --context-parallel-size 1")
 
 
 def check_model_divisibility(args, tp, pp, ep):

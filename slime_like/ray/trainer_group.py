@@ -276,10 +276,11 @@ class TrainerGroup:
         return {f"{self.role}/{k}": v for k, v in metrics.items()}
 
     def connect_engines(self, engine_urls, colocate: bool, leaving: list | None = None):
-        # iter_hf_weights() yields full tensors on tp_rank 0 / dp_rank 0 of each pipeline stage: one sender
-        # per stage, each with its own weight-sync group on the engines
+        # iter_hf_weights() yields full tensors on tp_rank 0 / dp_rank 0 / cp_rank 0 of each pipeline stage: one
+        # sender per stage, each with its own weight-sync group on the engines
         ray.get([a.connect_engines.remote(engine_urls, colocate, f"slime_like_weights_pp{i['pp_rank']}", leaving)
-                 for a, i in zip(self.actors, self.info) if i["dp_rank"] == 0 and i["tp_rank"] == 0])
+                 for a, i in zip(self.actors, self.info) if i["dp_rank"] == 0 and i["tp_rank"] == 0
+                 and i.get("cp_rank", 0) == 0])
 
     def start_update_weights(self, weight_version: int | None = None) -> list:
         """The push, started on every rank: one ref per rank to the bytes it sent (the driver watches the engines

@@ -30,9 +30,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # UNSUPPORTED / NO_EFFECT_HERE dests that product code does read, only to refuse or warn at run time (the
 # Megatron trainer's own guard). The start-up check says it earlier; any other overlap means the flag is
 # now honoured and its table entry must go.
-GUARDED_DOWNSTREAM = {"rotary_scaling_factor", "mscale", "mscale_all_dim", "context_parallel_size", "use_unbiased_kl", "custom_tis_function_path",
+GUARDED_DOWNSTREAM = {"rotary_scaling_factor", "mscale", "mscale_all_dim", "use_unbiased_kl", "custom_tis_function_path",
                       "reset_optimizer_states", "log_probs_chunk_size", "recompute_loss_function",
-                      "save_hf", "spec",  # --save-hf: honoured by --train-backend fsdp, refused (APPLIES_WHEN) for megatron
+                      "save_hf", "spec", "cp_comm_type",  # --save-hf: honoured by --train-backend fsdp, refused (APPLIES_WHEN) for megatron
                       # honoured by the Megatron trainer; refused (APPLIES_WHEN) with LayerNorm / multi-latent attention
                       "apply_layernorm_1p", "attention_output_gate", "use_gated_attention"}
 # flags whose rule applies only in context (support.APPLIES_WHEN): the tokens that create it
@@ -184,15 +184,16 @@ def test_refused_flags_stop_the_launch_not_the_dry_run(base, capsys):
     """A GPU-valid configuration plans; train.py refuses it before Ray starts, exit status 2."""
     from train import main
 
-    argv = base + ["--fp8-format", "e4m3", "--context-parallel-size", "2"]
+    argv = base + ["--fp8-format", "e4m3", "--context-parallel-size", "2", "--early-stop-imp-ratio", "2.0"]
     assert main(argv + ["--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "REFUSED AT LAUNCH: --fp8-format e4m3 --fp8-recipe delayed: FP8 training needs TransformerEngine" in out
-    assert "REFUSED AT LAUNCH: --context-parallel-size 2" in out
+    # context parallelism runs; a per-micro-batch early stop would differ between CP ranks
+    assert "REFUSED AT LAUNCH: --context-parallel-size 2 with --early-stop-imp-ratio" in out
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "error: this run cannot start: " in err and "--fp8-format e4m3 --fp8-recipe delayed: FP8" in err
-    assert "--context-parallel-size 2 is accepted" in err
+    assert "its per-micro-batch stop would differ between CP ranks" in err
 
 
 def _overlay(tmp_path, overrides, role="critic") -> str:

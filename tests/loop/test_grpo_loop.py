@@ -125,6 +125,18 @@ def test_virtual_pipeline_actor_pushes_every_chunk(toy_prompts, tmp_path, capfd)
         assert r["rollout/logprob_abs_diff"] < 1e-3, r
 
 
+def test_context_parallel_actor_trains_and_scores_like_the_engine(tiny_ckpt, toy_prompts, tmp_path):
+    """CP=2: each rank scores its chunks of every response; the gathered old log-probs the driver logs against the
+    engine's are whole responses (a missing or misplaced chunk would be far off), and the step updates the policy."""
+    argv = loop_argv(tiny_ckpt, toy_prompts[0], tmp_path, "--actor-num-gpus-per-node", "2",
+                     "--context-parallel-size", "2", "--rollout-num-gpus", "1", "--num-rollout", "2")
+    assert train.main(argv) == 0
+    rows = _rollouts(tmp_path)
+    assert len(rows) == 2
+    for r in rows:
+        assert r["rollout/logprob_abs_diff"] < 1e-3 and r["actor/grad_norm"] > 0, r
+
+
 def test_grpo_disk_weight_sync(tiny_ckpt, toy_prompts, tmp_path, capfd):
     """--update-weight-transport disk: each sync is an HF checkpoint under --update-weight-disk-dir that the engine
     reloads; the engine then holds exactly the trainer's weights (the check) and scores like it every rollout."""

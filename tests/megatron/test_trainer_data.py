@@ -185,7 +185,9 @@ def test_padded_vocab_columns_are_not_tokens():
 
 
 @pytest.mark.parametrize("flags,error", [
-    (("--context-parallel-size", "2", "--actor-num-gpus-per-node", "2"), "--context-parallel-size"),
+    # context parallelism without TE: the all-gather CP attention has no dropout (TE's CP attention has)
+    (("--context-parallel-size", "2", "--actor-num-gpus-per-node", "2", "--attention-dropout", "0.2"),
+     "use --attention-dropout 0"),
     (("--rollout-temperature", "0"), "--rollout-temperature must be > 0"),
 ])
 def test_unsupported_input_fails_before_any_distributed_setup(tiny_ckpt, flags, error):

@@ -39,8 +39,11 @@ class DataParallelView:
     def __init__(self, rank: int, world_size: int):
         self.rank, self.world_size = rank, world_size
 
-    def get_data_parallel_group(self):
+    def get_data_parallel_group(self, with_context_parallel=False):
         return dist.group.WORLD
+
+    def get_context_parallel_group(self):
+        return None
 
     def get_data_parallel_world_size(self, with_context_parallel=False):
         return self.world_size

@@ -8,9 +8,9 @@ log = logging.getLogger("slime_like.backends.megatron.trainer")
 
 def check_supported(args, role) -> None:
     """Settings the Megatron trainer cannot run (or ignores), checked when a trainer rank starts."""
-    if args.context_parallel_size > 1:
-        raise NotImplementedError("--context-parallel-size > 1 is not supported by the Megatron trainer yet "
-                                  "(the loss does not split responses across CP ranks); use 1")
+    problems = local_cp_problems(args) if args.context_parallel_size > 1 and not _uses_te(args) else []
+    if problems:
+        raise NotImplementedError("; ".join(problems))
     loss_type = args.loss_type
     if role == "actor" and loss_type not in ("policy_loss", "sft_loss", "custom_loss"):
         raise NotImplementedError(f"--loss-type {loss_type} is not supported by the Megatron trainer; "
@@ -24,3 +24,22 @@ def check_supported(args, role) -> None:
         raise ValueError("--use-dynamic-batch-size needs --max-tokens-per-gpu (e.g. 4096)")
     if not args.rollout_temperature > 0:
         raise ValueError(f"--rollout-temperature must be > 0, got {args.rollout_temperature}")
+
+
+def _uses_te(args) -> bool:
+    from slime_like.backends.megatron.model import uses_te_spec
+
+    return uses_te_spec(args)
+
+
+def local_cp_problems(args) -> list[str]:
+    """What the local spec's all-gather CP attention (cp_attention.py) cannot run with --context-parallel-size > 1,
+    one entry each (TransformerEngine's CP attention runs both)."""
+    cp, problems = args.context_parallel_size, []
+    if args.multi_latent_attention:
+        problems.append(f"--context-parallel-size {cp} with multi-latent attention needs TransformerEngine's CP "
+                        "attention (not importable here)")
+    if args.attention_dropout:
+        problems.append(f"--context-parallel-size {cp} without TransformerEngine: the all-gather CP attention has no "
+                        "dropout; use --attention-dropout 0")
+    return problems

@@ -261,9 +261,13 @@ def launch_check(args) -> tuple:
     if args.train_backend != "megatron" or not cuda_visible():
         return [], ""
     errors, off = [], []
+    from slime_like.backends.megatron.checks import local_cp_problems
+
     for role in ("actor", "critic") if args.use_critic else ("actor",):
-        res = resolve(apply_role(args, role), cuda=True)
-        errors += [e for e in res.errors if e not in errors]
+        role_args = apply_role(args, role)
+        res = resolve(role_args, cuda=True)
+        cp_errors = local_cp_problems(role_args) if role_args.context_parallel_size > 1 and not res.te_spec else []
+        errors += [e for e in res.errors + cp_errors if e not in errors]
         off += [d for d in res.turned_off if d not in off]
         te_spec = res.te_spec if role == "actor" else te_spec
     spec = "TransformerEngine's layer spec" if te_spec else \

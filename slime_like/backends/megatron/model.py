@@ -81,6 +81,8 @@ def transformer_config_from_args(args):
         overlap_p2p_comm=virtual_pipeline_size(args) is not None,
         batch_p2p_comm=virtual_pipeline_size(args) is None,
         context_parallel_size=args.context_parallel_size,
+        # TE's CP attention: p2p ring / all_gather / a2a per layer (Megatron's --cp-comm-type; one value for all)
+        cp_comm_type=_cp_comm_type(args) if kernels.te_spec and args.context_parallel_size > 1 else None,
         expert_model_parallel_size=args.expert_model_parallel_size,
         expert_tensor_parallel_size=args.expert_tensor_parallel_size,
         use_cpu_initialization=not cuda,
@@ -121,6 +123,12 @@ def _check_fp8_device(recipe: str) -> None:
         raise ValueError(f"--fp8-recipe {recipe} needs a GPU of compute capability {need[0]}.{need[1]}+ "
                          f"({torch.cuda.get_device_name()} is {have[0]}.{have[1]}): drop the FP8 flags (bf16) or "
                          + ("use --fp8-recipe delayed" if need > (8, 9) else "run on Ada / Hopper / Blackwell GPUs"))
+
+
+def _cp_comm_type(args):
+    """Megatron-LM's --cp-comm-type values as TransformerConfig takes them (mcore spells all-gather all_gather)."""
+    values = [v.replace("allgather", "all_gather") for v in args.cp_comm_type]
+    return values[0] if len(values) == 1 else values
 
 
 def _token_dispatcher(args, variable_seq_lengths: bool) -> str:
@@ -237,7 +245,8 @@ def layer_spec(config, args, vp_stage=None):
     else:
         spec = get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm, normalization=config.normalization,
                                         multi_latent_attention=mla)
-    if not te and args.attention_backend != "local":  # torch's SDPA, per sample in a packed row (sdpa_attention.py)
+    # torch's SDPA, per sample in a packed row; context parallelism's all-gather attention (sdpa_attention.py)
+    if not te and (args.attention_backend != "local" or args.context_parallel_size > 1):
         from slime_like.backends.megatron.sdpa_attention import use_sdpa_attention
 
         spec = use_sdpa_attention(spec)

@@ -11,8 +11,12 @@ costs S^2 per head, k times the work of k samples of S / k tokens; this module r
 off the mask once per micro-batch (every layer gets the same mask object) and runs causal SDPA per sample
 (up to MAX_PER_SAMPLE_CALLS samples; beyond, one SDPA call with the mask).
 
-Where the module cannot reproduce mcore's computation it defers to it: packed THD parameters (TE's path),
-an attention bias, a learnable softmax offset, query-key layer scaling, and attention dropout while training
+Context parallelism (--context-parallel-size > 1) hands it a THD row of this CP rank's chunks
+(backends/training/cp_layout.py) with packed THD parameters: attention then all-gathers keys and values over the
+CP group (cp_attention.py). mcore's own DotProductAttention refuses CP > 1 in its constructor; this subclass
+builds it as CP 1 (it needs no CP state) and keeps the real config.
+
+Where the module cannot reproduce mcore's computation it defers to it: an attention bias, a learnable softmax offset, query-key layer scaling, and attention dropout while training
 (its random mask would differ from mcore's RNG stream).
 """
 from __future__ import annotations
@@ -54,7 +58,19 @@ def segment_lengths(mask: torch.Tensor) -> list[int] | None:
 
 
 class SDPADotProductAttention(DotProductAttention):
-    """DotProductAttention with the same inputs and outputs ([s, b, heads, dim] in, [s, b, hidden] out)."""
+    """DotProductAttention with the same inputs and outputs ([s, b, heads, dim] in, [s, b, hidden] out; THD rows of
+    context parallelism: [t, heads, dim] in, [t, hidden] out)."""
+
+    def __init__(self, config, *args, **kwargs):
+        if config.context_parallel_size > 1:  # mcore asserts CP 1 here; the CP path below needs none of its state
+            import copy
+
+            local = copy.copy(config)
+            local.context_parallel_size = 1
+            super().__init__(local, *args, **kwargs)
+            self.config = config
+        else:
+            super().__init__(config, *args, **kwargs)
 
     def _defers_to_mcore(self, attention_bias, packed_seq_params) -> bool:
         dropout = self.training and self.attention_dropout.p > 0
@@ -63,6 +79,8 @@ class SDPADotProductAttention(DotProductAttention):
 
     def forward(self, query, key, value, attention_mask, attn_mask_type=None, attention_bias=None,
                 packed_seq_params=None):
+        if packed_seq_params is not None and packed_seq_params.qkv_format == "thd" and attention_bias is None:
+            return self._thd_context_parallel(query, key, value, packed_seq_params)
         if self._defers_to_mcore(attention_bias, packed_seq_params):
             return super().forward(query, key, value, attention_mask, attn_mask_type, attention_bias,
                                    packed_seq_params)
@@ -80,6 +98,20 @@ class SDPADotProductAttention(DotProductAttention):
                                      zip(q.split(lengths, 2), k.split(lengths, 2), v.split(lengths, 2))], dim=2)
         s, b = query.shape[0], query.shape[1]
         return context.permute(2, 0, 1, 3).reshape(s, b, self.hidden_size_per_partition)
+
+    def _thd_context_parallel(self, query, key, value, packed_seq_params):
+        """A CP rank's THD row (cp_layout.py): all-gather attention over the CP group (cp_attention.py)."""
+        from megatron.core import parallel_state as ps
+
+        from slime_like.backends.megatron.cp_attention import cp_causal_attention
+
+        if self.training and self.attention_dropout.p > 0:
+            raise NotImplementedError("attention dropout with context parallelism needs TransformerEngine; "
+                                      "use --attention-dropout 0")
+        context = cp_causal_attention(query, key, value, packed_seq_params.cu_seqlens_q,
+                                      ps.get_context_parallel_group(), self.softmax_scale,
+                                      query.shape[1] != key.shape[1])
+        return context.reshape(context.shape[0], self.hidden_size_per_partition)
 
     def _sdpa(self, q, k, v, mask, causal, gqa):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and q.shape[2] > 1,

@@ -89,6 +89,12 @@ class MegatronTrainer(RLTrainerBase):
         self.use_te = M.uses_te_spec(self.args)
         self.routing = RoutingReplay(self.args, [])   # the actor's, once its model is built
 
+    def _sequence_split(self) -> tuple[int, int, int]:
+        """Context parallelism (cp_layout.py); sequence parallelism splits a CP rank's row over TP, and the row's
+        padding stays even (a rank holds two chunks of every sample, the padding included)."""
+        multiple = 2 * self.args.tensor_model_parallel_size if self.args.sequence_parallel else 1
+        return self.ps.get_context_parallel_world_size(), self.ps.get_context_parallel_rank(), multiple
+
     def _has_checkpoint(self, path) -> bool:
         return W.has_megatron_checkpoint(path)
 
@@ -142,7 +148,8 @@ class MegatronTrainer(RLTrainerBase):
     def parallel_info(self) -> dict:
         ps = self.ps
         return dict(dp_rank=ps.get_data_parallel_rank(), dp_size=ps.get_data_parallel_world_size(),
-                    tp_rank=ps.get_tensor_model_parallel_rank(), pp_rank=ps.get_pipeline_model_parallel_rank())
+                    tp_rank=ps.get_tensor_model_parallel_rank(), pp_rank=ps.get_pipeline_model_parallel_rank(),
+                    cp_rank=ps.get_context_parallel_rank())
 
     # ----------------------------------------------------------------- mcore's schedule (RLTrainerBase's hooks)
     def _run(self, model, mbs, make_loss_func, forward_only):
@@ -182,9 +189,14 @@ class MegatronTrainer(RLTrainerBase):
         modes = [chunk.training for chunk in model]
         for chunk in model:
             chunk.eval()  # no dropout when scoring; the frozen reference model stays in eval mode
-        vocab = self.args.vocab_size
+        vocab, gather = self.args.vocab_size, None
+        if self.ps.get_context_parallel_world_size() > 1:  # each CP rank scored part of every response
+            from slime_like.backends.training.cp_layout import gather_response_rows
+
+            group = self.ps.get_context_parallel_group()
+            gather = lambda values, mb: gather_response_rows(values, mb, group)  # noqa: E731
         with torch.no_grad():
-            outs = self._run(model, mbs, lambda mb: L.forward_only_func(kind, mb, temperature, vocab),
+            outs = self._run(model, mbs, lambda mb: L.forward_only_func(kind, mb, temperature, vocab, gather),
                              forward_only=True)
         for chunk, mode in zip(model, modes):
             chunk.train(mode)

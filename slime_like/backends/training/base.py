@@ -79,8 +79,10 @@ class RLTrainerBase(abc.ABC):
         self.comm = Collectives(self.ps, self.device)
         self.hooks = TrainerHooks(args)  # slime's --custom-*-path hooks, imported and checked now
         self._distributed_ready()
+        cp_size, cp_rank, row_multiple = self._sequence_split()
         self.batcher = D.MicroBatcher(args, pack_rows=self.pack_rows, use_te=self.use_te, device=self.device,
-                                      min_micro_batches=self.min_micro_batches)
+                                      min_micro_batches=self.min_micro_batches, cp=(cp_size, cp_rank),
+                                      row_multiple=row_multiple)
         self.optimizer = self.scheduler = self.ref_model = self.teacher_model = None
         self.loaded_rollout_id = None
         self._offloaded = False
@@ -172,7 +174,7 @@ class RLTrainerBase(abc.ABC):
 
     @abc.abstractmethod
     def parallel_info(self) -> dict:
-        """This rank's place: dp_rank, dp_size, tp_rank, pp_rank."""
+        """This rank's place: dp_rank, dp_size, tp_rank, pp_rank (and cp_rank where context parallelism exists)."""
 
     # ----------------------------------------------------------------- what a backend may override
     def _prepare_args(self, args, role: str):
@@ -181,6 +183,11 @@ class RLTrainerBase(abc.ABC):
 
     def _distributed_ready(self) -> None:
         """After process groups, device and hooks exist, before any model is built."""
+
+    def _sequence_split(self) -> tuple[int, int, int]:
+        """(CP size, CP rank, row multiple): with a CP size > 1 sequences are split over CP ranks (cp_layout.py),
+        a rank's packed row padded to a multiple of the row multiple. No context parallelism here."""
+        return 1, 0, 1
 
     def _build_scheduler(self):
         """The LR schedule, stepped once per optimizer step (lr_schedule.py; Megatron: megatron-core's own)."""
@@ -386,11 +393,17 @@ class RLTrainerBase(abc.ABC):
         args = self.args
         dp = self.ps.get_data_parallel_world_size()
         mbs = self.batcher.split(batch, indices, field_keys=fields)
+        # CP ranks hold parts of every response: token counts and metric sums are summed over DP x CP (mcore's
+        # schedule multiplies a micro-batch loss by CP, DDP averages over DP x CP: the scale stays CP 1's)
+        group, cp_group = self.ps.get_data_parallel_group(with_context_parallel=True), None
+        if self.batcher.cp[0] > 1:
+            cp_group = self.ps.get_context_parallel_group()
         local_tokens = torch.tensor(float(sum(mb.loss_mask.sum().item() for mb in mbs)), dtype=torch.float64)
-        global_tokens = max(self.comm.all_reduce(local_tokens, self.ps.get_data_parallel_group()).item(), 1.0)
+        global_tokens = max(self.comm.all_reduce(local_tokens, group).item(), 1.0)
         scale = len(mbs) * dp / global_tokens
-        weights = L.aggregation_weights(args, mbs, dp, global_tokens,
-                                        lambda t: self.comm.all_reduce(t, self.ps.get_data_parallel_group()))
+        weights = L.aggregation_weights(args, mbs, dp, global_tokens, lambda t: self.comm.all_reduce(t, group),
+                                        cp_all_reduce=None if cp_group is None else
+                                        (lambda t: self.comm.all_reduce(t, cp_group)))
         units = Step(factor=len(mbs) * dp, samples=len(indices) * dp, global_tokens=global_tokens,
                      per_token=bool(args.calculate_per_token_loss))  # slime's loss units (custom loss / reducer)
         result = self._train_micro_batches(mbs, kind, scale, weights, units, where)

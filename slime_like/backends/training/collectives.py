@@ -40,6 +40,7 @@ class Collectives:
         """Sum the micro-batches' metric sums, all-reduce over DP, divide by the step's global token count.
 
         Keys ending in `_max` are maxima (all-reduced with MAX); `tokens` is reported as the global count.
+        Under context parallelism each CP rank summed its part of every response: the group is DP x CP.
         Runs the DP all-reduce only on the last pipeline stage (whose DP group holds only last-stage ranks),
         then broadcasts the finished dict along the pipeline.
         """
@@ -48,11 +49,11 @@ class Collectives:
             keys = sorted({k for out in outs for k in out})
             sum_keys = [k for k in keys if not k.endswith("_max")]
             max_keys = [k for k in keys if k.endswith("_max")]
-            group = self.ps.get_data_parallel_group()
+            group = self.ps.get_data_parallel_group(with_context_parallel=True)
             sums = torch.tensor([sum(float(out.get(k, 0.0)) for out in outs) for k in sum_keys], dtype=torch.float64)
             maxes = torch.tensor([max(float(out.get(k, -math.inf)) for out in outs) for k in max_keys],
                                  dtype=torch.float64)
-            if self.ps.get_data_parallel_world_size() > 1:
+            if self.ps.get_data_parallel_world_size(with_context_parallel=True) > 1:
                 sums = self.all_reduce(sums, group)
                 if max_keys:
                     maxes = self.all_reduce(maxes, group, op=dist.ReduceOp.MAX)

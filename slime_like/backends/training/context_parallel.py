@@ -1,9 +1,10 @@
 """slime's context-parallel helpers for custom TIS / loss functions (slime.backends.megatron_utils.cp_utils).
 
-slime_like runs the loss with context parallelism 1 (--context-parallel-size > 1 is refused at launch), and a
-custom TIS function is handed whole responses (backends/training/hooks.custom_tis), so gathering a response's
-CP shards and slicing this rank's shard out of a whole response are both the identity -- what slime's own helpers
-do at CP size 1. The lengths are still checked, as slime checks them."""
+A custom TIS / loss function runs with context parallelism 1 only (with --context-parallel-size > 1 the launch
+refuses --custom-tis-function-path and the other whole-response hooks: config/trainer_megatron.py) and is handed
+whole responses (backends/training/hooks.custom_tis), so gathering a response's CP shards and slicing this rank's
+shard out of a whole response are both the identity -- what slime's own helpers do at CP size 1. The lengths are
+still checked, as slime checks them."""
 from __future__ import annotations
 
 

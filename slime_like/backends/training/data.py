@@ -18,6 +18,8 @@ Two layouts of a micro-batch:
   (non-TransformerEngine) layer spec that is a block-diagonal causal boolean mask `[1, 1, S, S]`
   (True = masked, mcore's convention); with TransformerEngine it is `PackedSeqParams(qkv_format="thd")`
   with cumulative sequence lengths, which never materialises an S x S mask.
+Under context parallelism (--context-parallel-size > 1) a rank's micro-batch is its 2 chunks of every sample in one
+THD row, and the per-token columns hold only the response tokens it scores (cp_layout.py).
 """
 from __future__ import annotations
 
@@ -172,9 +174,14 @@ class MicroBatch:
     loss_mask: torch.Tensor
     fields: dict = field(default_factory=dict)
     multimodal: dict | None = None  # `pixel_values` / `image_grid_thw` of the samples' images (multimodal_inputs)
+    # context parallelism (cp_layout.py): the response token each [n, M] slot holds, and the whole lengths
+    response_index: torch.Tensor | None = None
+    full_response_lengths: list[int] | None = None
 
     @property
     def response_lengths(self) -> list[int]:
+        if self.full_response_lengths is not None:
+            return self.full_response_lengths
         return [int(x) for x in self.valid.sum(1).tolist()]
 
 
@@ -269,6 +276,14 @@ class PackedBatch:
         gathered = flat[(start[ids][:, None] + j).clamp(max=flat.numel() - 1)]
         return torch.where(inside, gathered, torch.zeros((), dtype=dtype))
 
+    def gathered(self, key: str, ids: torch.Tensor, index: torch.Tensor, valid: torch.Tensor,
+                 dtype=torch.float32) -> torch.Tensor:
+        """Entries `index[k, j]` of sample ids[k] of column `key`, zero where `valid` is 0 (a CP rank's tokens)."""
+        flat, start, _ = self.column(key, dtype)
+        if flat.numel() == 0:
+            return torch.zeros(index.shape, dtype=dtype)
+        return flat[(start[ids][:, None] + index).clamp(max=flat.numel() - 1)] * valid.to(dtype)
+
 
 def build_micro_batch(batch, sample_ids: list[int], packed: bool, use_te: bool = False,
                       field_keys: tuple[str, ...] = (), pad_id: int = 0, device=None) -> MicroBatch:
@@ -308,12 +323,22 @@ def build_micro_batch(batch, sample_ids: list[int], packed: bool, use_te: bool =
     fields = {key: pb.padded(key, ids, rmax) for key in field_keys if key in pb.batch}
     mb = MicroBatch(sample_ids, tokens, position_ids, attention_mask, psp, rows, cols, targets, valid, loss_mask,
                     fields, multimodal_inputs(pb.batch, sample_ids))
-    if device is not None:
-        for name in ("tokens", "position_ids", "rows", "cols", "targets", "valid", "loss_mask"):
+    return to_device(mb, device)
+
+
+def to_device(mb: MicroBatch, device) -> MicroBatch:
+    """The micro-batch's tensors on `device` (None: stay on the CPU)."""
+    if device is None:
+        return mb
+    for name in ("tokens", "position_ids", "rows", "cols", "targets", "valid", "loss_mask", "response_index"):
+        if getattr(mb, name) is not None:
             setattr(mb, name, getattr(mb, name).to(device))
-        if mb.attention_mask is not None:
-            mb.attention_mask = mb.attention_mask.to(device)
-        mb.fields = {k: v.to(device) for k, v in mb.fields.items()}
+    if mb.attention_mask is not None:
+        mb.attention_mask = mb.attention_mask.to(device)
+    psp = mb.packed_seq_params
+    if psp is not None and psp.cu_seqlens_q.device != device:
+        psp.cu_seqlens_q = psp.cu_seqlens_kv = psp.cu_seqlens_q.to(device)
+    mb.fields = {k: v.to(device) for k, v in mb.fields.items()}
     return mb
 
 
@@ -341,9 +366,11 @@ class MicroBatcher:
     """The micro-batches of one trainer rank: fixed-size groups of similar length, or token-budget groups
     (--use-dynamic-batch-size) packed into one row where the backend's attention allows it (`pack_rows`)."""
 
-    def __init__(self, args, *, pack_rows: bool, use_te: bool, device, min_micro_batches: int = 1):
+    def __init__(self, args, *, pack_rows: bool, use_te: bool, device, min_micro_batches: int = 1,
+                 cp: tuple[int, int] = (1, 0), row_multiple: int = 1):
         self.args, self.pack_rows, self.use_te, self.device = args, pack_rows, use_te, device
         self.min_micro_batches = min_micro_batches  # the interleaved pipeline schedule needs >= PP of them
+        self.cp, self.row_multiple = cp, row_multiple  # (CP size, CP rank); cp_layout.py when the size is > 1
         self.packed_batch = None
 
     def reset(self) -> None:
@@ -366,6 +393,11 @@ class MicroBatcher:
         # actor's, reference's and teacher's scoring; each optimizer step of train_step).
         if self.packed_batch is None or not self.packed_batch.packs(batch):
             self.packed_batch = PackedBatch(batch)
+        if self.cp[0] > 1:  # each sample cut into 2 x CP chunks, this rank's two of each in one THD row
+            from slime_like.backends.training.cp_layout import build_cp_micro_batch
+
+            return [to_device(build_cp_micro_batch(self.packed_batch, g, *self.cp, row_multiple=self.row_multiple,
+                                                   field_keys=field_keys), self.device) for g in groups]
         return [build_micro_batch(self.packed_batch, g, packed=packed and self.pack_rows, use_te=self.use_te,
                                   field_keys=field_keys, device=self.device) for g in groups]
 

@@ -42,6 +42,23 @@ def _tp():
         ps.get_tensor_model_parallel_rank()
 
 
+def _sequence_mean_over_cp():
+    """GSPO's / OPSM's per-sequence mean under context parallelism: each CP rank holds part of every response,
+    so the masked sums and counts are all-reduced over the CP group (detached statistics: no gradient flows
+    through them); {} (the plain masked mean) without CP. Keyword arguments of algorithms' seq_mean."""
+    ps = sys.modules.get("megatron.core.parallel_state")
+    if ps is None or not ps.model_parallel_is_initialized() or ps.get_context_parallel_world_size() == 1:
+        return {}
+    group = ps.get_context_parallel_group()
+
+    def seq_mean(x, valid):
+        both = torch.stack([(x * valid).sum(-1).double(), valid.sum(-1).double()])
+        torch.distributed.all_reduce(both, group=group)
+        return (both[0] / both[1].clamp(min=1)).to(x.dtype)
+
+    return {"seq_mean": seq_mean}
+
+
 def _reduce_sum(x: torch.Tensor, group, tp: int) -> torch.Tensor:
     """Sum over the TP ranks' vocabulary slices; the backward is the identity (megatron's
     reduce_from_tensor_model_parallel_region): every TP rank computes the same loss, so each rank's slice gets
@@ -148,10 +165,12 @@ def policy_terms(args, output: torch.Tensor, mb: MicroBatch, hooks: dict | None 
     logp, entropy = vocab_parallel_logprobs_entropy(logits, mb.targets, vocab_size=args.vocab_size)
     old = mb.fields.get("log_probs", logp.detach())
     kind = estimator.policy_loss_kind  # token- or sequence-level ratio
+    cp_mean = _sequence_mean_over_cp()  # GSPO's / OPSM's per-sequence means under CP
     pg, pg_metrics = alg.policy_loss(logp, old, mb.fields["advantages"], mask, args.eps_clip,
-                                     eps_clip_high=args.eps_clip_high, eps_clip_c=args.eps_clip_c, kind=kind)
+                                     eps_clip_high=args.eps_clip_high, eps_clip_c=args.eps_clip_c, kind=kind,
+                                     **cp_mean)
     if args.use_opsm:   # slime: drop off-policy sequences pushed down (their old policy: the batch's old log-probs)
-        keep, dropped = alg.opsm_mask(logp, old, mb.fields["advantages"], mask, args.opsm_delta)
+        keep, dropped = alg.opsm_mask(logp, old, mb.fields["advantages"], mask, args.opsm_delta, **cp_mean)
         pg = pg * keep
         pg_metrics["opsm_clipfrac"] = dropped
     sums = {"pg_loss": (pg * mask).sum().detach(), "entropy": (entropy * mask).sum().detach()}
@@ -286,8 +305,10 @@ def make_loss_func(kind: str, args, mb: MicroBatch, scale: float, per_token: boo
     return loss_func
 
 
-def forward_only_func(kind: str, mb: MicroBatch, temperature: float, vocab_size: int | None = None):
-    """loss_func for compute_log_probs / compute_values: per-token outputs, no loss (forward only)."""
+def forward_only_func(kind: str, mb: MicroBatch, temperature: float, vocab_size: int | None = None, gather=None):
+    """loss_func for compute_log_probs / compute_values: per-token outputs, no loss (forward only).
+    `gather(values, mb)`: under context parallelism, this rank's response tokens -> whole responses
+    (cp_layout.gather_response_rows over the CP group)."""
 
     def loss_func(output):
         with torch.no_grad():
@@ -296,25 +317,34 @@ def forward_only_func(kind: str, mb: MicroBatch, temperature: float, vocab_size:
             else:
                 out, _ = vocab_parallel_logprobs_entropy(response_logits(output, mb, temperature), mb.targets,
                                                          with_entropy=False, vocab_size=vocab_size)
+            if gather is not None:
+                out = gather(out, mb)
         return torch.zeros((), device=output.device), {"ids": mb.sample_ids, "out": out.float().cpu(),
                                                        "lengths": mb.response_lengths}
 
     return loss_func
 
 
-def aggregation_weights(args, mbs: list, dp: int, global_tokens: float, dp_all_reduce) -> dict:
+def aggregation_weights(args, mbs: list, dp: int, global_tokens: float, dp_all_reduce, cp_all_reduce=None) -> dict:
     """id(micro-batch) -> per-token weights for --loss-agg-mode seq-mean-* / --loss-micro-batch-mean; {} for the
     default step token-mean (the `scale` path of make_loss_func). mcore divides each micro-batch loss by their
-    count and DDP averages over DP, so step weights are multiplied by count x DP; with --loss-micro-batch-mean
-    each micro-batch is aggregated alone and they weigh the same. `dp_all_reduce` sums a tensor over DP ranks."""
+    count and DDP averages over DP (mcore's schedule multiplies by CP what DDP divides by it), so step weights are
+    multiplied by count x DP; with --loss-micro-batch-mean each micro-batch is aggregated alone and they weigh the
+    same. `dp_all_reduce` sums a tensor over DP (x CP). `cp_all_reduce` (context parallelism: a rank holds part
+    of each response) sums over the CP group, giving each response's whole token count; None without CP."""
     mode = args.loss_agg_mode
     horizon = args.rollout_max_response_len
-    if args.loss_micro_batch_mean:
-        return {id(mb): alg.step_token_weights(mb.loss_mask, mode, mb.loss_mask.sum().item(),
-                                               mb.loss_mask.bool().any(-1).sum().item(), horizon) for mb in mbs}
-    if mode == "token-mean":
+    if mode == "token-mean" and not args.loss_micro_batch_mean:
         return {}
-    local = torch.tensor(float(sum(mb.loss_mask.bool().any(-1).sum().item() for mb in mbs)), dtype=torch.float64)
-    seqs = max(dp_all_reduce(local).item(), 1.0)
-    return {id(mb): alg.step_token_weights(mb.loss_mask, mode, global_tokens, seqs, horizon) * (len(mbs) * dp)
-            for mb in mbs}
+    counts = {id(mb): mb.loss_mask.sum(-1) for mb in mbs}  # each response's valid tokens
+    if cp_all_reduce is not None:
+        counts = {k: cp_all_reduce(v.double()).to(v.device, torch.float32) for k, v in counts.items()}
+    cp = 1 if cp_all_reduce is None else int(cp_all_reduce(torch.ones((), dtype=torch.float64)).item())
+    if args.loss_micro_batch_mean:
+        return {id(mb): alg.step_token_weights(mb.loss_mask, mode, counts[id(mb)].sum().item(),
+                                               (counts[id(mb)] > 0).sum().item(), horizon, counts[id(mb)])
+                for mb in mbs}
+    local = torch.tensor(float(sum((counts[id(mb)] > 0).sum().item() for mb in mbs)), dtype=torch.float64)
+    seqs = max(dp_all_reduce(local).item() / cp, 1.0)  # every CP rank counted the same responses
+    return {id(mb): alg.step_token_weights(mb.loss_mask, mode, global_tokens, seqs, horizon, counts[id(mb)])
+            * (len(mbs) * dp) for mb in mbs}

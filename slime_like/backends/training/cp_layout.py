@@ -1,0 +1,87 @@
+"""Context parallelism's micro-batch layout: Megatron's load-balanced 2 x CP chunking of every sample.
+
+With --context-parallel-size CP > 1 each sample of a micro-batch is padded to a multiple of 2 x CP tokens and cut
+into 2 x CP equal chunks; CP rank r holds chunks r and 2 x CP - 1 - r (the early, cheap chunk with the late,
+expensive one, so causal attention costs every rank the same). The rank's chunks of every sample are concatenated
+into one packed row described by THD parameters whose cumulative lengths are the *whole* padded samples (what
+TransformerEngine's CP attention, megatron-core's THD RoPE and our all-gather attention read), as slime's
+get_batch / slice_with_cp build it.
+
+The loss sees only the response tokens whose scoring logit sits in this rank's chunks: `cols` index them in the
+local row and `response_index` says which response token each one is, so the per-token columns (loss mask,
+advantages, old log-probs, ...) are gathered at the same tokens. Every other response token is another rank's;
+the step's token counts and metric sums are all-reduced over CP with data parallelism, and whole log-probs are
+gathered by CP all-reduce (gather_response_rows) where the rollout needs them.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def chunk_positions(padded_length: int, cp_size: int, cp_rank: int) -> torch.Tensor:
+    """Positions of a sample (padded to a multiple of 2 x cp_size) that CP rank `cp_rank` holds, in its order."""
+    c = padded_length // (2 * cp_size)
+    first = torch.arange(cp_rank * c, (cp_rank + 1) * c)
+    second = torch.arange((2 * cp_size - 1 - cp_rank) * c, (2 * cp_size - cp_rank) * c)
+    return torch.cat([first, second])
+
+
+def padded_length(length: int, cp_size: int) -> int:
+    multiple = 2 * cp_size
+    return (length + multiple - 1) // multiple * multiple
+
+
+def build_cp_micro_batch(pb, sample_ids: list[int], cp_size: int, cp_rank: int, *, row_multiple: int = 1,
+                         field_keys: tuple = (), pad_id: int = 0):
+    """This CP rank's MicroBatch of samples `sample_ids` of the PackedBatch `pb` (see the module docstring).
+    `row_multiple`: the local row is padded to a multiple of it (TP x 2 under sequence parallelism), the padding
+    being one more THD sequence of its own."""
+    from slime_like.backends.training.data import MicroBatch, packed_seq_params_for
+
+    ids = torch.tensor(sample_ids, dtype=torch.long)
+    lens, resps, gstarts = pb.tok_len[ids].tolist(), pb.resp_len[ids].tolist(), pb.tok_start[ids].tolist()
+    tokens, positions, cols, index, full = [], [], [], [], []
+    offset = 0
+    for length, resp, gstart in zip(lens, resps, gstarts):
+        full.append(padded_length(length, cp_size))
+        pos = chunk_positions(full[-1], cp_size, cp_rank)
+        inside = pos < length
+        tokens.append(torch.where(inside, pb.tokens[gstart + pos.clamp(max=length - 1)], torch.full((), pad_id)))
+        positions.append(pos)
+        first_logit = length - resp - 1  # logit p scores response token p - first_logit
+        scores = (pos >= first_logit) & (pos < length - 1)
+        cols.append(offset + scores.nonzero().flatten())
+        index.append(pos[scores] - first_logit)
+        offset += len(pos)
+    pad = (-offset) % row_multiple
+    if pad:  # its own THD sequence (cp x pad tokens in whole-sample units), never attended by a sample
+        tokens.append(torch.full((pad,), pad_id))
+        positions.append(torch.arange(pad))
+        full.append(pad * cp_size)
+    n, width = len(sample_ids), max(1, max(len(c) for c in cols))
+    count = torch.tensor([len(c) for c in cols])
+    valid = (torch.arange(width)[None, :] < count[:, None]).float()
+    col_t = torch.zeros(n, width, dtype=torch.long)
+    idx_t = torch.zeros(n, width, dtype=torch.long)
+    for k, (c, i) in enumerate(zip(cols, index)):
+        col_t[k, :len(c)], idx_t[k, :len(i)] = c, i
+    resp_t = pb.resp_len[ids]
+    targets = pb.tokens[(pb.tok_start[ids] + pb.tok_len[ids] - resp_t)[:, None] + idx_t] * valid.long()
+    loss_mask = pb.gathered("loss_masks", ids, idx_t, valid)
+    fields = {key: pb.gathered(key, ids, idx_t, valid) for key in field_keys if key in pb.batch}
+    psp = packed_seq_params_for(full)
+    return MicroBatch(sample_ids, torch.cat(tokens)[None], torch.cat(positions)[None], None, psp,
+                      torch.zeros(n, width, dtype=torch.long), col_t, targets, valid, loss_mask, fields,
+                      response_index=idx_t, full_response_lengths=[int(r) for r in resps])
+
+
+def gather_response_rows(values: torch.Tensor, mb, group) -> torch.Tensor:
+    """`[n, Rmax]` whole-response rows from this CP rank's `[n, M]` values of micro-batch `mb` (zeros where another
+    rank scores the token), summed over the CP group: every rank gets every response's values."""
+    import torch.distributed as dist
+
+    lengths = mb.full_response_lengths
+    out = torch.zeros(len(lengths), max(lengths), dtype=values.dtype, device=values.device)
+    out.scatter_add_(1, mb.response_index, values * mb.valid.to(values.dtype))
+    dist.all_reduce(out, group=group)
+    return out
