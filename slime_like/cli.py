@@ -6,6 +6,7 @@
     slime-like convert hf-to-megatron [FLAGS ...]    an HF directory -> a Megatron torch_dist checkpoint
     slime-like convert megatron-to-hf [FLAGS ...]    a Megatron checkpoint -> an HF directory
     slime-like demo [RUN_DIR [FLAGS ...]]   the CPU demo end to end (default RUN_DIR runs/demo)
+    slime-like demo-vlm [RUN_DIR [FLAGS ...]]    the visual CPU demo: a tiny VLM counts shapes (runs/demo_vlm)
     slime-like plot RUN_DIR                 RUN_DIR/learning_curve.png from RUN_DIR/metrics.jsonl
     slime-like --version
 
@@ -56,6 +57,12 @@ def _demo(argv):
     return main(argv, prog="slime-like demo")
 
 
+def _demo_vlm(argv):
+    from slime_like.demo.vlm_run import main
+
+    return main(argv, prog="slime-like demo-vlm")
+
+
 def _plot(argv):
     from slime_like.utils.plot import main
 
@@ -63,7 +70,7 @@ def _plot(argv):
 
 
 COMMANDS = {"train": _train, "train-async": _train_async, "dry-run": _dry_run, "convert": _convert, "demo": _demo,
-            "plot": _plot}
+            "demo-vlm": _demo_vlm, "plot": _plot}
 
 
 def usage() -> str:
