@@ -146,7 +146,7 @@ ADVANTAGE_ESTIMATORS = Registry("--advantage-estimator", "advantage estimator")
 TRAINER_BACKENDS.register(
     "megatron", "slime_like.backends.megatron.trainer:MegatronTrainer", flag_group="perf/parallelism",
     capabilities={"keeps_pushed_weights", "distributed_optimizer", "megatron_checkpoints", "megatron_hooks",
-                  "megatron_core_spec", "routing_replay"},
+                  "megatron_core_spec", "routing_replay", "trains_images"},
     validator="slime_like.config.trainer_megatron:check_megatron_backend", display="the Megatron trainer",
     why_no_lora="its fused layers and distributed optimizer are not wired for adapters")
 TRAINER_BACKENDS.register(

@@ -231,7 +231,7 @@ def check_multimodal_engine(args):
 
     backend = args.train_backend
     if args.multimodal_keys and backend in TRAINER_BACKENDS and not TRAINER_BACKENDS.has(backend, "trains_images"):
-        having = " and ".join(map(TRAINER_BACKENDS.display, TRAINER_BACKENDS.with_capability("trains_images")))
+        having = " or ".join(map(TRAINER_BACKENDS.display, TRAINER_BACKENDS.with_capability("trains_images")))
         raise ConfigError(f"--multimodal-keys with --train-backend {backend}: {TRAINER_BACKENDS.display(backend)} "
                           f"does not train on images (registry capability trains_images); use {having}")
     engine = args.rollout_engine

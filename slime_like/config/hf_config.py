@@ -56,6 +56,7 @@ class ModelFamily:
     # built as dense MLA, identical while no sample is longer than index_topk (config/sparse_attention.py)
     sparse_attention: bool = False
     trainable: bool = False        # the Megatron trainer builds it and maps its HF weights (hf_weights.py)
+    vision_language: bool = False  # a VLM's text_config: the HF vision tower + M-RoPE (backends/megatron/vision.py)
     not_built: str = ""            # why the trainer refuses a family slime trains (read_hf_config says it)
 
 
@@ -82,6 +83,9 @@ MODEL_FAMILIES = {
     "minimax_m2": ModelFamily(biased_router=True, qk_norm_across_heads=True, trainable=True),
     "deepseek_v32": ModelFamily(biased_router=True, sparse_attention=True, trainable=True),
     "glm_moe_dsa": ModelFamily(biased_router=True, sparse_attention=True, trainable=True),  # GLM-5
+    # vision-language (config.json's text_config; the HF vision tower and M-RoPE: backends/megatron/vision.py)
+    "qwen2_5_vl_text": ModelFamily(qkv_bias=True, trainable=True, vision_language=True),
+    "qwen3_vl_text": ModelFamily(qk_norm=True, trainable=True, vision_language=True),
     "qwen3_next": ModelFamily(**_NEXT),
     # Qwen3.5's checkpoints are vision-language (model_type qwen3_5 / qwen3_5_moe, the text model's config under
     # text_config with model_type qwen3_5_text / qwen3_5_moe_text, weights under model.language_model.*): the
@@ -119,11 +123,11 @@ def read_hf_config(path: str, *, for_training: bool = False) -> dict:
         # the LM head is tied (or not) by the outer model: Qwen3.5 states it at the top level
         cfg["tie_word_embeddings"] = outer.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False))
         cfg["_text_of_vlm"] = True  # HF weights live under model.language_model.* (hf_weights.py)
-    if "intermediate_size" not in cfg and cfg.get("moe_intermediate_size"):  # Qwen3.5-MoE: every layer MoE, so
-        cfg["intermediate_size"] = cfg["moe_intermediate_size"]  # no dense width (slime passes the expert one)
         for key in ("dtype", "torch_dtype"):  # the checkpoint's dtype (HF exports keep it)
             if key in outer and key not in cfg:
                 cfg[key] = outer[key]
+    if "intermediate_size" not in cfg and cfg.get("moe_intermediate_size"):  # Qwen3.5-MoE: every layer MoE, so
+        cfg["intermediate_size"] = cfg["moe_intermediate_size"]  # no dense width (slime passes the expert one)
     if for_training and not family_of(cfg).trainable:
         why = family_of(cfg).not_built
         raise ConfigError(f"{file}: model_type {cfg.get('model_type')!r} is not supported by the trainer"

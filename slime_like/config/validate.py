@@ -10,6 +10,7 @@ from slime_like.config import (algorithm, checkpoint, cluster, data, distillatio
                                optimizer, rewards, rollout, sparse_attention, support, trainer_fsdp,
                                trainer_megatron)
 from slime_like.config.hf_config import check_model_against_hf, fill_model_from_hf
+from slime_like.config.hf_vision import check_vision_language
 from slime_like.registry import TRAINER_BACKENDS
 
 
@@ -52,6 +53,8 @@ def validate_args(args, report, raise_path_problems: bool = True) -> None:
     data.check_multimodal_engine(args)
     check_model_against_hf(args)
     sparse_attention.check_length_bound(args, report)  # DeepSeek-V3.2 / GLM-5: dense only up to index_topk tokens
+    if TRAINER_BACKENDS.has(args.train_backend, "megatron_core_spec"):  # the HF tower inside megatron-core
+        check_vision_language(args)
     model.check_routing_replay(args)      # needs the model's MoE fields (config.json fills them)
     logging_debug.derive_run_dirs(args)
     engines.derive_external(args)

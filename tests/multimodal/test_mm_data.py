@@ -179,13 +179,24 @@ def test_vllm_engine_is_refused_with_images(tmp_path, tiny_vlm_ckpt):
     assert _args(tiny_vlm_ckpt, str(path), "--rollout-engine", "cpu").rollout_engine == "cpu"
 
 
+class _TextOnlyTrainer:
+    """Stands in for a trainer class without the trains_images capability (the configuration layer only names it)."""
+
+
 def test_a_trainer_without_images_is_refused(tmp_path, tiny_vlm_ckpt):
-    """The Megatron trainer (slime_like's default backend) has no vision path yet: --multimodal-keys with it is an
-    error before any work, not a run that trains on the tokens alone."""
+    """A trainer backend without the trains_images capability: --multimodal-keys with it is an error before any work,
+    not a run that trains on the tokens alone. Both built trainers (FSDP, Megatron) train on images."""
+    from slime_like.backends import trainer_api
     from slime_like.config.errors import ConfigError
+    from slime_like.registry import TRAINER_BACKENDS
 
     path = tmp_path / "d.jsonl"
     path.write_text('{"prompt": "x", "label": "1"}\n')
-    with pytest.raises(ConfigError, match=r"--multimodal-keys with --train-backend megatron: the Megatron trainer "
-                                          r"does not train on images .* use the FSDP trainer"):
-        _args(tiny_vlm_ckpt, str(path), "--train-backend", "megatron")
+    assert _args(tiny_vlm_ckpt, str(path), "--train-backend", "megatron").train_backend == "megatron"
+    trainer_api.register_backend("text_only_trainer", _TextOnlyTrainer, capabilities=set())
+    try:
+        with pytest.raises(ConfigError, match=r"--multimodal-keys with --train-backend text_only_trainer: .* does "
+                                              r"not train on images .* use the Megatron trainer or the FSDP trainer"):
+            _args(tiny_vlm_ckpt, str(path), "--train-backend", "text_only_trainer")
+    finally:
+        TRAINER_BACKENDS.unregister("text_only_trainer")

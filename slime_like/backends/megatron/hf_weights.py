@@ -107,9 +107,24 @@ def unwrap(module):
     return module
 
 
+# vision-language models (backends/megatron/vision.py): transformers 5's in-memory names, the ones pushed to engines;
+# a checkpoint on disk may use the older layout (Qwen2.5-VL: model.layers.* and visual.*), read and written as found
+_VLM_LM, _VLM_VISUAL = "model.language_model.", "model.visual."
+_LEGACY_VLM = ((_VLM_LM, "model."), (_VLM_VISUAL, "visual."))
+
+
+def _vlm_legacy_name(name: str) -> str:
+    for new, old in _LEGACY_VLM:
+        if name.startswith(new):
+            return old + name[len(new):]
+    return name
+
+
 def _rule(name: str, chunk, args):
     """(kind, hf_names) for one mcore parameter; kind in copy | vocab | qkv | gate_up | gate_up_fused | gdn_in |
     gdn_conv | skip."""
+    if name.startswith("visual."):  # the HF vision tower, kept as transformers' module: its own names
+        return "copy", [_VLM_VISUAL + name[len("visual."):]]
     kind, names = _generic_rule(name, chunk, args)
     family = family_of({"model_type": args.hf_model_type})
     renames = _BLOCK_SPARSE_MOE if args.hf_model_type == "minimax_m2" else \
@@ -294,6 +309,8 @@ class _HFReader:
                 self.where[key] = h
 
     def get(self, key):
+        if key not in self.where and _vlm_legacy_name(key) in self.where:
+            key = _vlm_legacy_name(key)
         if key not in self.where:
             raise KeyError(f"{self.dir}: tensor {key!r} missing from the HF checkpoint")
         return self.where[key].get_tensor(key)
@@ -325,8 +342,11 @@ def load_hf_weights(model_chunks, hf_dir: str, args):
 
 
 @torch.no_grad()
-def iter_hf_weights(model_chunks, args, hf_vocab_size: int | None = None):
+def iter_hf_weights(model_chunks, args, hf_vocab_size: int | None = None, frozen_vision: bool = False):
     """Yield (hf_name, full tensor) for this rank's PP stage; every rank must iterate (TP/EP gathers).
+
+    A vision tower frozen by --freeze-vision-tower is left out (the engines keep the one they loaded) unless
+    `frozen_vision` (an export writes the whole model; a trainer that did not start from --hf-checkpoint pushes it).
 
     Tensors come out on the rank with tp_rank == 0 and dp_rank == 0 (incl. CP) of each PP stage. They may be
     views of the live parameters (no copy: a weight sync copies them once, into its send buffer): use them
@@ -342,6 +362,8 @@ def iter_hf_weights(model_chunks, args, hf_vocab_size: int | None = None):
             kind, hf_names = _rule(name, chunk, args)
             if kind == "skip" or (name == "output_layer.weight" and tied):
                 continue  # tied: the HF model has no lm_head tensor
+            if name.startswith("visual.") and args.freeze_vision_tower and not frozen_vision:
+                continue
             _, size, group = _tp_group(name)
             full = _unshard(kind, param.detach(), param, size, group, args)
             pieces = [(hf_names, full)]
@@ -371,8 +393,20 @@ def _gather_experts(name, chunk, args, full):
 
 
 def _kept_from_template(name: str, args) -> bool:
-    return (args.hf_text_of_vlm and name.startswith("model.visual.")) or \
+    own_tower = family_of({"model_type": args.hf_model_type}).vision_language  # Qwen2.5-VL / Qwen3-VL: built
+    return (args.hf_text_of_vlm and not own_tower and name.startswith("model.visual.")) or \
         (bool(args.hf_index_topk) and ".self_attn.indexer." in name)
+
+
+def _disk_layout(template_hf_dir: str):
+    """Name mapping from the pushed (transformers 5 in-memory) names to the template checkpoint's own layout:
+    a VLM saved as model.layers.* / visual.* (Qwen2.5-VL) is written back so."""
+    try:
+        keys = _HFReader(template_hf_dir).where
+    except FileNotFoundError:
+        return lambda name: name
+    legacy = not any(k.startswith(_VLM_LM) for k in keys) and any(k.startswith("visual.") for k in keys)
+    return _vlm_legacy_name if legacy else (lambda name: name)
 
 
 def export_hf(model_chunks, args, out_dir: str, template_hf_dir: str):
@@ -385,8 +419,9 @@ def export_hf(model_chunks, args, out_dir: str, template_hf_dir: str):
     cfg = read_hf_config(template_hf_dir, for_training=True)
     dtype = getattr(torch, cfg.get("dtype") or cfg.get("torch_dtype") or "float32")
     # copy=True: own storage per tensor (iter_hf_weights may yield views; safetensors refuses shared storage)
-    tensors = {n: t.to(device="cpu", dtype=dtype, copy=True).contiguous()
-               for n, t in iter_hf_weights(model_chunks, args, cfg["vocab_size"])}
+    rename = _disk_layout(template_hf_dir)
+    tensors = {rename(n): t.to(device="cpu", dtype=dtype, copy=True).contiguous()
+               for n, t in iter_hf_weights(model_chunks, args, cfg["vocab_size"], frozen_vision=True)}
     pp, stage = ps.get_pipeline_model_parallel_world_size(), ps.get_pipeline_model_parallel_rank()
     if tensors and stage == 0:  # what the trainer does not build: Qwen3.5's vision tower, DSA's indexers (frozen)
         reader = _HFReader(template_hf_dir)

@@ -335,6 +335,17 @@ def _dense_attention_bound(index_topk: int):
     return hook
 
 
+def _vision_family(args):
+    """(VisionFamily, transformers config) of a vision-language checkpoint (backends/megatron/vision.py), else None."""
+    from slime_like.config.hf_config import family_of
+
+    if not family_of({"model_type": args.hf_model_type}).vision_language:
+        return None
+    from slime_like.backends.megatron import vision
+
+    return vision.VLM_FAMILIES[args.hf_model_type], vision.hf_vlm_config(args.hf_checkpoint)
+
+
 def build_model(args, role: str = "actor"):
     """Build this rank's model chunk(s): a list of GPTModel, one per virtual pipeline stage (one without an
     interleaved schedule).
@@ -365,6 +376,11 @@ def _build_chunk(args, config, role: str, vp_stage, pre: bool, post: bool):
 
     critic = role == "critic"
     tie = not args.untie_embeddings_and_output_weights and not critic
+    vision = _vision_family(args)
+    if vision is not None:
+        from slime_like.backends.megatron.vision import VisionGPTModel as GPTModel  # noqa: F811
+
+        config.apply_rope_fusion = False  # M-RoPE angles differ per sample: the unfused path applies them
     model = GPTModel(config=config, transformer_layer_spec=layer_spec(config, args, vp_stage),
                      vocab_size=padded_vocab_size(args),
                      max_sequence_length=args.max_position_embeddings,
@@ -376,6 +392,10 @@ def _build_chunk(args, config, role: str, vp_stage, pre: bool, post: bool):
                      rope_scaling=args.use_rope_scaling,  # Llama 3.1 style
                      rope_scaling_factor=args.rope_scaling_factor,
                      vp_stage=vp_stage)
+    if vision is not None:
+        model.attach_vision(vision[1], vision[0], args.rotary_base, config.params_dtype)
+        if args.freeze_vision_tower and model.pre_process:
+            model.visual.requires_grad_(False)
     if critic and post:
         model.output_layer = ValueHead(config)
     elif post and padded_vocab_size(args) > args.vocab_size:

@@ -23,6 +23,7 @@ moved to CPU by offload() together with the actor.
 from __future__ import annotations
 
 import logging
+import os
 
 import torch
 
@@ -36,7 +37,7 @@ from slime_like.backends.megatron.routing_replay import RoutingReplay
 from slime_like.backends.training.base import RLTrainerBase, StepResult
 from slime_like.backends.training import data as D
 from slime_like.backends.training import loss as L
-from slime_like.config.hf_config import fill_args_from_hf
+from slime_like.config.hf_config import family_of, fill_args_from_hf
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ class MegatronTrainer(RLTrainerBase):
 
     checkpoint_format = "torch_dist"
     old_actor = None  # --keep-old-actor: old_actor.OldActorWeights of the actor's chunks
+    push_frozen_tower = True  # whether weight pushes carry a --freeze-vision-tower tower (_build_model decides)
 
     @property
     def min_micro_batches(self) -> int:
@@ -87,6 +89,10 @@ class MegatronTrainer(RLTrainerBase):
 
         self.hooks.call("custom_megatron_init_path", self.args)
         self.use_te = M.uses_te_spec(self.args)
+        # a vision-language model: an HF vision tower + M-RoPE (vision.py)
+        self.vision = family_of({"model_type": self.args.hf_model_type}).vision_language
+        if self.vision and self.use_te:
+            self.pack_rows = False  # TE's THD rotary indexes 1-D positions; M-RoPE's are per sample: padded rows
         self.routing = RoutingReplay(self.args, [])   # the actor's, once its model is built
 
     def _sequence_split(self) -> tuple[int, int, int]:
@@ -106,6 +112,9 @@ class MegatronTrainer(RLTrainerBase):
         self.chunks = M.build_model(self.args, self.role)
         if not resume:
             W.load_initial_weights(self.args, self.chunks, self.role)
+        # --freeze-vision-tower from --hf-checkpoint: the engines loaded the same tower, so pushes leave it out
+        self.push_frozen_tower = resume or os.path.realpath(W.initial_source(self.args) or "") != \
+            os.path.realpath(self.args.hf_checkpoint or "")
         if self.role == "actor" and self.args.keep_old_actor:
             self.old_actor = OldActorWeights(self.chunks, self.args.max_staleness)
         self.routing = RoutingReplay(self.args, self.chunks)   # --use-(rollout-)routing-replay (routing_replay.py)
@@ -162,7 +171,8 @@ class MegatronTrainer(RLTrainerBase):
         def forward_step(data_iterator, chunk):
             mb = next(data_iterator)
             self.routing.before_forward(actor, mb)
-            out = chunk(mb.tokens, mb.position_ids, mb.attention_mask, packed_seq_params=mb.packed_seq_params)
+            out = chunk(mb.tokens, mb.position_ids, mb.attention_mask, packed_seq_params=mb.packed_seq_params,
+                        **self._image_inputs(mb))
             self.routing.after_forward(actor, mb)
             return out, make_loss_func(mb)
 
@@ -179,7 +189,12 @@ class MegatronTrainer(RLTrainerBase):
         """--opd-kl-mode full: the frozen teacher's logits for the micro-batch, called inside the actor's loss
         function on every TP rank (one pipeline stage: the config check refuses PP > 1 with this mode)."""
         (chunk,) = self.teacher_model
-        return chunk(mb.tokens, mb.position_ids, mb.attention_mask, packed_seq_params=mb.packed_seq_params)
+        return chunk(mb.tokens, mb.position_ids, mb.attention_mask, packed_seq_params=mb.packed_seq_params,
+                     **self._image_inputs(mb))
+
+    def _image_inputs(self, mb) -> dict:
+        """A vision-language model's extra forward input: the micro-batch's images (None for text samples)."""
+        return {"multimodal": mb.multimodal} if self.vision else {}
 
     def _forward_only(self, model, batch, kind):
         """Per-sample response log-probs (kind "logp", temperature-scaled) or values (kind "values")."""
@@ -303,7 +318,7 @@ class MegatronTrainer(RLTrainerBase):
         """(hf_name, full tensor) pairs for weight sync; every rank must iterate (TP gathers are collectives)."""
         from slime_like.backends.megatron import hf_weights
 
-        yield from hf_weights.iter_hf_weights(self.chunks, self.args)
+        yield from hf_weights.iter_hf_weights(self.chunks, self.args, frozen_vision=self.push_frozen_tower)
 
     def _frozen_models(self) -> list:
         return (self.ref_model or []) + (self.teacher_model or [])

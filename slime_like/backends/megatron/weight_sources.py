@@ -54,14 +54,20 @@ def load_initial_weights(args, chunks, role):
     A --load without a published Megatron checkpoint (a fresh run whose --load is its --save) falls
     back the same way, as in slime.
     """
+    source = initial_source(args)
+    if not source:
+        raise ValueError(f"{role}: no weights to start from: set --load, --ref-load or --hf-checkpoint")
+    load_weights_from(args, chunks, source)
+
+
+def initial_source(args):
+    """The weights a fresh (not resumed) run starts from: --load when it is an HF directory, else --ref-load,
+    else --hf-checkpoint (None when none is set)."""
     from slime_like.backends.megatron import checkpoint
 
     load = args.load
     source = load if load and checkpoint.is_hf_dir(load) else None
-    source = source or args.ref_load or args.hf_checkpoint
-    if not source:
-        raise ValueError(f"{role}: no weights to start from: set --load, --ref-load or --hf-checkpoint")
-    load_weights_from(args, chunks, source)
+    return source or args.ref_load or args.hf_checkpoint
 
 
 def load_ref_weights(args, chunks):
