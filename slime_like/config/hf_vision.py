@@ -22,6 +22,9 @@ def check_vision_language(args):
     if args.pipeline_model_parallel_size > 1:
         problems.append(f"--pipeline-model-parallel-size {args.pipeline_model_parallel_size}: the vision tower and "
                         "DeepStack features are not passed between pipeline stages; use 1 (TP works)")
+    if args.context_parallel_size > 1:
+        problems.append(f"--context-parallel-size {args.context_parallel_size}: M-RoPE positions and the image rows "
+                        "are computed over whole samples, not CP shards; use 1")
     if args.sequence_parallel:
         problems.append("--sequence-parallel: the image embeddings replace rows of the full-sequence word "
                         "embeddings; drop --sequence-parallel")

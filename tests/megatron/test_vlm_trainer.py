@@ -138,5 +138,8 @@ def test_vlm_launch_check_names_what_the_tower_cannot_run_under(vlm_ckpts):
                   validate=True)
     msg = str(e.value)
     assert "vision-language" in msg and "--pipeline-model-parallel-size 2" in msg and "--sequence-parallel" in msg
+    with pytest.raises(ConfigError, match="--context-parallel-size 2: M-RoPE positions"):
+        make_args("--hf-checkpoint", ckpt, *BASE_FLAGS, "--actor-num-gpus-per-node", "2",
+                  "--context-parallel-size", "2", validate=True)
     make_args("--hf-checkpoint", ckpt, *BASE_FLAGS, "--actor-num-gpus-per-node", "2", "--tensor-model-parallel-size",
               "2", validate=True)  # TP alone is fine
