@@ -212,11 +212,24 @@ class FSDPTrainer(RLTrainerBase):
         config = M.hf_config(self.args)
         return config if vision.is_vision_language(config) else None
 
+    # Project only the response-scoring positions through lm_head (issue 26: a [b, S, V] fp32 output is the step's
+    # peak at a 151,936-token vocabulary); False restores the whole output (the equality tests' reference path).
+    project_responses_only = True
+
+    def _responses_only(self, mb, kind):
+        """`mb` re-pointed for a response-positions-only forward (data.response_positions_only); the critic's
+        value head keeps its whole output (it is [b, S, 1])."""
+        if not self.project_responses_only or kind in ("value", "values") or self.role == "critic":
+            return mb
+        return D.response_positions_only(mb)
+
     def _forward(self, model, mb):
         if self.vlm_config is not None:  # images in; HF computes the M-RoPE positions (vision.py)
             inputs = vision.forward_kwargs(self.vlm_config, mb, self.device)
         else:
             inputs = dict(input_ids=mb.tokens, position_ids=mb.position_ids)
+        if mb.logit_positions is not None:
+            inputs["logits_to_keep"] = mb.logit_positions
         with self._autocast():
             out = model(**inputs)
         return out if torch.is_tensor(out) else out.logits
@@ -234,6 +247,7 @@ class FSDPTrainer(RLTrainerBase):
         result = [None] * n
         with torch.no_grad():
             for mb in self.batcher.for_scoring(batch):
+                mb = self._responses_only(mb, kind)
                 _, out = L.forward_only_func(kind, mb, temperature, self.args.vocab_size)(self._forward(model, mb))
                 for sample, row in zip(out["ids"], D.unpad_rows(out["out"], out["lengths"])):
                     result[sample] = row
@@ -252,7 +266,9 @@ class FSDPTrainer(RLTrainerBase):
         for i, mb in enumerate(mbs):
             if defer:  # reduce-scatter once, after the last micro-batch (gradients accumulate unsharded)
                 model.set_requires_gradient_sync(i == len(mbs) - 1)
-            loss, sums = L.make_loss_func(kind, args, mb, scale, False, weights.get(id(mb)), teacher=teacher,
+            w = weights.get(id(mb))
+            mb = self._responses_only(mb, kind)
+            loss, sums = L.make_loss_func(kind, args, mb, scale, False, w, teacher=teacher,
                                           estimator=self.estimator)(self._forward(model, mb))
             (loss / len(mbs)).backward()
             outs.append(sums)

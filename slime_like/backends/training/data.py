@@ -24,7 +24,7 @@ THD row, and the per-token columns hold only the response tokens it scores (cp_l
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -177,12 +177,31 @@ class MicroBatch:
     # context parallelism (cp_layout.py): the response token each [n, M] slot holds, and the whole lengths
     response_index: torch.Tensor | None = None
     full_response_lengths: list[int] | None = None
+    # Set by response_positions_only: the `[b, P]` sequence positions the model's output holds (None: all of them).
+    logit_positions: torch.Tensor | None = None
 
     @property
     def response_lengths(self) -> list[int]:
         if self.full_response_lengths is not None:
             return self.full_response_lengths
         return [int(x) for x in self.valid.sum(1).tolist()]
+
+    @property
+    def sequence_cols(self) -> torch.Tensor:
+        """`cols` as positions in the token sequence, whatever the output holds."""
+        return self.cols if self.logit_positions is None else self.logit_positions.reshape(self.cols.shape)
+
+
+def response_positions_only(mb: MicroBatch) -> MicroBatch:
+    """The micro-batch for a model that projects only the response-scoring positions through its output layer
+    (transformers' 2-D integer `logits_to_keep`): its output is `[b, n * Rmax / b, V]` instead of `[b, S, V]`, so
+    the fp32 logits of the prompts (and of the padding) are never built. Padded rows hold one sample each (rows[k] =
+    k), a packed row all of them (rows = 0), so `cols` read row by row are each row's positions; `cols` is
+    re-pointed into the kept positions, `rows` is unchanged."""
+    b = mb.tokens.shape[0]
+    per_row = mb.cols.numel() // b
+    kept = torch.arange(mb.cols.numel(), device=mb.cols.device).view_as(mb.cols) % per_row
+    return replace(mb, cols=kept, logit_positions=mb.cols.reshape(b, per_row))
 
 
 def _length(v) -> int:

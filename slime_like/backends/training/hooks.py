@@ -117,7 +117,7 @@ def total_lengths(mb) -> list[int]:
     (first response logit = start + length - response - 1; starts accumulate when packed into one row)."""
     packed = mb.tokens.shape[0] == 1
     out, start = [], 0
-    for first, resp in zip(mb.cols[:, 0].tolist(), mb.response_lengths):
+    for first, resp in zip(mb.sequence_cols[:, 0].tolist(), mb.response_lengths):
         length = int(first) + resp + 1 - (start if packed else 0)
         out.append(length)
         start += length
