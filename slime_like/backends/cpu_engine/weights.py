@@ -10,6 +10,7 @@ import os
 
 import torch
 
+from slime_like.backends.cpu_engine.weight_names import resolve
 from slime_like.backends.engine_api.protocol import BadRequest
 
 
@@ -39,11 +40,13 @@ def _non_persistent(model, name: str) -> set:
 
 @torch.no_grad()
 def load_named_tensors(model, named_tensors) -> int:
-    """Copy each (hf_name, tensor) into the model. Unknown names and shape mismatches fail with the fix."""
+    """Copy each (hf_name, tensor) into the model. A name is a parameter's, or a checkpoint key transformers' conversion
+    mapping turns into one or into a slice of a fused one (per-expert MoE weights: weight_names.py). Unknown names and
+    shape mismatches fail with the fix."""
     params = _params(model)
     n = 0
     for name, tensor in named_tensors:
-        p = params.get(name)
+        p = resolve(model, params, name)
         if p is None:
             close = difflib.get_close_matches(name, list(params), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -65,8 +68,9 @@ def receive_distributed(model, names, dtypes, shapes, load_format, recv) -> list
     """Receive one ``/update_weights_from_distributed`` bucket; returns (name, tensor) for load_named_tensors.
 
     `recv(tensor)` fills a tensor (a broadcast from rank 0), in the order SGLang's sender uses:
-    * load_format None / 'direct': one broadcast per tensor. A tensor whose name is a contiguous parameter of
-      the same dtype and shape is received straight into that parameter (no staging tensor, no second copy;
+    * load_format None / 'direct': one broadcast per tensor. A tensor whose name is a contiguous parameter (or a
+      contiguous slice of a fused one, e.g. one expert's gate_proj) of the same dtype and shape is received straight
+      into it (no staging tensor, no second copy;
       load_named_tensors then finds it already in place). Anything else (another dtype, an unknown name) lands in
       a new tensor, converted or refused by load_named_tensors after the bucket, so the stream stays in step.
       Like SGLang, a transfer that fails midway leaves the weights partly updated.
@@ -96,9 +100,12 @@ def receive_distributed(model, names, dtypes, shapes, load_format, recv) -> list
     params = _params(model)
     out = []
     for name, dt, shape in zip(names, dts, shapes):
-        p = params.get(name)
+        try:
+            p = resolve(model, params, name)
+        except BadRequest:  # refused by load_named_tensors after the bucket, so the stream stays in step
+            p = None
         fits = p is not None and p.dtype == dt and tuple(p.shape) == tuple(shape) and p.is_contiguous()
-        out.append((name, p.data if fits else torch.empty(shape, dtype=dt)))
+        out.append((name, p if fits else torch.empty(shape, dtype=dt)))
     for _, t in out:
         recv(t)
     return out
@@ -139,27 +146,16 @@ def check_inside(path: str, allowed_dirs: list[str], what: str) -> None:
 
 
 def load_from_disk(model, model_path: str, allowed_dirs: list[str]) -> int:
-    """Load every ``*.safetensors`` file of a Hugging Face model dir into the model in place. A file key that is not
-    a parameter name goes through transformers' own checkpoint renaming for the model first (Qwen2.5-VL's
-    save_pretrained writes 'model.embed_tokens.*' / 'visual.*' for the modules 'model.language_model.*' /
-    'model.visual.*')."""
+    """Load every ``*.safetensors`` file of a Hugging Face model dir into the model in place. File keys go through
+    transformers' own conversion mapping for the model (weight_names.py: Qwen2.5-VL's save_pretrained writes
+    'model.embed_tokens.*' for the module 'model.language_model.*'; MoE checkpoints hold per-expert weights of the
+    fused expert parameters)."""
     from safetensors.torch import load_file
 
-    files = weight_files(model_path, allowed_dirs)
-    params, rename = _params(model), _checkpoint_renamer(model)
     n = 0
-    for f in files:
-        n += load_named_tensors(model, ((k if k in params else rename(k), t) for k, t in load_file(f).items()))
+    for f in weight_files(model_path, allowed_dirs):
+        n += load_named_tensors(model, load_file(f).items())
     return n
-
-
-def _checkpoint_renamer(model):
-    """checkpoint key -> module name by the model's WeightRenaming transforms (identity when it has none)."""
-    from transformers.conversion_mapping import get_model_conversion_mapping
-    from transformers.core_model_loading import WeightRenaming, apply_renamings
-
-    renamings = [t for t in get_model_conversion_mapping(model) if isinstance(t, WeightRenaming)]
-    return (lambda key: apply_renamings(key, renamings)) if renamings else (lambda key: key)
 
 
 def release(model) -> dict[str, tuple]:
