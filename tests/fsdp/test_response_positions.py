@@ -56,11 +56,12 @@ def test_re_pointed_micro_batch_keeps_the_sequence_positions(packed):
     and the hooks' total_lengths (read from the positions) do not change."""
     import torch
     from slime_like.backends.training import data as D
+    from slime_like.backends.training.micro_batch import response_positions_only
     from slime_like.backends.training.hooks import total_lengths
 
     batch = make_batch(6, seed=2)
     mb = D.build_micro_batch(batch, list(range(6)), packed)
-    only = D.response_positions_only(mb)
+    only = response_positions_only(mb)
     whole = torch.randn(*mb.tokens.shape, 5)
     kept = torch.take_along_dim(whole, only.logit_positions[..., None], dim=1)  # what transformers' lm_head sees
     assert kept.shape[1] == mb.cols.numel() // mb.tokens.shape[0]

@@ -81,7 +81,7 @@ def test_attention_backend_local_keeps_mcore_attention(tiny_ckpt):
 
 def test_segment_lengths_reads_block_causal_masks_only():
     from slime_like.backends.megatron.sdpa_attention import segment_lengths
-    from slime_like.backends.training.data import block_causal_mask
+    from slime_like.backends.training.micro_batch import block_causal_mask
 
     assert segment_lengths(block_causal_mask([3, 1, 4])) == [3, 1, 4]
     plain_causal = ~torch.ones(5, 5, dtype=torch.bool).tril()[None, None]

@@ -35,7 +35,8 @@ def parity_rank(rank, world, port, ckpts, tp):
 
     from slime_like.args import make_args
     from slime_like.backends.megatron import hf_weights, model, parallel
-    from slime_like.backends.training.data import block_causal_mask, multimodal_inputs
+    from slime_like.backends.training.data import multimodal_inputs
+    from slime_like.backends.training.micro_batch import block_causal_mask
     from slime_like.config.hf_config import fill_args_from_hf
 
     parallel.init_distributed(rank, world, master_port=port, tp=tp)

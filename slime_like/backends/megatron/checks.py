@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import logging
 
+from slime_like.backends.megatron.kernels import local_cp_problems
+
 log = logging.getLogger("slime_like.backends.megatron.trainer")
 
 
@@ -30,16 +32,3 @@ def _uses_te(args) -> bool:
     from slime_like.backends.megatron.model import uses_te_spec
 
     return uses_te_spec(args)
-
-
-def local_cp_problems(args) -> list[str]:
-    """What the local spec's all-gather CP attention (cp_attention.py) cannot run with --context-parallel-size > 1,
-    one entry each (TransformerEngine's CP attention runs both)."""
-    cp, problems = args.context_parallel_size, []
-    if args.multi_latent_attention:
-        problems.append(f"--context-parallel-size {cp} with multi-latent attention needs TransformerEngine's CP "
-                        "attention (not importable here)")
-    if args.attention_dropout:
-        problems.append(f"--context-parallel-size {cp} without TransformerEngine: the all-gather CP attention has no "
-                        "dropout; use --attention-dropout 0")
-    return problems

@@ -250,6 +250,19 @@ def check(args, cuda: bool) -> Resolution:
     return res
 
 
+def local_cp_problems(args) -> list[str]:
+    """What the local spec's all-gather CP attention (cp_attention.py) cannot run with --context-parallel-size > 1,
+    one entry each (TransformerEngine's CP attention runs both)."""
+    cp, problems = args.context_parallel_size, []
+    if args.multi_latent_attention:
+        problems.append(f"--context-parallel-size {cp} with multi-latent attention needs TransformerEngine's CP "
+                        "attention (not importable here)")
+    if args.attention_dropout:
+        problems.append(f"--context-parallel-size {cp} without TransformerEngine: the all-gather CP attention has no "
+                        "dropout; use --attention-dropout 0")
+    return problems
+
+
 def launch_check(args) -> tuple:
     """(errors, note) for the Megatron trainers of this run, checked on the driver before Ray starts when this
     machine shows a CUDA GPU (a CPU-only head node leaves it to the trainers): what they would refuse at build, one
@@ -261,8 +274,6 @@ def launch_check(args) -> tuple:
     if args.train_backend != "megatron" or not cuda_visible():
         return [], ""
     errors, off = [], []
-    from slime_like.backends.megatron.checks import local_cp_problems
-
     for role in ("actor", "critic") if args.use_critic else ("actor",):
         role_args = apply_role(args, role)
         res = resolve(role_args, cuda=True)

@@ -49,7 +49,7 @@ def segment_lengths(mask: torch.Tensor) -> list[int] | None:
         bounds = firsts + [s]
         candidate = [b - a for a, b in zip(bounds, bounds[1:])]
         if firsts and firsts[0] == 0 and all(n > 0 for n in candidate):
-            from slime_like.backends.training.data import block_causal_mask
+            from slime_like.backends.training.micro_batch import block_causal_mask
 
             if torch.equal(block_causal_mask(candidate).to(mask.device), mask):
                 lengths = candidate

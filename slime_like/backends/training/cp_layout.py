@@ -36,7 +36,7 @@ def build_cp_micro_batch(pb, sample_ids: list[int], cp_size: int, cp_rank: int, 
     """This CP rank's MicroBatch of samples `sample_ids` of the PackedBatch `pb` (see the module docstring).
     `row_multiple`: the local row is padded to a multiple of it (TP x 2 under sequence parallelism), the padding
     being one more THD sequence of its own."""
-    from slime_like.backends.training.data import MicroBatch, packed_seq_params_for
+    from slime_like.backends.training.micro_batch import MicroBatch, packed_seq_params_for
 
     ids = torch.tensor(sample_ids, dtype=torch.long)
     lens, resps, gstarts = pb.tok_len[ids].tolist(), pb.resp_len[ids].tolist(), pb.tok_start[ids].tolist()

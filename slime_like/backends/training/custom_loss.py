@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from slime_like.backends.training.data import MicroBatch
+from slime_like.backends.training.micro_batch import MicroBatch
 
 
 @dataclass

@@ -25,7 +25,7 @@ import sys
 import torch
 
 from slime_like import algorithms as alg
-from slime_like.backends.training.data import MicroBatch
+from slime_like.backends.training.micro_batch import MicroBatch
 from slime_like.backends.training.hooks import custom_tis as custom_tis_call, total_lengths
 from slime_like.backends.training import custom_loss as C
 

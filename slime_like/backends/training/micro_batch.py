@@ -1,0 +1,79 @@
+"""One forward pass's inputs (MicroBatch) and the attention descriptions of a packed row (block-causal mask for the
+local spec, THD cumulative lengths for TransformerEngine): what data.py builds, cp_layout.py builds under context
+parallelism, and the losses and attention modules read."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import torch
+
+
+@dataclass
+class MicroBatch:
+    """Model inputs for one forward pass and where each sample's response logits sit in its output.
+
+    `rows[k, j]`, `cols[k, j]`: output position scoring response token j of the k-th sample;
+    `targets[k, j]`: that token id; `valid[k, j]`: 1 for j < R_k (0 pads the ragged responses to Rmax);
+    `loss_mask` is `valid` times the sample's loss mask. Per-sample tensors of the batch (advantages, ...)
+    are padded the same way into `fields[key]` `[n, Rmax]`.
+    """
+
+    sample_ids: list[int]
+    tokens: torch.Tensor
+    position_ids: torch.Tensor
+    attention_mask: torch.Tensor | None
+    packed_seq_params: object | None
+    rows: torch.Tensor
+    cols: torch.Tensor
+    targets: torch.Tensor
+    valid: torch.Tensor
+    loss_mask: torch.Tensor
+    fields: dict = field(default_factory=dict)
+    multimodal: dict | None = None  # `pixel_values` / `image_grid_thw` of the samples' images (multimodal_inputs)
+    # context parallelism (cp_layout.py): the response token each [n, M] slot holds, and the whole lengths
+    response_index: torch.Tensor | None = None
+    full_response_lengths: list[int] | None = None
+    # Set by response_positions_only: the `[b, P]` sequence positions the model's output holds (None: all of them).
+    logit_positions: torch.Tensor | None = None
+
+    @property
+    def response_lengths(self) -> list[int]:
+        if self.full_response_lengths is not None:
+            return self.full_response_lengths
+        return [int(x) for x in self.valid.sum(1).tolist()]
+
+    @property
+    def sequence_cols(self) -> torch.Tensor:
+        """`cols` as positions in the token sequence, whatever the output holds."""
+        return self.cols if self.logit_positions is None else self.logit_positions.reshape(self.cols.shape)
+
+
+def response_positions_only(mb: MicroBatch) -> MicroBatch:
+    """The micro-batch for a model that projects only the response-scoring positions through its output layer
+    (transformers' 2-D integer `logits_to_keep`): its output is `[b, n * Rmax / b, V]` instead of `[b, S, V]`, so
+    the fp32 logits of the prompts (and of the padding) are never built. Padded rows hold one sample each (rows[k] =
+    k), a packed row all of them (rows = 0), so `cols` read row by row are each row's positions; `cols` is
+    re-pointed into the kept positions, `rows` is unchanged."""
+    b = mb.tokens.shape[0]
+    per_row = mb.cols.numel() // b
+    kept = torch.arange(mb.cols.numel(), device=mb.cols.device).view_as(mb.cols) % per_row
+    return replace(mb, cols=kept, logit_positions=mb.cols.reshape(b, per_row))
+
+
+def block_causal_mask(lengths: list[int]) -> torch.Tensor:
+    """`[1, 1, S, S]` boolean mask, True = do not attend: causal inside each sample, nothing across samples."""
+    total = sum(lengths)
+    seq_id = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+    same = seq_id[:, None] == seq_id[None, :]
+    causal = torch.ones(total, total, dtype=torch.bool).tril()
+    return ~(same & causal)[None, None]
+
+
+def packed_seq_params_for(lengths: list[int], device=None):
+    """TransformerEngine's THD description of a packed row (GPU path): cumulative sequence lengths."""
+    from megatron.core.packed_seq_params import PackedSeqParams
+
+    cu = torch.zeros(len(lengths) + 1, dtype=torch.int32, device=device)
+    cu[1:] = torch.cumsum(torch.tensor(lengths, dtype=torch.int32, device=device), 0)
+    return PackedSeqParams(qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu,
+                           max_seqlen_q=max(lengths), max_seqlen_kv=max(lengths))
