@@ -189,3 +189,17 @@ def test_encodings_round_trip(encoding, algorithm):
     assert np.array_equal(disk_delta.apply(old, np.frombuffer(payload, np.uint8), encoding, "t"), new)
     assert disk_delta.checksum(algorithm, new) != disk_delta.checksum(algorithm, old)
     assert disk_delta.encode(old, old, encoding) == (None, 0)
+
+
+@pytest.mark.parametrize("encoding", ["xor", "overwrite"])
+def test_a_delta_decompressing_past_its_base_is_refused_unallocated(encoding):
+    """A zstd frame may declare any size: 10 MB of zeros for a 4 kB tensor is refused after reading one byte past
+    what the base allows (every byte changed), never decompressed whole."""
+    import zstandard
+
+    from slime_like.backends.engine_api.protocol import BadRequest
+
+    old = np.zeros(4096, dtype=np.uint8)
+    bomb = np.frombuffer(zstandard.ZstdCompressor().compress(bytes(10_000_000)), np.uint8)
+    with pytest.raises(BadRequest, match="decompresses to more than"):
+        disk_delta.apply(old, bomb, encoding, "model.embed_tokens.weight")

@@ -69,14 +69,27 @@ def encode(new: np.ndarray, old: np.ndarray, encoding: str) -> tuple[bytes | Non
     return zstandard.ZstdCompressor(level=1).compress(diff.tobytes()), changed
 
 
-def apply(old: np.ndarray, compressed: np.ndarray, encoding: str, where: str) -> np.ndarray:
-    """The new bytes of one tensor from its base bytes and its delta; a delta that cannot fit the base is refused."""
+def _decompress_bounded(data: bytes, limit: int, where: str) -> bytes:
+    """zstd-decompressed `data`, refused past `limit` bytes without allocating more (a frame may declare any size)."""
+    import io
+
     import zstandard
 
     try:
-        diff = np.frombuffer(zstandard.ZstdDecompressor().decompress(compressed.tobytes()), dtype=np.uint8)
+        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)) as reader:
+            out = reader.read(limit + 1)
     except zstandard.ZstdError as e:
         raise BadRequest(f"{where}: the delta does not decompress ({e})") from None
+    if len(out) > limit:
+        raise BadRequest(f"{where}: the delta decompresses to more than the {limit} bytes its base tensor allows")
+    return out
+
+
+def apply(old: np.ndarray, compressed: np.ndarray, encoding: str, where: str) -> np.ndarray:
+    """The new bytes of one tensor from its base bytes and its delta; a delta that cannot fit the base is refused."""
+    # at most every byte changed: an xor delta is the base's size, an overwrite delta a count + (position, byte) each
+    limit = old.size if encoding == "xor" else 4 + 5 * old.size
+    diff = np.frombuffer(_decompress_bounded(compressed.tobytes(), limit, where), dtype=np.uint8)
     if encoding == "xor":
         if diff.size != old.size:
             raise BadRequest(f"{where}: an xor delta of {diff.size} bytes for a base tensor of {old.size} bytes")
