@@ -116,6 +116,9 @@ def test_preflight_lists_every_bad_image_before_ray(tmp_path, tiny_vlm_ckpt, cap
 
     import train
 
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        sys.modules["ray"].shutdown()   # an earlier in-process run's Ray (the CI run): the check below needs none
+
     (tmp_path / "ok.png").write_bytes(png_bytes(pattern_image(0)))
     (tmp_path / "notes.png").write_text("text")
     rows = [{"prompt": "<image>a", "images": ["ok.png"], "label": "1"},
