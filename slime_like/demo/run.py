@@ -35,16 +35,17 @@ def demo_flags(task: dict, run_dir: str) -> list:
             "--run-dir", run_dir]
 
 
-def main(argv=None, prog: str = "slime-like demo") -> int:
+def run_demo(argv, *, prog: str, default_run_dir: str, prepare, flags, eval_name: str, doc: str) -> int:
+    """One demo command (text or visual): prepare its task and warm-up in RUN_DIR/task, train with its flags plus
+    the user's, and print the verdict."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] in (["-h"], ["--help"]):
-        print(__doc__)
+        print(doc)
         return 0
-    run_dir = argv.pop(0) if argv and not argv[0].startswith("-") else os.path.join("runs", "demo")
+    run_dir = argv.pop(0) if argv and not argv[0].startswith("-") else default_run_dir
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_PROGRESS_BARS"):
         os.environ.setdefault(var, "1")  # no download; no per-file progress bars for a 3 MB model
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from slime_like.demo.prepare import prepare
     from slime_like.demo.summary import verdict
     from slime_like.loops.train import main as train
 
@@ -52,11 +53,17 @@ def main(argv=None, prog: str = "slime-like demo") -> int:
     metrics = os.path.join(run_dir, "metrics.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)  # a fresh curve each run (the task and warm-up are reused)
-    rc = train([*demo_flags(task, run_dir), *argv], prog=prog)
+    rc = train([*flags(task, run_dir), *argv], prog=prog)
     if rc == 0 and "--dry-run" not in argv:
-        print(verdict(run_dir, EVAL_NAME))
+        print(verdict(run_dir, eval_name))
     return rc
 
+
+def main(argv=None, prog: str = "slime-like demo") -> int:
+    from slime_like.demo.prepare import prepare
+
+    return run_demo(argv, prog=prog, default_run_dir=os.path.join("runs", "demo"), prepare=prepare,
+                    flags=demo_flags, eval_name=EVAL_NAME, doc=__doc__)
 
 if __name__ == "__main__":
     sys.exit(main())

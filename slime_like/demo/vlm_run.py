@@ -42,27 +42,11 @@ def demo_flags(task: dict, run_dir: str) -> list:
 
 
 def main(argv=None, prog: str = "slime-like demo-vlm") -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] in (["-h"], ["--help"]):
-        print(__doc__)
-        return 0
-    run_dir = argv.pop(0) if argv and not argv[0].startswith("-") else os.path.join("runs", "demo_vlm")
-    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_PROGRESS_BARS"):
-        os.environ.setdefault(var, "1")  # no download; no per-file progress bars for a 3 MB model
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from slime_like.demo.summary import verdict
+    from slime_like.demo.run import run_demo
     from slime_like.demo.vlm_prepare import prepare
-    from slime_like.loops.train import main as train
 
-    task = prepare(os.path.join(run_dir, "task"), log=lambda line: print(f"[demo] {line}", flush=True))
-    metrics = os.path.join(run_dir, "metrics.jsonl")
-    if os.path.exists(metrics):
-        os.remove(metrics)  # a fresh curve each run (the task and warm-up are reused)
-    rc = train([*demo_flags(task, run_dir), *argv], prog=prog)
-    if rc == 0 and "--dry-run" not in argv:
-        print(verdict(run_dir, EVAL_NAME))
-    return rc
-
+    return run_demo(argv, prog=prog, default_run_dir=os.path.join("runs", "demo_vlm"), prepare=prepare,
+                    flags=demo_flags, eval_name=EVAL_NAME, doc=__doc__)
 
 if __name__ == "__main__":
     sys.exit(main())
