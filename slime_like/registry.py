@@ -168,10 +168,11 @@ TRAINER_BACKENDS.register(
 # no_offload_on_cpu         cannot release its memory without CUDA (--offload-rollout refused at launch there)
 # spans_nodes               one engine over several nodes, a server process per node (SGLang's --nnodes)
 # serves_images             takes SGLang's image_data with token-id prompts (--multimodal-keys)
+# pd_disaggregation         prefill-only / decode-only servers handing the KV cache over (--prefill-num-servers)
 ROLLOUT_ENGINES.register(
     "sglang", "slime_like.backends.sglang.engine:SGLangEngine", flag_group="SGLang",
     capabilities={"needs_gpu", "auto_with_gpu", "uses_router", "weights_checker", "returns_routed_experts",
-                  "serves_images", "pull_weights", "spans_nodes"},
+                  "serves_images", "pull_weights", "spans_nodes", "pd_disaggregation"},
     python_package="sglang", install_extra="sglang", display="SGLang")
 ROLLOUT_ENGINES.register(
     "vllm", "slime_like.backends.vllm.engine:VLLMEngine", flag_group="vLLM",

@@ -3,6 +3,7 @@ arithmetic, placement plan per node. `plan` is a slime_like.plan.Plan (passed in
 module above it)."""
 from __future__ import annotations
 
+from slime_like.config.disaggregation import roles_text
 from slime_like.config.parser import defaults_of, group_of, shared_parser
 from slime_like.config.role_overrides import apply_role
 from slime_like.config.trainer_megatron import precision_line
@@ -133,7 +134,8 @@ def plan_lines(plan, args) -> list:
     out = [f"  {plan.num_nodes} node(s) x {plan.gpus_per_node} GPU slots, {mode}; engine: {plan.engine_kind}; "
            f"{plan.num_slots} bundles reserved",
            f"  actor: {len(plan.actor)} rank(s)" + (f", critic: {len(plan.critic)} rank(s)" if plan.critic else "")
-           + f", engines: {len(plan.engines)} x {args.rollout_num_gpus_per_engine} GPU(s)"]
+           + f", engines: {len(plan.engines)} x {args.rollout_num_gpus_per_engine} GPU(s)"
+           + roles_text(args, len(plan.engines))]
     placement = args.placement_map
     if placement:
         from slime_like.config.placement_spec import placement_text

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import os
 
+from slime_like.config import disaggregation
 from slime_like.config.errors import ConfigError
 from slime_like.config.types import Float, Int
 from slime_like.registry import ROLLOUT_ENGINES
@@ -53,7 +54,9 @@ def add_sglang_group(parser):
     a("--sglang-router-port", type=Int(1, 65535), default=None, help="Port of the existing sglang-router.")
     a("--sglang-router-request-timeout-secs", type=Int(1), default=14400, help="Router request timeout (seconds).")
     a("--sglang-config", default=None,
-      help="(slime_like) YAML/JSON mapping of SGLang ServerArgs fields to values; --sglang-* flags on the CLI win.")
+      help="YAML/JSON: slime's engine layout (an `sglang:` list of server groups), or a mapping of SGLang ServerArgs "
+           "fields to values; --sglang-* flags on the CLI win.")
+    disaggregation.add_disaggregation_flags(g)
     return parser
 
 

@@ -11,18 +11,18 @@
             overrides: {mem_fraction_static: 0.7}   # SGLang ServerArgs fields on top of --sglang-*
 
 Honoured where it maps onto this project's engines: one model, the trained one (update_weights true, model_path
---hf-checkpoint), whose `regular` groups share one engine size and one set of overrides: that is
---rollout-num-gpus (the groups' GPUs summed), --rollout-num-gpus-per-engine and the SGLang server settings.
-Everything else (prefill / decode / encoder disaggregation, placeholder slots, frozen models served beside the
-policy, groups of different shapes) is refused with the key that asks for it.
+--hf-checkpoint), whose groups share one engine size and one set of overrides: that is --rollout-num-gpus (the
+groups' GPUs summed), --rollout-num-gpus-per-engine and the SGLang server settings. Groups are either all
+`regular`, or `prefill` and `decode` ones: prefill / decode disaggregation, the same setting as slime's
+--prefill-num-servers (the prefill groups' engines; disaggregation.py), so not together with that flag.
+Everything else (encoder disaggregation, placeholder slots, frozen models served beside the policy, groups of
+different shapes) is refused with the key that asks for it.
 """
 from __future__ import annotations
 
 from slime_like.config.errors import ConfigError
 
 _NOT_BUILT = {
-    "prefill": "prefill / decode disaggregation is not built (every engine prefills and decodes)",
-    "decode": "prefill / decode disaggregation is not built (every engine prefills and decodes)",
     "encoder": "encoder / prefill / decode disaggregation is not built",
     "placeholder": "GPU slots reserved without engines are not built; place components with --placement",
 }
@@ -57,7 +57,7 @@ def apply_slime_layout(args, parser, path: str, data: dict) -> dict:
     groups = model.get("server_groups") or model.get("engine_groups") or []
     if not groups:
         raise ConfigError(f"{where}: sglang[0].server_groups: empty; list the engine groups (worker_type, num_gpus)")
-    sizes, overrides, total = set(), [], 0
+    sizes, overrides, total, gpus_of = set(), [], 0, {}
     for i, group in enumerate(groups):
         key = f"sglang[0].server_groups[{i}]"
         if not isinstance(group, dict):
@@ -66,9 +66,9 @@ def apply_slime_layout(args, parser, path: str, data: dict) -> dict:
         kind = group.get("worker_type")
         if kind in _NOT_BUILT:
             raise ConfigError(f"{where}: {key}.worker_type: {kind}: {_NOT_BUILT[kind]}; use worker_type: regular")
-        if kind != "regular":
-            raise ConfigError(f"{where}: {key}.worker_type: {kind!r}: use regular (slime also knows prefill, "
-                              "decode, placeholder, encoder, which are not built here)")
+        if kind not in ("regular", "prefill", "decode"):
+            raise ConfigError(f"{where}: {key}.worker_type: {kind!r}: use regular, or prefill and decode (slime "
+                              "also knows placeholder and encoder, which are not built here)")
         gpus = group.get("num_gpus")
         if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
             raise ConfigError(f"{where}: {key}.num_gpus: must be an integer >= 1, got {gpus!r}")
@@ -78,6 +78,7 @@ def apply_slime_layout(args, parser, path: str, data: dict) -> dict:
             raise ConfigError(f"{where}: {key}: num_gpus {gpus} is not a multiple of num_gpus_per_engine {per_engine}")
         sizes.add(per_engine)
         total += gpus
+        gpus_of[kind] = gpus_of.get(kind, 0) + gpus
         group_overrides = dict(group.get("overrides") or {})
         path_of = group_overrides.pop("model_path", path_of)
         overrides.append(group_overrides)
@@ -90,8 +91,24 @@ def apply_slime_layout(args, parser, path: str, data: dict) -> dict:
     if path_of and args.hf_checkpoint and path_of != args.hf_checkpoint:
         raise ConfigError(f"{where}: sglang[0].model_path {path_of} differs from --hf-checkpoint "
                           f"{args.hf_checkpoint}: the engines serve the policy, which starts from --hf-checkpoint")
-    _set_layout(args, parser, where, total, sizes.pop())
+    per_engine = sizes.pop()
+    _set_layout(args, parser, where, total, per_engine)
+    _set_roles(args, where, gpus_of, per_engine)
     return overrides[0]
+
+
+def _set_roles(args, where: str, gpus_of: dict, per_engine: int) -> None:
+    """prefill / decode groups: the first prefill-GPUs / engine-size engines prefill (--prefill-num-servers)."""
+    if set(gpus_of) == {"regular"}:
+        return
+    if "regular" in gpus_of or set(gpus_of) != {"prefill", "decode"}:
+        raise ConfigError(f"{where}: sglang[0].server_groups: worker types {sorted(gpus_of)}; prefill / decode "
+                          "disaggregation needs prefill and decode groups and no regular one (the router sends "
+                          "every request to one prefill and one decode engine)")
+    if args.prefill_num_servers is not None:
+        raise ConfigError(f"{where}: prefill / decode groups and --prefill-num-servers {args.prefill_num_servers} "
+                          "set the same thing (slime: mutually exclusive); keep one")
+    args.prefill_num_servers = gpus_of["prefill"] // per_engine
 
 
 def _set_layout(args, parser, where: str, total: int, per_engine: int) -> None:

@@ -29,7 +29,7 @@ PREFIX = "--sglang-"
 LAUNCHER_OWNED = frozenset({
     "model_path", "config", "trust_remote_code", "random_seed", "enable_memory_saver", "tp_size", "port", "host",
     "nnodes", "node_rank", "dist_init_addr", "gpu_id_step", "base_gpu_id", "nccl_port", "skip_server_warmup",
-    "api_key",
+    "api_key", "disaggregation_mode", "disaggregation_bootstrap_port",  # the roles: --prefill-num-servers
 })
 _NO_SGLANG_IMPORT_FLAGS = ("--debug-train-only", "--load-debug-rollout-data")
 

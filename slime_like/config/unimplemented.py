@@ -12,9 +12,6 @@ import argparse
 # naming the feature (never silently ignored).
 SLIME_ONLY_FLAGS = {
     "--megatron-to-hf-mode": "Megatron-Bridge weight conversion", "--use-slime-router": "slime's own router",
-    "--prefill-num-servers": "prefill/decode disaggregation (SGLang's --disaggregation-mode prefill / decode servers "
-                             "behind a PD router, with a KV transfer backend such as mooncake or nixl over RDMA: "
-                             "not built here)",
     "--release-train": "releasing trainer actors between steps",
     "--only-train-params-name-list": "partial-parameter training", "--freeze-params-name-list": "parameter freezing",
     "--pg-loss-type": "REINFORCE score centering", "--use-score-centering": "REINFORCE score centering",

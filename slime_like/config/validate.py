@@ -6,9 +6,9 @@ Mutates the namespace only to fill derived defaults (documented per rule in docs
 """
 from __future__ import annotations
 
-from slime_like.config import (algorithm, checkpoint, cluster, data, distillation, engines, logging_debug, model,
-                               optimizer, rewards, rollout, sparse_attention, support, trainer_fsdp,
-                               trainer_megatron)
+from slime_like.config import (algorithm, checkpoint, cluster, data, disaggregation, distillation, engines,
+                               logging_debug, model, optimizer, rewards, rollout, sparse_attention, support,
+                               trainer_fsdp, trainer_megatron)
 from slime_like.config.hf_config import check_model_against_hf, fill_model_from_hf
 from slime_like.config.hf_vision import check_vision_language
 from slime_like.registry import TRAINER_BACKENDS
@@ -49,6 +49,7 @@ def validate_args(args, report, raise_path_problems: bool = True) -> None:
     cluster.validate_cluster(args, report)
     engines.check_engine_passthrough(args, report)  # needs the resolved --rollout-engine
     engines.check_router_flags(args, report)
+    disaggregation.check_disaggregation(args, report)  # needs --rollout-num-gpus and the engine resolved
     engines.check_engine_limits(args, report, cluster.cuda_visible())
     data.check_multimodal_engine(args)
     check_model_against_hf(args)

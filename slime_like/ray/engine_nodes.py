@@ -17,16 +17,19 @@ def by_node(placement, slots: list) -> list:
     return list(groups.values())
 
 
-def start_engine_nodes(new_actor, index: int, node_slots: list, kind: str):
-    """-> (node 0's actor, the other nodes' actors, the ref of node 0's start: the engine URL). Every node's
-    process starts at once: node 0's is healthy only once every rank joined."""
+def start_engine_nodes(new_actor, index: int, node_slots: list, kind: str, role: str | None = None):
+    """-> (node 0's actor, the other nodes' actors, the ref of node 0's start: the engine URL, its (role,
+    bootstrap port) or None). Every node's process starts at once: node 0's is healthy only once every rank
+    joined. `role`: prefill / decode in a disaggregated run; a prefill engine's bootstrap port is node 0's, and
+    every node's process is told the same one."""
     from slime_like.backends.engine_api.engine import engine_nodes
 
     actors = [new_actor(index, slots) for slots in node_slots]
     addr = ray.get(actors[0].dist_init_addr.remote())
+    pd = None if role is None else (role, ray.get(actors[0].bootstrap_port.remote()) if role == "prefill" else None)
     nodes = engine_nodes([list(range(len(s))) for s in node_slots], addr)
-    starts = [a.start.remote(kind, True, node) for a, (node, _) in zip(actors, nodes)]
-    return actors[0], actors[1:], starts[0] if len(starts) == 1 else _first_after_all(starts)
+    starts = [a.start.remote(kind, True, node, pd) for a, (node, _) in zip(actors, nodes)]
+    return actors[0], actors[1:], starts[0] if len(starts) == 1 else _first_after_all(starts), pd
 
 
 def _first_after_all(starts: list):

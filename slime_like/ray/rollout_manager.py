@@ -23,19 +23,20 @@ class EngineActor:
     def __init__(self, args, engine_index: int, gpu_ids: list):
         self.args, self.engine_index, self.gpu_ids = args, engine_index, gpu_ids
         self.proc = None
-        self.started_with = None   # (kind, multi_node) of the last start, for restart()
+        self.started_with = None   # the last start()'s arguments, for restart()
 
-    def start(self, kind: str, multi_node: bool, node=None) -> str:
-        """`node`: this node's share of an engine spanning nodes (engine_api/engine.EngineNode), else None."""
+    def start(self, kind: str, multi_node: bool, node=None, pd: tuple | None = None) -> str:
+        """`node`: this node's share of an engine spanning nodes (engine_api/engine.EngineNode), else None; `pd`:
+        (role, bootstrap port) of a prefill / decode disaggregated run, else None."""
         from slime_like.backends.engine_api.launcher import start_engine
 
-        self.started_with = (kind, multi_node, node)
+        self.started_with = (kind, multi_node, node, pd)
         # One node: nothing off this host needs the engine, so it listens on loopback only. Across nodes it must
         # listen on the node's address; the run's secret (--engine-api-key) then guards every route.
         host = ray.util.get_node_ip_address() if multi_node else "127.0.0.1"
         self.proc = start_engine(self.args, kind=kind, engine_index=self.engine_index, gpu_ids=self.gpu_ids,
                                  host=host, port=free_port(host),
-                                 api_key=self.args.engine_api_key, node=node)
+                                 api_key=self.args.engine_api_key, node=node, pd=pd)
         return self.proc.url
 
     def where(self) -> tuple:
@@ -46,6 +47,10 @@ class EngineActor:
         """host:port on this node where the ranks of an engine spanning nodes meet (its node 0)."""
         host = ray.util.get_node_ip_address()
         return f"{host}:{free_port(host)}"
+
+    def bootstrap_port(self) -> int:
+        """A free port on this node for a prefill engine's bootstrap server (--disaggregation-bootstrap-port)."""
+        return free_port(ray.util.get_node_ip_address())
 
     def restart(self) -> str:
         """--use-fault-tolerance: kill the engine process (dead, or hung: SIGKILL, it may not answer SIGTERM) and
@@ -196,6 +201,7 @@ class EngineGroup:
     def start(cls, args, placement: Placement, engine_slots: list, gpu_share: float, kind: str) -> "EngineGroup":
         """One engine actor per plan entry, each starting its server (`kind`: the --rollout-engine value); an
         engine spanning nodes gets one actor per node (engine_nodes.py), node 0's serving its URL."""
+        from slime_like.backends.engine_api.engine import pd_role
         from slime_like.ray.engine_nodes import by_node, start_engine_nodes
 
         spans = [len(by_node(placement, slots)) > 1 for slots in engine_slots]
@@ -210,20 +216,23 @@ class EngineGroup:
             return EngineActor.options(num_gpus=gpu_share, scheduling_strategy=placement.strategy(slots[0]),
                                        runtime_env=env).remote(args, i, gpu_ids)
 
-        actors, followers, starts = [], [], []
+        actors, followers, starts, roles = [], [], [], []
         multi_node = cluster_spans_nodes()
         try:
             for i, slots in enumerate(engine_slots):
+                role = pd_role(args, i)
                 if spans[i]:
-                    lead, rest, start = start_engine_nodes(new_actor, i, by_node(placement, slots), kind)
+                    lead, rest, start, pd = start_engine_nodes(new_actor, i, by_node(placement, slots), kind, role)
                 else:
-                    lead, rest, start = new_actor(i), [], None
-                    start = lead.start.remote(kind, multi_node)
+                    lead, rest = new_actor(i), []
+                    pd = _pd_of(lead, role)
+                    start = lead.start.remote(kind, multi_node, None, pd)
                 actors.append(lead)
                 followers += rest
                 starts.append(start)
+                roles.append(pd)
             urls = ray.get(starts)
-            router, router_url = start_router_for(args, kind, urls, multi_node)
+            router, router_url = start_router_for(args, kind, urls, multi_node, roles)
         except BaseException:
             for a in actors + followers:  # the engines that did start exit with their actor (--parent-pid watchdog)
                 ray.kill(a)
@@ -233,7 +242,7 @@ class EngineGroup:
 
         def respawn(i):
             actor = new_actor(i)
-            return actor, actor.start.remote(kind, multi_node)
+            return actor, actor.start.remote(kind, multi_node, None, roles[i])
         group._respawn = respawn
         return group
 
@@ -277,13 +286,23 @@ def _external_router_url(args) -> str | None:
     return f"http://{host}:{args.sglang_router_port}"
 
 
-def start_router_for(args, kind: str, engine_urls: list, multi_node: bool = False):
+def _pd_of(actor, role: str | None):
+    """(role, bootstrap port) of a one-node engine of a disaggregated run (None otherwise); a prefill engine's
+    port is picked on its node by its actor."""
+    if role is None:
+        return None
+    return role, ray.get(actor.bootstrap_port.remote()) if role == "prefill" else None
+
+
+def start_router_for(args, kind: str, engine_urls: list, multi_node: bool = False, roles: list | None = None):
     """The router in front of the run's engines, as slime does it: -> (router process we started or None,
     router URL or None).
 
     --sglang-router-ip/--sglang-router-port: an existing router; every engine registers with it (router.add_worker).
     Else engines of a kind that `uses_router` (SGLang), more than one: start sglang_router on this node over
-    them, with the --router-* passthrough values. Else none: the rollout client balances over the engines."""
+    them, with the --router-* passthrough values. Else none: the rollout client balances over the engines.
+    `roles`: each engine's (role, bootstrap port) in a prefill / decode disaggregated run (the router then runs
+    with --pd-disaggregation over them), else None."""
     from slime_like.backends.engine_api.engine import get_engine
     from slime_like.backends.sglang import router
 
@@ -295,5 +314,9 @@ def start_router_for(args, kind: str, engine_urls: list, multi_node: bool = Fals
     if not (get_engine(kind).uses_router and len(engine_urls) > 1):
         return None, None
     host = ray.util.get_node_ip_address() if multi_node else "127.0.0.1"  # loopback unless the run spans nodes
-    proc = router.start_router(args, engine_urls, host=host, port=free_port())
+    pd = None
+    if roles and any(roles):
+        pd = ([(u, r[1]) for u, r in zip(engine_urls, roles) if r[0] == "prefill"],
+              [u for u, r in zip(engine_urls, roles) if r[0] == "decode"])
+    proc = router.start_router(args, engine_urls, host=host, port=free_port(), pd=pd)
     return proc, proc.url

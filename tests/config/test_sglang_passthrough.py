@@ -112,8 +112,8 @@ def test_slime_engine_layout_file(base, tmp_path):
     colocated = parse(base + ["--sglang-config", layout({"worker_type": "regular", "num_gpus": 2})])
     assert colocated.rollout_num_gpus_per_engine == 1
     refused = {
-        r"server_groups\[0\].worker_type: prefill: prefill / decode disaggregation is not built":
-            layout({"worker_type": "prefill", "num_gpus": 1}, {"worker_type": "decode", "num_gpus": 1}),
+        r"server_groups\[0\].worker_type: encoder: encoder / prefill / decode disaggregation is not built":
+            layout({"worker_type": "encoder", "num_gpus": 1}, {"worker_type": "decode", "num_gpus": 1}),
         r"server_groups\[0\].worker_type: placeholder: GPU slots reserved without engines are not built":
             layout({"worker_type": "placeholder", "num_gpus": 2}),
         "engines of \\[1, 2\\] GPUs; the engines here are all one size":

@@ -8,7 +8,6 @@ recipe's own model flags (the model check against config.json stays on). What sl
 refused at launch, never here: the dry run lists it.
 """
 import json
-import os
 import pathlib
 import re
 
@@ -107,18 +106,6 @@ def placeholder_argv(argv, tmp_path) -> list:
 def test_every_slime_run_script_is_recorded():
     assert len(RUNS) >= 29 and "run-glm4.7-30B-A3B.sh" in RUNS and "low_precision/run-qwen3-4b-fp8.sh" in RUNS
     assert all(len(RECIPES[r]["argv"]) > 90 for r in RUNS)  # the whole command, not a line cut short
-
-
-@pytest.fixture
-def gpu_machine(tmp_path, monkeypatch):
-    """A machine that shows an NVIDIA GPU (a stand-in nvidia-smi on PATH): the recipes are GPU plans, so what the
-    launch would refuse only for want of a GPU here (FP8 training) is not counted against them."""
-    bin_dir = tmp_path / "gpu_bin"
-    bin_dir.mkdir()
-    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\nexit 0\n")
-    (bin_dir / "nvidia-smi").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
 
 
 @pytest.mark.parametrize("name", RUNS)

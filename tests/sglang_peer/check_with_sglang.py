@@ -131,6 +131,60 @@ def nodes():
     return out
 
 
+def disaggregation():
+    """A prefill / decode disaggregated run: each engine's command (start_engine's argv: launch command, then the
+    role's flags) through SGLang's prepare_server_args, and the driver's --pd-disaggregation router command through
+    sglang_router's own parser and config builder."""
+    import types
+
+    from sglang.srt.server_args import prepare_server_args
+
+    from slime_like.backends.sglang.engine import SGLangEngine
+    from slime_like.backends.engine_api.engine import pd_role
+
+    args = types.SimpleNamespace(hf_checkpoint="/models/GLM-5", rollout_num_gpus_per_engine=2, seed=1,
+                                 offload_rollout=True, colocate=True, trust_remote_code=False, prefill_num_servers=1,
+                                 use_rollout_routing_replay=False, sglang_cli_options={},
+                                 sglang_server_args={"disaggregation_transfer_backend": "nixl"})
+    out = {"mismatch": [], "argv": []}
+    for index, port in enumerate((30001, 30002, 30003)):
+        role = pd_role(args, index)
+        bootstrap = 9000 + index if role == "prefill" else None
+        engine = SGLangEngine()
+        cmd = engine.launch_command(args, host="10.0.0.5", port=port, gpu_ids=[2 * index, 2 * index + 1])
+        cmd += engine.disaggregation_args(role, bootstrap)
+        sa = prepare_server_args(cmd[3:])
+        want = {"disaggregation_mode": role, "disaggregation_transfer_backend": "nixl", "tp_size": 2, "port": port}
+        if bootstrap is not None:
+            want["disaggregation_bootstrap_port"] = bootstrap
+        got = {k: getattr(sa, k) for k in want}
+        out["argv"].append(cmd[3:])
+        if got != want:
+            out["mismatch"].append({"engine": index, "want": want, "got": got})
+    out["router"] = _pd_router()
+    return out
+
+
+def _pd_router() -> dict:
+    import types
+
+    try:
+        from sglang_router.launch_router import parse_router_args
+        from sglang_router.router import Router
+    except ImportError as e:
+        return {"not_installed": str(e)}
+    from slime_like.backends.sglang.router import build_router_command
+
+    args = types.SimpleNamespace(router_args={}, sglang_router_request_timeout_secs=600, engine_api_key="k")
+    prefill, decode = [("http://10.0.0.5:30001", 9000)], ["http://10.0.0.5:30002", "http://10.0.0.5:30003"]
+    cmd = build_router_command(args, [], host="10.0.0.5", port=30000, pd=(prefill, decode))
+    ra = parse_router_args(cmd[3:])
+    Router.from_args(ra)   # the Rust side's own validation of the whole config
+    return {"argv": cmd[3:], "pd_disaggregation": ra.pd_disaggregation,
+            "prefill_urls": [list(p) for p in ra.prefill_urls], "decode_urls": ra.decode_urls,
+            "worker_urls": ra.worker_urls}
+
+
 ROUTES = {"/generate": "GenerateReqInput", "/update_weights_from_tensor": "UpdateWeightsFromTensorReqInput",
           "/update_weights_from_distributed": "UpdateWeightsFromDistributedReqInput",
           "/update_weights_from_disk": "UpdateWeightFromDiskReqInput",
@@ -325,7 +379,8 @@ def router():
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "all":   # one interpreter start (importing SGLang costs ~30 s here) for every check
-        result = {"passthrough": passthrough(), "launch": launch(), "nodes": nodes(), "bodies": bodies(sys.argv[2]),
+        result = {"passthrough": passthrough(), "launch": launch(), "nodes": nodes(),
+                  "disaggregation": disaggregation(), "bodies": bodies(sys.argv[2]),
                   "responses": responses(sys.argv[3], sys.argv[4])}
         try:
             import sglang_router  # noqa: F401
@@ -335,6 +390,7 @@ if __name__ == "__main__":
     elif mode == "responses":
         result = responses(sys.argv[2], sys.argv[3])
     else:
-        result = {"passthrough": passthrough, "launch": launch, "nodes": nodes, "router": router}.get(
+        result = {"passthrough": passthrough, "launch": launch, "nodes": nodes, "router": router,
+                  "disaggregation": disaggregation}.get(
             mode, lambda: bodies(sys.argv[2]))()
     print("RESULT " + json.dumps(result, default=str))

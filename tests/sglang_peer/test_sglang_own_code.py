@@ -37,6 +37,20 @@ def test_an_engine_over_two_nodes_is_one_tp_group_of_sglang(checked):
     assert r["weight_sync_ranks"] == 16
 
 
+def test_prefill_and_decode_engines_and_their_router_as_sglang_reads_them(checked):
+    """--prefill-num-servers 1 over three engines: engine 0 is read by SGLang as a prefill server with its bootstrap
+    port, engines 1-2 as decode servers (the transfer backend passed through); the router command is read by
+    sglang_router as --pd-disaggregation with the prefill URL + bootstrap port and both decode URLs."""
+    r = checked["disaggregation"]
+    assert len(r["argv"]) == 3 and r["mismatch"] == [], r["mismatch"]
+    router = r["router"]
+    if "not_installed" in router and os.environ.get("CI", "").lower() != "true":
+        pytest.skip("sglang-router not installed in the SGLang environment: run bench/vllm_peer/setup_env.sh")
+    assert router["pd_disaggregation"] is True and router["worker_urls"] == []
+    assert router["prefill_urls"] == [["http://10.0.0.5:30001", 9000]]
+    assert router["decode_urls"] == ["http://10.0.0.5:30002", "http://10.0.0.5:30003"]
+
+
 JOIN = """
 import json, sys, torch
 from slime_like.backends.engine_api.process_group import init_custom_process_group

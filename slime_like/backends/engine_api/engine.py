@@ -45,6 +45,15 @@ def engine_nodes(gpu_ids_by_node: list, dist_init_addr: str) -> list:
     return [(EngineNode(n, r, dist_init_addr), list(g)) for r, g in enumerate(gpu_ids_by_node)]
 
 
+def pd_role(args, engine_index: int) -> str | None:
+    """'prefill' or 'decode' for engine `engine_index` of a prefill / decode disaggregated run (the first
+    --prefill-num-servers engines prefill; config/disaggregation.py), None when every engine does both."""
+    n = args.prefill_num_servers
+    if not n:
+        return None
+    return "prefill" if engine_index < n else "decode"
+
+
 class Engine(ABC):
     """One kind of rollout engine server. Stateless: instances are cheap and carry no process."""
 
@@ -77,6 +86,11 @@ class Engine(ABC):
         """argv that makes the server require `Authorization: Bearer <api_key>` on every route (SGLang's and
         vLLM's flag; an engine that reads the key from SLIME_LIKE_ENGINE_API_KEY returns [])."""
         return ["--api-key", api_key]
+
+    def disaggregation_args(self, role: str, bootstrap_port: int | None) -> list[str]:
+        """argv making the server prefill-only or decode-only (registry capability pd_disaggregation; the config
+        layer refuses --prefill-num-servers for an engine without it)."""
+        raise NotImplementedError(f"--rollout-engine {self.name} has no prefill / decode disaggregation")
 
     def client(self, url: str, session=None, timeout: float | None = 3600.0, api_key: str | None = None):
         """The HTTP client of a running server (pass an aiohttp session to pool its connections)."""

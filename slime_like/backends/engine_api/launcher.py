@@ -107,13 +107,15 @@ class EngineProcess:
 def start_engine(args, kind: str = "cpu", *, engine_index: int = 0, gpu_ids: list | None = None,
                  host: str = "127.0.0.1", port: int = 30000, log_dir: str | None = None,
                  health_timeout: float | None = None, env: dict | None = None,
-                 cmd: list[str] | None = None, api_key: str | None = None, node=None) -> EngineProcess:
+                 cmd: list[str] | None = None, api_key: str | None = None, node=None,
+                 pd: tuple | None = None) -> EngineProcess:
     """Start one engine server of the registered engine `kind` and wait until it generates.
 
     The server uses gpu_ids (the first is its base GPU). `cmd` overrides the command line (tests use it to start
     a process that fails). `api_key` (default: $SLIME_LIKE_ENGINE_API_KEY): the secret every route of the engine
     will require (`Engine.api_key_args`: SGLang's and vLLM's --api-key; the CPU engine reads it from its
-    environment, not its argv, which any local user can read in ps)."""
+    environment, not its argv, which any local user can read in ps). `pd`: (role, bootstrap port) of a prefill /
+    decode disaggregated run (config/disaggregation.py), else None."""
     engine = get_engine(kind)
     api_key = resolve_api_key(api_key)
     name = f"rollout engine {engine_index} ({kind})"
@@ -125,6 +127,8 @@ def start_engine(args, kind: str = "cpu", *, engine_index: int = 0, gpu_ids: lis
     elif cmd is None:
         cmd = engine.launch_command(args, host=host, port=port, gpu_ids=list(gpu_ids or [0]))
         cmd += engine.api_key_args(api_key) if api_key else []
+    if pd is not None:
+        cmd += engine.disaggregation_args(*pd)
     log_dir = log_dir or os.path.join(args.save or tempfile.gettempdir(), "engine_logs")
     os.makedirs(log_dir, exist_ok=True)
     node_tag = f"_node{node.node_rank}" if node is not None else ""

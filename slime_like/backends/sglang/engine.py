@@ -32,6 +32,16 @@ class SGLangEngine(Engine):
     def weight_sync_ranks(self, args) -> int:
         return int(args.rollout_num_gpus_per_engine)  # SGLang joins every TP rank (rank_offset + tp_rank)
 
+    def disaggregation_args(self, role: str, bootstrap_port: int | None) -> list[str]:
+        """A prefill engine serves its KV cache to the decode engines from its bootstrap server (the port the
+        router is told with --prefill URL PORT); on every node of an engine that spans nodes the same port."""
+        if role not in ("prefill", "decode"):
+            raise ValueError(f"disaggregation role {role!r}: prefill or decode")
+        if role == "prefill" and bootstrap_port is None:
+            raise ValueError("a prefill engine needs its bootstrap port")
+        port = ["--disaggregation-bootstrap-port", str(bootstrap_port)] if role == "prefill" else []
+        return ["--disaggregation-mode", role, *port]
+
 
 def server_flag(name: str, value, option: str | None = None) -> list[str]:
     """One ServerArgs value as CLI tokens: True -> bare flag, False -> omitted, list -> repeated values.

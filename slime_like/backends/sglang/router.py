@@ -33,13 +33,15 @@ POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manual")
 
 
 def build_router_command(args, worker_urls: list[str], *, host: str = "127.0.0.1", port: int = 30000,
-                         python: str | None = None) -> list[str]:
+                         python: str | None = None, pd: tuple | None = None) -> list[str]:
     """argv for `python -m sglang_router.launch_router` routing over `worker_urls`.
 
     `--router-NAME VALUE` passthrough values (args.router_args) follow as `--NAME VALUE` (policy: cache_aware
     unless `--router-policy` says otherwise); `--sglang-router-request-timeout-secs` is slime's name for the
     router's `--request-timeout-secs`. With a run secret (`args.engine_api_key`) the router gets it as
-    `--api-key`, the key it sends to the workers: the engines require it on every route."""
+    `--api-key`, the key it sends to the workers: the engines require it on every route. `pd`: ([(prefill URL,
+    its bootstrap port)], [decode URL]) of a prefill / decode disaggregated run: `--pd-disaggregation --prefill URL
+    PORT ... --decode URL ...` in place of --worker-urls."""
     extra = dict(args.router_args)
     policy = str(extra.pop("policy", "cache_aware"))
     if policy not in POLICIES:
@@ -49,7 +51,14 @@ def build_router_command(args, worker_urls: list[str], *, host: str = "127.0.0.1
                                                                      f"; choose one of {POLICIES}"))
     cmd = [python or sys.executable, "-m", "sglang_router.launch_router", "--host", host, "--port", str(port),
            "--policy", policy]
-    if worker_urls:
+    if pd is not None:
+        prefill, decode = pd
+        cmd += ["--pd-disaggregation"]
+        for url, bootstrap_port in prefill:
+            cmd += ["--prefill", url, str(bootstrap_port)]
+        for url in decode:
+            cmd += ["--decode", url]
+    elif worker_urls:
         cmd += ["--worker-urls", *worker_urls]
     if "request_timeout_secs" not in extra and args.sglang_router_request_timeout_secs is not None:
         cmd += ["--request-timeout-secs", str(args.sglang_router_request_timeout_secs)]
@@ -152,12 +161,13 @@ def remove_worker(router_url: str, worker_url: str, api_key: str | None = None, 
 
 def start_router(args, worker_urls: list[str], *, host: str = "127.0.0.1", port: int = 30000,
                  log_dir: str | None = None, health_timeout: float = 120.0,
-                 cmd: list[str] | None = None) -> EngineProcess:
-    """Start the router as a child process and wait for its /health; raises EngineStartError with its log."""
+                 cmd: list[str] | None = None, pd: tuple | None = None) -> EngineProcess:
+    """Start the router as a child process and wait for its /health; raises EngineStartError with its log.
+    `pd`: as build_router_command's."""
     if cmd is None and importlib.util.find_spec("sglang_router") is None:
         raise EngineStartError("sglang-router is not installed (pip install sglang-router); on CPU, point the "
                                "rollout at the engine URLs directly instead of a router")
-    cmd = cmd or build_router_command(args, worker_urls, host=host, port=port)
+    cmd = cmd or build_router_command(args, worker_urls, host=host, port=port, pd=pd)
     log_dir = log_dir or os.path.join(args.save or tempfile.gettempdir(), "engine_logs")
     os.makedirs(log_dir, exist_ok=True)
     log_path = os.path.join(log_dir, f"router_{port}.log")
