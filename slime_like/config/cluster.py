@@ -287,14 +287,8 @@ def _multi_node_engine(args, report, gpe: int, per_node: int) -> None:
     what = (f"--rollout-num-gpus-per-engine {gpe} > --num-gpus-per-node {per_node} (one engine over "
             f"{gpe // per_node} nodes)")
     engine = args.rollout_engine
-    if args.colocate and not args.debug_rollout_only and args.update_weight_transport != "disk":
-        report.refuse(f"{what} with --colocate: the colocated weight push hands each engine rank a CUDA IPC handle "
-                      "of the trainer's tensors, which only processes on the trainer's node can open (slime gathers "
-                      "one handle per GPU from the trainer rank on that GPU; not built here); push through files "
-                      "every node reads (--update-weight-transport disk --update-weight-disk-dir SHARED_DIR), run the "
-                      "engines on GPUs of their own (drop --colocate, set --rollout-num-gpus) or use one node's GPUs "
-                      "per engine")
-    elif not ROLLOUT_ENGINES.has(engine, "spans_nodes"):
+    # colocated, each engine rank gets a handle made by a trainer rank on its own node (engine_api/node_handles.py)
+    if not ROLLOUT_ENGINES.has(engine, "spans_nodes"):
         report.refuse(f"{what}: {ROLLOUT_ENGINES.display(engine)} runs each engine on one node; use "
                       "--rollout-engine sglang, or at most one node's GPUs per engine")
     elif args.use_fault_tolerance:

@@ -168,6 +168,7 @@ class EngineGroup:
         self.api_key = api_key   # the run's secret, which the router's own routes require too
         self.restarts = 0
         self.followers = []   # the node 1.. actors of engines spanning nodes (their node 0 actor is in actors)
+        self.nodes = None     # per engine, the Ray nodes of its GPUs in plan order (None: engines started elsewhere)
         self._respawn = None   # index -> (new actor on that engine's slot, ref of its start()): set by start()
 
     def restart(self, url: str) -> str:
@@ -239,12 +240,17 @@ class EngineGroup:
             raise
         group = cls(actors, urls, router, router_url, args.engine_api_key)
         group.followers = followers
+        group.nodes = [[placement.bundles[g[0]].node_id for g in by_node(placement, slots)] for slots in engine_slots]
 
         def respawn(i):
             actor = new_actor(i)
             return actor, actor.start.remote(kind, multi_node, None, roles[i])
         group._respawn = respawn
         return group
+
+    def node_groups(self, urls: list) -> list | None:
+        """Per URL of `urls` (engines of this group; a restarted one keeps its slots), the Ray nodes it spans."""
+        return None if self.nodes is None else [self.nodes[self.urls.index(u)] for u in urls]
 
     @classmethod
     def external(cls, args, addrs: list) -> "EngineGroup":

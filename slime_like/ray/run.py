@@ -110,7 +110,8 @@ class Run:
         run.reference = reference
         run._restore_rollout_state()
         if actor is not None and engines.urls:
-            actor.connect_engines(engines.urls, colocate=bool(args.colocate))
+            actor.connect_engines(engines.urls, colocate=bool(args.colocate),
+                                  engine_node_groups=engines.node_groups(engines.urls))
             run._weight_urls = list(engines.urls)
         return run
 
@@ -239,7 +240,8 @@ class Run:
         replaced = self._restart(dead) if dead and self.args.use_fault_tolerance else {}
         live = [u for u in self.engines.urls if u not in dead]
         if live != self._weight_urls:
-            self.actor.connect_engines(live, colocate=self.colocate, leaving=[u for u in self._weight_urls if u in live])
+            self.actor.connect_engines(live, colocate=self.colocate, leaving=[u for u in self._weight_urls if u in live],
+                                       engine_node_groups=self.engines.node_groups(live))
             self._weight_urls = live
         return replaced
 

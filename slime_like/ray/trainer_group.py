@@ -13,11 +13,14 @@ import ray
 
 from slime_like.ray.cluster import cluster_spans_nodes
 from slime_like.ray.placement import QUIET_OPENMP, Placement
+from slime_like.ray.weight_relay import choose_relays
 from slime_like.utils.console import quiet_known_notices
 from slime_like.utils.net import free_port
 
 
-@ray.remote(num_cpus=0)
+# weight_relay: a rank relays other ranks' buckets to the engine ranks on its node (ray/weight_relay.py) while its own
+# main thread is still inside update_weights
+@ray.remote(num_cpus=0, concurrency_groups={"weight_relay": 1})
 class TrainerActor:
     def __init__(self, args, role: str, rank: int, world_size: int, threads: int):
         self.args, self.role, self.rank, self.world_size = args, role, rank, world_size
@@ -29,6 +32,7 @@ class TrainerActor:
         self.trainer = None
         self.batch = None
         self.weight_sender = None
+        self.relayed = {}   # sender rank -> BucketRelay: this rank's copy of that sender's bucket
 
     def node_ip_and_free_port(self):
         return ray.util.get_node_ip_address(), free_port()
@@ -44,7 +48,8 @@ class TrainerActor:
         return self.trainer.loaded_rollout_id
 
     def parallel_info(self):
-        return dict(self.trainer.parallel_info(), pid=os.getpid(), node_ip=ray.util.get_node_ip_address())
+        return dict(self.trainer.parallel_info(), pid=os.getpid(), node_ip=ray.util.get_node_ip_address(),
+                    node_id=ray.get_runtime_context().get_node_id())
 
     # ---- data flow: each call adds keys to this rank's batch and returns them when asked ----
     def set_batch(self, batch):
@@ -104,12 +109,15 @@ class TrainerActor:
         self.trainer.onload()
 
     # ---- weight sync: trainer -> rollout engines ----
-    def connect_engines(self, engine_urls, colocate: bool, group_name: str, leaving: list | None = None):
+    def connect_engines(self, engine_urls, colocate: bool, group_name: str, leaving: list | None = None,
+                        engine_rank_nodes: list | None = None, relays: dict | None = None):
         """Open the weight path to the engines: an in-memory tensor handoff when colocated, else a
         dedicated process group (gloo on CPU, nccl on GPU) with this rank as the broadcast source.
         With pipeline parallelism every stage sends its own layers, each through its own group. A second call
         replaces the weight path (an engine died or was restarted): `leaving` are the engines of the old group to
-        tell (the live ones; a dead or hung one would refuse or never answer)."""
+        tell (the live ones; a dead or hung one would refuse or never answer). Colocated, `engine_rank_nodes` (per
+        engine, the Ray node of each rank) and `relays` ({node: the actor rank there}) let engine ranks on other
+        nodes get handles made on their node (ray/weight_relay.py)."""
         from slime_like.backends.engine_api import weight_sync
 
         self._close_old_sender(leaving)
@@ -135,9 +143,12 @@ class TrainerActor:
         elif colocate:
             # One shared-memory send buffer for the whole run: a fresh one per sync costs its page faults
             # (100M: ~1.3 s); released by close_weight_sender() or, after a kill, by TrainerGroup.kill()
-            self.weight_sender = weight_sync.TensorWeightSender(engine_urls, keep_buffer=True,
-                                                               engine_tp_size=self._engine_ranks(),
-                                                               api_key=self.args.engine_api_key)
+            from slime_like.ray.weight_relay import RayRelays
+
+            self.weight_sender = weight_sync.TensorWeightSender(
+                engine_urls, keep_buffer=True, engine_tp_size=self._engine_ranks(), api_key=self.args.engine_api_key,
+                own_node=ray.get_runtime_context().get_node_id(), engine_rank_nodes=engine_rank_nodes,
+                relays=RayRelays(self.rank, relays) if relays else None)
         else:
             import torch
 
@@ -166,6 +177,27 @@ class TrainerActor:
     def close_weight_sender(self):
         if self.weight_sender is not None:
             self.weight_sender.close()
+        for sender in list(self.relayed):
+            self.drop_relay(sender)
+
+    @ray.method(concurrency_group="weight_relay")
+    def relay_bucket(self, sender: int, data, metadata: list, count: int) -> list:
+        """Sender rank `sender`'s bucket (its bytes, its flattened-bucket metadata) copied into this rank's buffer:
+        `count` serialized entries for the engine ranks on this node."""
+        from slime_like.backends.engine_api.node_handles import BucketRelay
+
+        return self.relayed.setdefault(sender, BucketRelay()).handles(data, metadata, count)
+
+    @ray.method(concurrency_group="weight_relay")
+    def drop_relay(self, sender: int):
+        relay = self.relayed.pop(sender, None)
+        if relay is not None:
+            relay.close()
+
+    def last_push_entries(self) -> list:
+        """The last bucket's serialized_named_tensors per engine, as this sender posted them (which process made
+        each handle: engine_api/node_handles.segment_owner)."""
+        return getattr(self.weight_sender, "last_entries", [])
 
     def update_weights(self, weight_version: int | None = None):
         """Every rank walks the HF-named weights (TP gathers are collectives); the rank that receives
@@ -275,12 +307,31 @@ class TrainerGroup:
         metrics = ray.get([a.train_step.remote(rollout_id) for a in self.actors])[0]  # DP-averaged by the trainer
         return {f"{self.role}/{k}": v for k, v in metrics.items()}
 
-    def connect_engines(self, engine_urls, colocate: bool, leaving: list | None = None):
+    def connect_engines(self, engine_urls, colocate: bool, leaving: list | None = None,
+                        engine_node_groups: list | None = None):
+        """`engine_node_groups`: per engine URL the Ray nodes its GPUs sit on, in plan order (None: engines started
+        elsewhere, taken to be on the sender's node). Colocated, each sender gets a relay rank on every other node
+        with engine ranks (ray/weight_relay.py); with every engine rank on the sender's node, none."""
         # iter_hf_weights() yields full tensors on tp_rank 0 / dp_rank 0 / cp_rank 0 of each pipeline stage: one
         # sender per stage, each with its own weight-sync group on the engines
-        ray.get([a.connect_engines.remote(engine_urls, colocate, f"slime_like_weights_pp{i['pp_rank']}", leaving)
-                 for a, i in zip(self.actors, self.info) if i["dp_rank"] == 0 and i["tp_rank"] == 0
-                 and i.get("cp_rank", 0) == 0])
+        senders = [r for r, i in enumerate(self.info) if i["dp_rank"] == 0 and i["tp_rank"] == 0
+                   and i.get("cp_rank", 0) == 0]
+        rank_nodes = self._engine_rank_nodes(engine_node_groups) if colocate and engine_node_groups else None
+        calls = []
+        for r in senders:
+            relays = choose_relays(self.info, self.actors, r, rank_nodes) if rank_nodes else None
+            calls.append(self.actors[r].connect_engines.remote(
+                engine_urls, colocate, f"slime_like_weights_pp{self.info[r]['pp_rank']}", leaving,
+                engine_rank_nodes=rank_nodes, relays=relays))
+        ray.get(calls)
+
+    def _engine_rank_nodes(self, engine_node_groups: list) -> list:
+        """Per engine, the Ray node of each rank that receives the push."""
+        from slime_like.backends.engine_api.engine import get_engine
+        from slime_like.backends.engine_api.node_handles import rank_nodes
+
+        ranks = get_engine(self.args.rollout_engine).weight_sync_ranks(self.args)
+        return [rank_nodes(groups, ranks) if groups else [None] * ranks for groups in engine_node_groups]
 
     def start_update_weights(self, weight_version: int | None = None) -> list:
         """The push, started on every rank: one ref per rank to the bytes it sent (the driver watches the engines

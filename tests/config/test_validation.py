@@ -78,15 +78,15 @@ def test_sequence_parallel_at_tp1_is_turned_off_as_megatron_does(base):
     assert parse(base + ["--sequence-parallel", "--tensor-model-parallel-size", "2"]).sequence_parallel is True
 
 
-def test_multi_node_engine_is_planned_then_refused_at_launch(base):
+def test_multi_node_engine_is_planned_then_refused_at_launch_on_cpu(base):
     from slime_like.plan import build_plan
 
     argv = base + ["--num-gpus-per-node", "1", "--actor-num-nodes", "2", "--actor-num-gpus-per-node", "1",
                    "--rollout-num-gpus-per-engine", "2"]
     args = parse(argv)
     assert [[(s.node, s.local_gpu) for s in e] for e in build_plan(args).engines] == [[(0, 0), (1, 0)]]
-    # colocated: the CUDA IPC push cannot reach the engine's other node (tests/config/test_multinode_engines.py)
-    with pytest.raises(ConfigError, match=r"\(one engine over 2 nodes\) with --colocate: the colocated weight push"):
+    # colocated pushes reach it (tests/multinode/test_colocated_push_nodes.py), but the CPU engine runs on one node
+    with pytest.raises(ConfigError, match=r"\(one engine over 2 nodes\): the CPU engine runs each engine on one node"):
         refuse_at_launch(argv)
 
 

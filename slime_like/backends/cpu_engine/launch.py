@@ -16,9 +16,10 @@ class CPUEngineServer(Engine):
         return build_cpu_engine_command(args, port=port, host=host)
 
     def node_launch_command(self, args, *, host: str, port: int, gpu_ids: list[int], node) -> list[str]:
-        """Standing in for SGLang's multi-node engine where no GPU is (the two-node Ray test): node 0 is the whole
-        engine (one rank), the other nodes serve /health_generate only, as SGLang's node ranks >= 1 do. Not a
-        capability users get (the registry gives spans_nodes to SGLang only)."""
+        """Standing in for SGLang's multi-node engine where no GPU is (the two-node Ray tests): node 0 is the whole
+        engine (one rank: it holds the model and receives every weight push), the other nodes serve /health_generate
+        only, as SGLang's node ranks >= 1 do. Not a capability users get (the registry gives spans_nodes to SGLang
+        only)."""
         return build_cpu_engine_command(args, port=port, host=host) + [
             "--nnodes", str(node.nnodes), "--node-rank", str(node.node_rank), "--dist-init-addr", node.dist_init_addr]
 

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 import torch
 
-from slime_like.backends.engine_api import tensor_serializer
+from slime_like.backends.engine_api import node_handles, tensor_serializer
 from slime_like.backends.engine_api.client import EngineError, EngineUnreachable, post
 from slime_like.utils.net import free_port
 
@@ -302,9 +302,16 @@ class TensorWeightSender:
     ALIGN = 64  # start of each tensor in the buffer, in bytes (any dtype's view of a slice is then aligned)
 
     def __init__(self, engine_urls: list[str], engine_tp_size: int = 1, timeout_s: float = 600.0,
-                 keep_buffer: bool = False, api_key: str | None = None):
+                 keep_buffer: bool = False, api_key: str | None = None, own_node=None,
+                 engine_rank_nodes: list | None = None, relays=None):
+        """Engine ranks on other nodes (`engine_rank_nodes`: per engine, the node of each rank; `own_node`: this
+        process's) get their entries from `relays` on their nodes (engine_api/node_handles.py)."""
         self.engine_urls, self.engine_tp_size, self.timeout_s = list(engine_urls), engine_tp_size, timeout_s
         self.api_key = api_key
+        self.own_node, self.relays = own_node, relays
+        self.engine_rank_nodes = engine_rank_nodes or [[own_node] * engine_tp_size for _ in self.engine_urls]
+        self.relay_counts = node_handles.relay_counts(self.engine_rank_nodes, own_node) if relays else {}
+        self.last_entries: list = []   # the last bucket's serialized_named_tensors per engine (logs, tests)
         self.keep_buffer = keep_buffer
         self._staging: torch.Tensor | None = None  # CPU shared-memory buffer of the sync in progress
 
@@ -337,11 +344,12 @@ class TensorWeightSender:
         """One engine's request: the bucket flattened into the buffer, one entry per engine TP rank."""
         return self._payload_of(self.flatten(bucket), weight_version)
 
-    def _payload_of(self, flat: dict, weight_version: str | None) -> dict:
+    def _payload_of(self, flat: dict, weight_version: str | None, blobs: list | None = None) -> dict:
         # One serialization per receiving rank: on CPU each one takes a reference on the shared segment that
         # exactly one rebuild gives back, so a blob mapped by two receivers would let the segment's count
         # reach 0 and be unlinked under the sender (the next sync then fails to open it).
-        blobs = [tensor_serializer.serialize(flat, output_str=True) for _ in range(self.engine_tp_size)]
+        if blobs is None:
+            blobs = [tensor_serializer.serialize(flat, output_str=True) for _ in range(self.engine_tp_size)]
         p = {"serialized_named_tensors": blobs, "load_format": "flattened_bucket", "flush_cache": True}
         if weight_version is not None:
             p["weight_version"] = weight_version
@@ -357,10 +365,9 @@ class TensorWeightSender:
             for bucket in buckets(named_tensors, bucket_bytes):
                 # The buffer is only overwritten by the next bucket, after every engine has answered (copied it).
                 flat = self.flatten(bucket)
+                payloads = self._payloads(flat, weight_version)
                 try:
-                    post_each(self.engine_urls, "/update_weights_from_tensor",
-                              [self._payload_of(flat, weight_version) for _ in self.engine_urls], self.timeout_s,
-                              self.api_key)
+                    post_each(self.engine_urls, "/update_weights_from_tensor", payloads, self.timeout_s, self.api_key)
                 except EngineUnreachable as e:   # the others loaded this bucket; the push stops here
                     raise WeightPushError([e.url], f"weight push: {e}") from e
                 sent += sum(t.numel() * t.element_size() for _, t in bucket)
@@ -369,8 +376,22 @@ class TensorWeightSender:
                 self._staging = None  # unlinked once the engines drop it too (see the class docstring)
         return sent
 
+    def _payloads(self, flat: dict, weight_version: str | None) -> list:
+        """Every engine's request for one bucket; engine ranks on other nodes get their relay's entries."""
+        if not self.relay_counts:   # every engine rank on this node: one buffer, handles made here
+            payloads = [self._payload_of(flat, weight_version) for _ in self.engine_urls]
+        else:
+            remote = self.relays.start(flat, self.relay_counts)()   # the relays copy the bucket meanwhile
+            entries = node_handles.order_entries(self.engine_rank_nodes, self.own_node,
+                                                 lambda: tensor_serializer.serialize(flat, output_str=True), remote)
+            payloads = [self._payload_of(flat, weight_version, blobs) for blobs in entries]
+        self.last_entries = [p["serialized_named_tensors"] for p in payloads]
+        return payloads
+
     def close(self, leaving: list[str] | None = None) -> None:   # no group to leave
         self._staging = None
+        if self.relays is not None:
+            self.relays.close()
 
 
 def rendezvous_host(engine_urls: list[str]) -> str:
