@@ -7,7 +7,8 @@ per node, and two CPU engines colocated with them, one per node. The sender (ran
 node B gets its entry from rank 1, the relay there. The engines' weights are overwritten with noise first, so the
 push must carry every tensor; afterwards both equal the trainer's (the checkpoint) bit for bit (/weights_checker).
 The segment each entry names was made by a trainer process on the engine's node (its creator pid, in the name).
-An engine over both nodes (the CPU engine: its node 0 process is the one rank) is pushed to the same way.
+The same with a Megatron actor at PP 2 (stage 0 on node A, stage 1 on node B: two senders, each relaying to the
+other node). An engine over both nodes (the CPU engine: its node 0 process is the one rank) is pushed the same way.
 """
 import json
 import os
@@ -31,11 +32,11 @@ from slime_like.ray.rollout_manager import EngineGroup
 from slime_like.ray.trainer_group import TrainerGroup
 
 ray.init(address=os.environ["RAY_ADDRESS"])
-ckpt, save, prompts, gpe = sys.argv[1:5]
-args = make_args("--hf-checkpoint", ckpt, "--prompt-data", prompts, "--input-key", "prompt", "--rollout-batch-size",
+ckpt, save, prompts, gpe, *trainer = sys.argv[1:]
+args = make_args(*trainer, "--hf-checkpoint", ckpt, "--prompt-data", prompts, "--input-key", "prompt", "--rollout-batch-size",
                  "4", "--n-samples-per-prompt", "1", "--num-rollout", "1", "--global-batch-size", "4",
                  "--num-gpus-per-node", "2", "--actor-num-nodes", "2", "--actor-num-gpus-per-node", "2",
-                 "--colocate", "--rollout-num-gpus-per-engine", gpe, "--save", save, "--train-backend", "fsdp",
+                 "--colocate", "--rollout-num-gpus-per-engine", gpe, "--save", save,
                  "--update-weight-buffer-size", str(1 << 17), validate=True)
 args.engine_api_key = "two-node-secret"
 plan = build_plan(args)
@@ -48,20 +49,21 @@ for url in engines.urls:   # noise in every weight: only a complete push brings 
 actor.connect_engines(engines.urls, colocate=True, engine_node_groups=engines.node_groups(engines.urls))
 sent = ray.get(actor.start_update_weights(1))
 compare = [post(url, "/weights_checker", {"action": "compare"}, 60, args.engine_api_key) for url in engines.urls]
-entries = ray.get(actor.actors[0].last_push_entries.remote())
+entries = [e for e in ray.get([a.last_push_entries.remote() for a in actor.actors]) if e]   # one list per sender
 where = [ray.get(a.where.remote())[0] for a in engines.actors]
 actor.kill()
 engines.stop()
-print("RESULT " + json.dumps({"sent": sent, "compare": compare, "owners": [[segment_owner(b) for b in e] for e in entries],
+print("RESULT " + json.dumps({"sent": sent, "compare": compare, "owners": [[[segment_owner(b) for b in e] for e in sender] for sender in entries],
                               "ranks": [(i["pid"], i["node_id"]) for i in actor.info], "engine_nodes": where,
                               "node_groups": engines.nodes}))
 """
 
 
-def _push(env, tiny_ckpt, tmp_path, gpe):
+def _push(env, tiny_ckpt, tmp_path, gpe, *trainer):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": "1+1=", "label": "2"}) + "\n")
-    out = subprocess.run([sys.executable, "-c", DRIVER, tiny_ckpt, str(tmp_path / f"save{gpe}"), str(prompts), gpe],
+    save = tmp_path / f"save{len(list(tmp_path.iterdir()))}"
+    out = subprocess.run([sys.executable, "-c", DRIVER, tiny_ckpt, str(save), str(prompts), gpe, *trainer],
                          env=dict(os.environ, **env, RAY_AUTH_MODE="token"), capture_output=True, text=True,
                          timeout=500)
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
@@ -69,22 +71,30 @@ def _push(env, tiny_ckpt, tmp_path, gpe):
     return json.loads(lines[-1][len("RESULT "):])
 
 
+FSDP = ("--train-backend", "fsdp")
+# Megatron PP 2 over the two nodes (stage 0 on node A, stage 1 on node B): two senders, each relaying to the other node
+MEGATRON_PP2 = ("--train-backend", "megatron", "--pipeline-model-parallel-size", "2")
+
+
 @pytest.mark.slow
 def test_each_engine_gets_handles_made_on_its_node(two_node_ray, tiny_ckpt, tmp_path):  # noqa: F811
     env = {k: v for k, v in two_node_ray.items() if k != "logs"}
     r = run_script("wait-for-nodes.sh", "2", "4", "150", env=env, timeout=200)
     assert r.returncode == 0, r.stderr
-    for gpe in ("2", "4"):   # two one-node engines on different nodes; one engine over both nodes
-        result = _push(env, tiny_ckpt, tmp_path, gpe)
+    # two one-node engines on different nodes (FSDP; Megatron PP 2); one engine over both nodes
+    for gpe, trainer in (("2", FSDP), ("2", MEGATRON_PP2), ("4", FSDP)):
+        result = _push(env, tiny_ckpt, tmp_path, gpe, *trainer)
         node_of_pid = dict(result["ranks"])
         assert len(set(node_of_pid.values())) == 2 and result["sent"][0] > 0
         assert all(c["success"] for c in result["compare"]), result["compare"]   # bit for bit the trainer's
-        for engine_node, owners in zip(result["engine_nodes"], result["owners"]):
-            assert len(owners) == 1 and node_of_pid[owners[0]] == engine_node, (result, engine_node, owners)
-        if gpe == "2":   # engine 1's entry came from the relay on node B, not from the sender on node A
-            sender_pid = result["ranks"][0][0]
-            assert result["owners"][0] == [sender_pid] and result["owners"][1] != [sender_pid], result
+        senders = result["owners"]
+        assert len(senders) == (2 if trainer == MEGATRON_PP2 else 1), result
+        for owners_per_engine in senders:   # every sender: each engine's entry made on that engine's node
+            for engine_node, owners in zip(result["engine_nodes"], owners_per_engine):
+                assert len(owners) == 1 and node_of_pid[owners[0]] == engine_node, (result, engine_node, owners)
+        if gpe == "2":   # the engine on the other node than a sender got its entry from a relay there
             assert result["engine_nodes"][0] != result["engine_nodes"][1]
+            assert all(len(set(owners_per_engine[0] + owners_per_engine[1])) == 2 for owners_per_engine in senders)
         else:
             assert len(result["node_groups"][0]) == 2   # the engine spans both nodes
 
