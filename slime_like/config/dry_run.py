@@ -14,7 +14,7 @@ from slime_like.config.trainer_megatron import precision_line
 _INTERNAL = {"cli_dests", "megatron_role_entries", "megatron_role_overrides", "sglang_server_args", "sglang_passthrough_mode",
              "router_args", "placement_map", "reference_worker", "rollout_engine_requested", "role",
              "model_args_from_hf", "rollout_external", "dry_run", "hf_model_type", "hf_yarn", "custom_config",
-             "hf_text_of_vlm", "hf_linear_attention", "hf_index_topk",
+             "hf_text_of_vlm", "hf_linear_attention", "hf_sparse_attention",
              "eval_datasets", "vllm_server_args", "vllm_cli_options", "vllm_passthrough_mode"}
 _EMPTY = (None, "", {}, [], ())
 

@@ -98,6 +98,29 @@ MODEL_FAMILIES = {
 _GENERIC = ModelFamily()  # an unknown model_type: MODEL_ARGS from the sizes alone (tools/model_args)
 
 
+def sparse_attention_settings(cfg: dict) -> dict | None:
+    """DeepSeek sparse attention's indexer from config.json (transformers' defaults where a key is absent): top-k,
+    heads, head width, the layers that reuse the previous full layer's top-k (GLM-5's indexer_types "shared"), and
+    whether its RoPE rotates interleaved pairs (GLM-5) or halves (DeepSeek-V3.2)."""
+    if not family_of(cfg).sparse_attention:
+        return None
+    glm = cfg.get("model_type") == "glm_moe_dsa"
+    types = cfg.get("indexer_types") or (_glm_indexer_types(cfg) if glm else [])
+    return {"topk": int(cfg.get("index_topk") or 2048), "n_heads": int(cfg.get("index_n_heads") or (32 if glm else 64)),
+            "head_dim": int(cfg.get("index_head_dim") or 128),
+            "shared_layers": [i for i, t in enumerate(types) if t == "shared"], "interleaved_rope": glm}
+
+
+def _glm_indexer_types(cfg: dict) -> list[str]:
+    """GlmMoeDsaConfig's derivation where config.json has no indexer_types: index_topk_pattern ("F" / "S" per layer)
+    or the index_topk_freq / index_skip_topk_offset schedule (default: every layer full)."""
+    pattern = cfg.get("index_topk_pattern")
+    if pattern is not None:
+        return [{"F": "full", "S": "shared"}[c] for c in pattern] if isinstance(pattern, str) else list(pattern)
+    freq, offset = max(cfg.get("index_topk_freq", 1), 1), cfg.get("index_skip_topk_offset", 2)
+    return ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(cfg["num_hidden_layers"])]
+
+
 def family_of(cfg: dict) -> ModelFamily:
     return MODEL_FAMILIES.get(cfg.get("model_type", ""), _GENERIC)
 
@@ -410,7 +433,7 @@ def fill_args_from_hf(args, hf_dir: str):
     if "kv_lora_rank" in cfg:  # YaRN's parts Megatron has no flags for (beta_fast / _slow, original length)
         out.hf_yarn = yarn_settings(cfg)
     out.hf_text_of_vlm = bool(cfg.get("_text_of_vlm"))
-    out.hf_index_topk = cfg.get("index_topk") if family_of(cfg).sparse_attention else None
+    out.hf_sparse_attention = sparse_attention_settings(cfg)
     out.hf_linear_attention = linear_attention_layout(cfg)
     if out.use_rotary_position_embeddings:
         out.position_embedding_type = "rope"

@@ -168,7 +168,7 @@ def _add_bookkeeping(args) -> None:
     args.hf_yarn = None                 # config.json's YaRN settings Megatron has no flags for (same)
     args.hf_text_of_vlm = False         # the text model of a vision-language checkpoint (Qwen3.5; same)
     args.hf_linear_attention = None     # Qwen3-Next / Qwen3.5's gated-delta-net layers and sizes (same)
-    args.hf_index_topk = None           # DeepSeek sparse attention's top-k (DeepSeek-V3.2, GLM-5; same)
+    args.hf_sparse_attention = None     # DeepSeek sparse attention's indexer (DeepSeek-V3.2, GLM-5; same)
     args.num_rollout_per_epoch = None   # set when --num-epoch derives --num-rollout (data.py)
     args.custom_config = {}             # the keys --custom-config-path set (custom_config.py)
 

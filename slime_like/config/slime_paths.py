@@ -46,7 +46,10 @@ MINIMAX_M2_SPEC = ("slime_plugins.models.minimax_m2", "get_minimax_m2_layer_spec
 QWEN3_NEXT_SPEC = ("slime_plugins.models.qwen3_next", "get_qwen3_next_spec")
 QWEN3_5_SPEC = ("slime_plugins.models.qwen3_5", "get_qwen3_5_spec")
 LINEAR_ATTENTION_SPECS = (QWEN3_NEXT_SPEC, QWEN3_5_SPEC)
-BUILT_SPECS = (GLM4_SPEC, MINIMAX_M2_SPEC, *LINEAR_ATTENTION_SPECS)
+# slime's GLM-5 spec: multi-latent attention with DeepSeek sparse attention's indexer (backends/megatron/dsa.py), which
+# the trainer builds for every deepseek_v32 / glm_moe_dsa checkpoint, named or not
+GLM5_SPEC = ("slime_plugins.models.glm5.glm5", "get_glm5_spec")
+BUILT_SPECS = (GLM4_SPEC, MINIMAX_M2_SPEC, *LINEAR_ATTENTION_SPECS, GLM5_SPEC)
 
 
 def resolve(path):

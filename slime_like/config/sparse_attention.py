@@ -1,39 +1,64 @@
-"""DeepSeek sparse attention (DeepSeek-V3.2 `deepseek_v32`, GLM-5 `glm_moe_dsa`): when the Megatron trainer may
-train it.
+"""DeepSeek sparse attention (DeepSeek-V3.2 `deepseek_v32`, GLM-5 `glm_moe_dsa`) and slime's --allgather-cp.
 
-Each query of these models attends only to the `index_topk` keys its lightning indexer scores highest. When a
-sample has at most `index_topk` tokens, every query has at most that many keys (causal), so the indexer selects all
-of them and the attention is exactly the model's dense multi-latent attention (DeepSeek-V3's), which the trainer
-builds; the indexer's output then changes nothing and its weights get no gradient (they are neither loaded nor
-trained; HF exports copy them from --hf-checkpoint, engines keep theirs). Longer samples need the sparse kernels
-(the indexer's top-k and sparse MLA: slime's TileLang kernels, FlashMLA), which slime_like does not have: the launch
-refuses a run whose samples can be longer, and the model refuses such a sample (backends/megatron/model.py).
+The Megatron trainer builds these models' sparse attention exactly (backends/megatron/dsa.py: the lightning
+indexer's top index_topk keys per query, attention restricted to them), at any sample length. --allgather-cp is
+slime's context-parallel layout for them (backends/training/cp_layout.build_allgather_cp_micro_batch): slime
+allows it with --context-parallel-size > 1 for the DSA architectures only, since the other models' attention
+expects Megatron's 2 x CP chunks per sample; slime_like keeps the rule. With CP 1 it changes nothing (slime's too).
 """
 from __future__ import annotations
 
 import os
 
-MISSING_KERNEL = ("DeepSeek sparse attention's kernels (the lightning indexer's top-k and sparse multi-latent "
-                  "attention: slime's TileLang kernels / FlashMLA), which slime_like does not have")
+from slime_like.config.errors import ConfigError
 
 
-def check_length_bound(args, report) -> None:
-    """Refuse at launch a DSA model whose samples (prompt + response) may exceed config.json's index_topk."""
+def sparse_attention_checkpoint(args) -> str | None:
+    """config.json's model_type when --hf-checkpoint is a DeepSeek sparse attention model, else None."""
+    if args.hf_sparse_attention:
+        return args.hf_model_type or "deepseek_v32"
     path = args.hf_checkpoint
     if not path or not os.path.isfile(os.path.join(path, "config.json")):
-        return
+        return None
     from slime_like.config.hf_config import family_of, read_hf_config
 
     cfg = read_hf_config(path)
-    if not family_of(cfg).sparse_attention:
+    return cfg.get("model_type") if family_of(cfg).sparse_attention else None
+
+
+def _other_known_model(args) -> str | None:
+    """config.json's model_type when it is a family slime_like knows (hf_config.MODEL_FAMILIES) without sparse
+    attention; None otherwise (no checkpoint yet, a DSA model, or a type the trainer's own check reports)."""
+    path = args.hf_checkpoint
+    if not path or not os.path.isfile(os.path.join(path, "config.json")):
+        return None
+    from slime_like.config.hf_config import MODEL_FAMILIES, read_hf_config
+
+    model_type = read_hf_config(path).get("model_type")
+    known = model_type in MODEL_FAMILIES and not MODEL_FAMILIES[model_type].sparse_attention
+    return model_type if known else None
+
+
+def check(args, report) -> None:
+    """slime's GLM-5 spec names a DSA checkpoint; --allgather-cp (below)."""
+    from slime_like.config.slime_paths import GLM5_SPEC
+
+    if tuple(args.spec or ()) == GLM5_SPEC and _other_known_model(args):
+        raise ConfigError(f"--spec {' '.join(GLM5_SPEC)}: slime's GLM-5 layer spec builds DeepSeek sparse attention "
+                          f"from config.json's indexer, and --hf-checkpoint {args.hf_checkpoint} is model_type "
+                          f"{_other_known_model(args)} (not deepseek_v32 / glm_moe_dsa). "
+                          "Drop --spec or point --hf-checkpoint at a DeepSeek-V3.2 / GLM-5 checkpoint")
+    check_allgather_cp(args, report)
+
+
+def check_allgather_cp(args, report) -> None:
+    """--allgather-cp with --context-parallel-size > 1 needs a DeepSeek-V3.2 / GLM-5 checkpoint (raised: invalid on
+    any hardware, as slime's own check raises)."""
+    if not args.allgather_cp or args.context_parallel_size <= 1:
         return
-    topk = int(cfg.get("index_topk") or 2048)
-    prompt, response = args.rollout_max_prompt_len, args.rollout_max_response_len
-    if prompt is not None and response is not None and prompt + response <= topk:
-        return
-    bound = "unbounded" if prompt is None or response is None else str(prompt + response)
-    report.refuse(f"--hf-checkpoint {path}: model_type {cfg.get('model_type')} uses DeepSeek sparse attention with "
-                  f"index_topk {topk}; the trainer builds it as dense multi-latent attention, the same computation "
-                  f"only for samples of at most {topk} tokens, and --rollout-max-prompt-len + "
-                  f"--rollout-max-response-len is {bound}. Longer samples need {MISSING_KERNEL}. Set both so their "
-                  f"sum is at most {topk}")
+    model_type = _other_known_model(args)
+    if model_type:
+        raise ConfigError(f"--allgather-cp with --context-parallel-size {args.context_parallel_size}: supported for "
+                          f"DeepSeek sparse attention models only (config.json model_type deepseek_v32 or "
+                          f"glm_moe_dsa; this one is {model_type}), as in slime: other models' attention expects "
+                          "Megatron's 2 x CP chunks per sample. Remove --allgather-cp or set --context-parallel-size 1")

@@ -73,10 +73,8 @@ UNSUPPORTED = {
             "`slime_plugins.models.glm4 get_glm_spec` (GLM-4 sandwich norms), `slime_plugins.models.minimax_m2 "
             "get_minimax_m2_layer_spec` (MiniMax-M2's query / key norm over all heads), "
             "`slime_plugins.models.qwen3_next get_qwen3_next_spec` and `slime_plugins.models.qwen3_5 "
-            "get_qwen3_5_spec` (gated delta net layers from config.json's layer_types) only; "
-            "not GLM-5's (glm5: DeepSeek sparse attention, whose indexer and sparse MLA are TileLang CUDA kernels "
-            "in slime's plugin; a glm_moe_dsa checkpoint trains without --spec, as the dense multi-latent attention "
-            "it equals while samples fit in config.json's index_topk)",
+            "get_qwen3_5_spec` (gated delta net layers from config.json's layer_types) and "
+            "`slime_plugins.models.glm5.glm5 get_glm5_spec` (DeepSeek sparse attention) only",
     # MoE routing / MTP
     "moe_z_loss_coeff": _MOE_ROUTER,  # pending: megatron
     "moe_input_jitter_eps": _MOE_ROUTER,  # pending: megatron

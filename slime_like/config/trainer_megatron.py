@@ -31,6 +31,9 @@ def add_perf_group(parser):
     a("--decoder-last-pipeline-num-layers", type=Int(0), default=None, help="Layers on the last pipeline stage.")
     a("--account-for-embedding-in-pipeline-split", action="store_true", help="Count the embedding as a layer.")
     a("--account-for-loss-in-pipeline-split", action="store_true", help="Count the loss as a layer.")
+    a("--allgather-cp", action="store_true",
+      help="Context parallelism as slime's DeepSeek-V3.2 / GLM-5 layout: the packed samples cut into CP contiguous "
+           "pieces (not Megatron's 2 x CP chunks per sample), keys and values all-gathered. DSA models only.")
     a("--cp-comm-type", nargs="+", default=["p2p"], choices=["p2p", "a2a", "allgather", "a2a+p2p"],
       help="Context-parallel communication type.")
     a("--use-distributed-optimizer", action="store_true", help="Shard optimizer state across data-parallel ranks.")

@@ -15,8 +15,6 @@ SLIME_ONLY_FLAGS = {
     "--release-train": "releasing trainer actors between steps",
     "--only-train-params-name-list": "partial-parameter training", "--freeze-params-name-list": "parameter freezing",
     "--pg-loss-type": "REINFORCE score centering", "--use-score-centering": "REINFORCE score centering",
-    "--allgather-cp": "DeepSeek sparse attention's context parallelism (the packed stream cut into CP contiguous "
-                      "pieces; slime allows it for DeepSeek-V3.2 / GLM-5 only, which slime_like does not build)",
     "--flush-cache-interval": "PipelineRL-style in-flight weight updates",
 }
 

@@ -53,7 +53,7 @@ def validate_args(args, report, raise_path_problems: bool = True) -> None:
     engines.check_engine_limits(args, report, cluster.cuda_visible())
     data.check_multimodal_engine(args)
     check_model_against_hf(args)
-    sparse_attention.check_length_bound(args, report)  # DeepSeek-V3.2 / GLM-5: dense only up to index_topk tokens
+    sparse_attention.check(args, report)  # slime's glm5 spec and --allgather-cp (CP > 1) name DSA models only
     if TRAINER_BACKENDS.has(args.train_backend, "megatron_core_spec"):  # the HF tower inside megatron-core
         check_vision_language(args)
     model.check_routing_replay(args)      # needs the model's MoE fields (config.json fills them)

@@ -177,13 +177,14 @@ def _latent_attention(arch: str, common: dict, head: int, num_experts: int, moe_
 
 def _sparse_attention(arch: str, common: dict, head: int, num_experts: int, moe_topk: int, ffn_hidden_size: int):
     """DeepSeek-V3.2 / GLM-5: DeepSeek-V3's MLA and router plus a lightning indexer keeping the top index_topk keys
-    (16: more than the tests' sequences, where the sparse attention is the dense one)."""
+    (6: fewer than most tests' samples, so the top-k selection matters; 8 indexer heads, so an all-zero ReLU score,
+    a tie, is rare)."""
     import transformers
 
     kw = dict(n_routed_experts=num_experts, num_experts_per_tok=moe_topk, moe_intermediate_size=ffn_hidden_size // 4,
               n_shared_experts=1, n_group=1, topk_group=1, routed_scaling_factor=2.5, norm_topk_prob=True,
               first_k_dense_replace=1, q_lora_rank=2 * head, kv_lora_rank=head, qk_nope_head_dim=head,
-              qk_rope_head_dim=head // 2, v_head_dim=head, index_topk=16, index_n_heads=2, index_head_dim=head,
+              qk_rope_head_dim=head // 2, v_head_dim=head, index_topk=6, index_n_heads=8, index_head_dim=head,
               **dict(common, num_key_value_heads=common["num_attention_heads"]))
     if arch == "deepseek_v32":
         return transformers.DeepseekV32Config(**kw), transformers.DeepseekV32ForCausalLM
@@ -237,11 +238,13 @@ def _make_defaults_matter(model, arch: str, seed: int) -> None:
     norm or an ignored bias show in a parity test."""
     import torch
 
-    if arch in ("glm4", "minimax_m2", "qwen2_moe", "glm4_moe_lite"):
+    if arch in ("glm4", "minimax_m2", "qwen2_moe", "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa"):
         with torch.no_grad():
             for name, p in model.named_parameters():
                 if name.endswith(("layernorm.weight", "q_norm.weight", "k_norm.weight")):
                     p.copy_(1 + 0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))))
+                elif name.endswith("indexer.k_norm.bias"):  # the indexer's LayerNorm bias (HF starts it at 0)
+                    p.copy_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))))
     if arch in ("qwen3_next", "qwen3_5", "qwen3_5_moe"):  # zero-centred norms (1 + w: HF starts w at 0), the gated
         with torch.no_grad():  # norm (w, starts at 1), dt_bias (starts at 1)
             for name, p in model.named_parameters():

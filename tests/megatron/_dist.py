@@ -54,7 +54,7 @@ TINY = {
     "qwen3_next": dict(arch="qwen3_next", tie_embeddings=False, num_experts=4, moe_topk=2),
     "qwen3_5": dict(arch="qwen3_5", tie_embeddings=True),
     "qwen3_5_moe": dict(arch="qwen3_5_moe", tie_embeddings=False, num_experts=4, moe_topk=2),
-    # DeepSeek-V3.2 / GLM-5: DeepSeek-V3's layout plus a lightning indexer (index_topk 16 >= the tests' lengths)
+    # DeepSeek-V3.2 / GLM-5: DeepSeek-V3's layout plus a lightning indexer (index_topk 6 < most tests' lengths)
     "deepseek_v32": dict(arch="deepseek_v32", tie_embeddings=False, num_experts=4, moe_topk=2),
     "glm_moe_dsa": dict(arch="glm_moe_dsa", tie_embeddings=False, num_experts=4, moe_topk=2),
 }

@@ -176,8 +176,8 @@ def test_round_trip_linear_attention(tiny_ckpts, tmp_path, arch, to_mc, to_hf):
 
 @pytest.mark.slow
 def test_round_trip_pp2_glm_moe_dsa_keeps_the_indexer(tiny_ckpts, tmp_path):
-    # GLM-5: DeepSeek-V3's layout trained dense; the lightning indexer's tensors are not built (frozen) and the HF
-    # export copies them from --hf-checkpoint, so the round trip is bit-identical
+    # GLM-5: the lightning indexer's tensors are built (frozen, replicated over TP), saved in the torch_dist
+    # checkpoint at PP 2 and exported at TP 2: the round trip is bit-identical
     _, back = round_trip(tiny_ckpts["glm_moe_dsa"], tmp_path, ["--pipeline-model-parallel-size", 2],
                          ["--tensor-model-parallel-size", 2])
     assert any(".self_attn.indexer." in n for n in hf_tensors(back))

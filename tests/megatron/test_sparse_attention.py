@@ -1,9 +1,10 @@
-"""DeepSeek-V3.2 (`deepseek_v32`) and GLM-5 (`glm_moe_dsa`): DeepSeek sparse attention trained as the dense
-multi-latent attention it equals while no sample is longer than config.json's index_topk (config/sparse_attention.py).
+"""DeepSeek-V3.2 (`deepseek_v32`) and GLM-5 (`glm_moe_dsa`): DeepSeek sparse attention in the Megatron trainer
+(backends/megatron/dsa.py), on samples longer than config.json's index_topk (6 in the tiny models).
 
-Logits parity with transformers, the bit-identical export and EP / TP / PP are in test_model_parity.py; here: the
-equivalence itself (transformers' sparse model = its dense DeepSeek-V3 on the same weights up to index_topk tokens,
-and not beyond), the model's refusal of a longer sample, the launch refusal, a GRPO step."""
+Logits parity on padded rows at TP / PP / EP and the bit-identical export (indexer included) are in
+test_model_parity.py; here: that the top-k matters in these models (transformers' sparse model differs from its
+dense twin), packed rows and GLM-5's shared-indexer layers vs transformers, the frozen indexer, --allgather-cp's
+layout and CP = 2 (--allgather-cp and Megatron's 2 x CP) = CP = 1 on gloo, the launch checks, a GRPO step."""
 import json
 import os
 import shutil
@@ -12,6 +13,8 @@ import sys
 import pytest
 import torch
 from _dist import run_ranks, tiny_ckpts  # noqa: F401  (tiny_ckpts is a fixture)
+from test_trainer_common import flat
+from test_trainer_parallel import parallel_case
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "config"))
 
@@ -26,9 +29,9 @@ def _as(ckpt, tmp_path, name, **changes):
 
 
 @pytest.mark.parametrize("arch", ["deepseek_v32", "glm_moe_dsa"])
-def test_sparse_attention_is_the_dense_one_up_to_index_topk(tiny_ckpts, tmp_path, arch):
-    """transformers' DSA model gives its dense DeepSeek-V3 twin's logits (same weights, the indexer unused) on 12
-    tokens with index_topk 16 or 12; with index_topk 4 < 12 it does not: the bound the launch checks is needed."""
+def test_top_k_matters_in_the_tiny_models(tiny_ckpts, tmp_path, arch):
+    """transformers' DSA model (index_topk 6) is not its dense DeepSeek-V3 twin on 12 tokens (so the parity tests
+    test the sparse attention), and is with index_topk 12 (the twin is a faithful dense reference)."""
     import transformers
 
     ids = torch.randint(2, 100, (2, 12), generator=torch.Generator().manual_seed(0))
@@ -36,59 +39,133 @@ def test_sparse_attention_is_the_dense_one_up_to_index_topk(tiny_ckpts, tmp_path
     with torch.no_grad():
         dense = transformers.AutoModelForCausalLM.from_pretrained(dense_dir, dtype=torch.float32).eval()(ids).logits
         out = {}
-        for topk in (16, 12, 4):
+        for topk in (12, 6):
             d = _as(tiny_ckpts[arch], tmp_path, f"topk{topk}", index_topk=topk)
             model = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
             out[topk] = (model(ids).logits - dense).abs().max().item()
-    assert out[16] < 1e-5 and out[12] < 1e-5, out
-    assert out[4] > 1e-2, out
+    assert out[12] < 1e-5 and out[6] > 1e-2, out
 
 
-def longer_sample_case(rank, world_size, port, ckpt):
+def packed_rank(rank, world, port, ckpt):
+    """One packed row of three samples (14, 9, 20 tokens; block-causal mask) vs transformers per sample; the
+    indexer's weights are frozen and equal the checkpoint's."""
+    import transformers
+    from safetensors.torch import load_file
+
     from slime_like.args import make_args
     from slime_like.backends.megatron import hf_weights, model, parallel
+    from slime_like.backends.training.micro_batch import block_causal_mask
     from slime_like.config.hf_config import fill_args_from_hf
 
-    parallel.init_distributed(rank, world_size, master_port=port)
+    parallel.init_distributed(rank, world, master_port=port)
     args = fill_args_from_hf(make_args("--hf-checkpoint", ckpt), ckpt)
     chunk = model.build_model(args)[0]
     hf_weights.load_hf_weights([chunk], ckpt, args)
-    ids = torch.randint(2, 100, (1, 16))
+    chunk.eval()
+    lengths = [14, 9, 20]
+    g = torch.Generator().manual_seed(1)
+    samples = [torch.randint(2, 100, (n,), generator=g) for n in lengths]
+    row = torch.cat(samples)[None]
+    positions = torch.cat([torch.arange(n) for n in lengths])[None]
     with torch.no_grad():
-        fits = tuple(chunk(ids, torch.arange(16)[None], attention_mask=None).shape)
-        try:
-            chunk(torch.randint(2, 100, (1, 17)), torch.arange(17)[None], attention_mask=None)
-            refused = ""
-        except ValueError as e:
-            refused = str(e)
-    return args.hf_index_topk, fits, refused
+        out = chunk(row, positions, block_causal_mask(lengths))[0]
+    hf = transformers.AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
+    worst, start = 0.0, 0
+    for ids in samples:
+        with torch.no_grad():
+            ref = hf(ids[None]).logits[0]
+        worst = max(worst, (out[start:start + len(ids), :ref.shape[-1]] - ref).abs().max().item())
+        start += len(ids)
+    ref_sd = load_file(os.path.join(ckpt, "model.safetensors"))
+    indexer = {n: p for n, p in chunk.named_parameters() if any(k in n for k in ("wq_b", ".wk.", "k_norm",
+                                                                                   "weights_proj"))}
+    frozen = bool(indexer) and not any(p.requires_grad for p in indexer.values())
+    exported = {n: (t - ref_sd[n]).abs().max().item() for n, t in hf_weights.iter_hf_weights([chunk], args)
+                if ".indexer." in n}
+    return worst, frozen, len(indexer), exported
 
 
-def test_the_model_refuses_a_sample_longer_than_index_topk(tiny_ckpts):
-    topk, fits, refused = run_ranks(longer_sample_case, 1, tiny_ckpts["deepseek_v32"])[0]
-    assert topk == 16 and fits[:2] == (1, 16)
-    assert "a sample of 17 tokens exceeds config.json index_topk 16" in refused
-    assert "lightning indexer" in refused and "sparse multi-latent attention" in refused
+@pytest.mark.parametrize("arch", ["deepseek_v32", "glm_moe_dsa", "glm_moe_dsa_shared"])
+def test_packed_row_matches_transformers(tiny_ckpts, tmp_path, arch):
+    ckpt = tiny_ckpts[arch.replace("_shared", "")]
+    if arch.endswith("_shared"):  # GLM-5's indexer_types: layer 1 reuses layer 0's top-k and has no indexer
+        ckpt = _as(ckpt, tmp_path, "shared", indexer_types=["full", "shared"])
+    worst, frozen, n_indexer, exported = run_ranks(packed_rank, 1, ckpt)[0]
+    assert worst < 1e-5, worst
+    assert frozen and n_indexer == (5 if arch.endswith("_shared") else 10), n_indexer
+    assert len(exported) == n_indexer and max(exported.values()) == 0.0, exported
 
 
-def test_launch_refuses_samples_that_may_exceed_index_topk(tiny_ckpts):
+def test_allgather_layout_cuts_the_stream_into_contiguous_pieces():
+    from slime_like.backends.training.cp_layout import build_allgather_cp_micro_batch
+    from slime_like.backends.training.data import PackedBatch
+
+    batch = {"tokens": [list(range(10, 19)), list(range(20, 25))], "response_lengths": [4, 2],
+             "loss_masks": [[1, 0, 1, 1], [1, 1]], "advantages": [torch.arange(4.0), torch.arange(2.0) + 10]}
+    pb = PackedBatch(batch)
+    mbs = [build_allgather_cp_micro_batch(pb, [0, 1], 2, r, field_keys=("advantages",)) for r in range(2)]
+    # 9 + 5 = 14 stream tokens: 7 per rank, THD lengths the samples themselves (no padding needed)
+    assert [mb.tokens[0].tolist() for mb in mbs] == [[10, 11, 12, 13, 14, 15, 16], [17, 18, 20, 21, 22, 23, 24]]
+    assert mbs[1].position_ids[0].tolist() == [7, 8, 0, 1, 2, 3, 4]
+    assert mbs[0].packed_seq_params.cu_seqlens_q.tolist() == [0, 9, 14]
+    seen = {}
+    for mb in mbs:
+        for k in range(2):
+            for j, ok, target, adv in zip(mb.response_index[k].tolist(), mb.valid[k].tolist(), mb.targets[k].tolist(),
+                                          mb.fields["advantages"][k].tolist()):
+                if ok:
+                    assert (k, j) not in seen
+                    seen[k, j] = (target, adv)
+    assert seen == {(0, j): (15 + j, float(j)) for j in range(4)} | {(1, j): (23 + j, 10.0 + j) for j in range(2)}
+    odd = build_allgather_cp_micro_batch(PackedBatch({**batch, "tokens": [list(range(10, 19)), [20, 21, 22, 23]],
+                                                      "loss_masks": [[1] * 4, [1] * 2]}), [0, 1], 2, 1)
+    assert odd.packed_seq_params.cu_seqlens_q.tolist() == [0, 9, 13, 14]  # the stream's padding: its own sequence
+
+
+CP2 = ("--context-parallel-size", "2")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", [("--allgather-cp",), ()], ids=["allgather-cp", "zigzag"])
+def test_cp2_trains_like_cp1(tiny_ckpts, layout):
+    """GLM-5 tiny model, 8 samples of 3..13 tokens (index_topk 6): old log-probs, two Adam steps' metrics and the
+    new log-probs at CP 2 equal CP 1's."""
+    ckpt = tiny_ckpts["glm_moe_dsa"]
+    single = run_ranks(parallel_case, 1, ckpt, 1, 1, ())[0]
+    for r in run_ranks(parallel_case, 2, ckpt, 1, 1, CP2 + layout):
+        torch.testing.assert_close(flat(r["old"]), flat(single["old"]), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(flat(r["new"]), flat(single["new"]), atol=1e-5, rtol=1e-5)
+        for step, ref in enumerate(single["metrics"]):
+            for key in ("loss", "pg_loss", "grad_norm", "tokens"):
+                assert r["metrics"][step][key] == pytest.approx(ref[key], rel=1e-4, abs=1e-5), (step, key)
+    assert (flat(single["new"]) - flat(single["old"])).abs().max() > 1e-3
+
+
+def test_launch_checks(tiny_ckpts, tiny_ckpt):
     from cfg_helpers import parse_report
 
-    base = ["--hf-checkpoint", tiny_ckpts["glm_moe_dsa"], "--rollout-batch-size", "4", "--n-samples-per-prompt", "2",
-            "--num-rollout", "2", "--colocate", "--actor-num-gpus-per-node", "1", "--num-gpus-per-node", "1"]
-    _, report = parse_report(base + ["--rollout-max-response-len", "8"])
-    mine = [r for r in report.launch_refusals if "index_topk 16" in r]
-    assert len(mine) == 1 and "is unbounded" in mine[0] and "lightning indexer" in mine[0], report.launch_refusals
-    _, report = parse_report(base + ["--rollout-max-prompt-len", "10", "--rollout-max-response-len", "8"])
-    assert any("is 18" in r for r in report.launch_refusals), report.launch_refusals
-    _, report = parse_report(base + ["--rollout-max-prompt-len", "8", "--rollout-max-response-len", "8"])
-    assert not any("index_topk" in r for r in report.launch_refusals), report.launch_refusals
+    from slime_like.config.errors import ConfigError
+
+    def argv(ckpt, *extra):
+        return ["--hf-checkpoint", ckpt, "--rollout-batch-size", "4", "--n-samples-per-prompt", "2",
+                "--num-rollout", "2", "--colocate", "--actor-num-gpus-per-node", "2", "--num-gpus-per-node", "2",
+                *extra]
+
+    glm5 = ("--spec", "slime_plugins.models.glm5.glm5", "get_glm5_spec")
+    args, report = parse_report(argv(tiny_ckpts["glm_moe_dsa"], *glm5, *CP2, "--allgather-cp"))
+    assert args.allgather_cp and not report.launch_refusals, report.launch_refusals
+    with pytest.raises(ConfigError, match="--allgather-cp with --context-parallel-size 2: supported for DeepSeek "
+                                          "sparse attention models only.*this one is qwen2"):
+        parse_report(argv(tiny_ckpt, *CP2, "--allgather-cp"))
+    assert parse_report(argv(tiny_ckpt, "--allgather-cp"))[0].allgather_cp  # CP 1: a no-op, as in slime
+    with pytest.raises(ConfigError, match="slime's GLM-5 layer spec builds DeepSeek sparse attention.*qwen2"):
+        parse_report(argv(tiny_ckpt, *glm5))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ["deepseek_v32", "glm_moe_dsa"])
 def test_sparse_attention_grpo_step(tiny_ckpts, arch):
-    """GRPO steps (samples of at most 13 tokens, index_topk 16): the loss falls and log-probs follow the advantage."""
+    """GRPO steps on samples of up to 13 tokens (index_topk 6): the loss falls and log-probs follow the advantage."""
     from test_model_families import grpo_step_case
 
     out = run_ranks(grpo_step_case, 1, tiny_ckpts[arch], "0")[0]

@@ -83,6 +83,12 @@ _MLA = {
     "self_attention.kv_layernorm.weight": ("copy", "self_attn.kv_a_layernorm.weight"),
     "self_attention.linear_kv_up_proj.layer_norm_weight": ("copy", "self_attn.kv_a_layernorm.weight"),
     "self_attention.linear_kv_up_proj.weight": ("copy", "self_attn.kv_b_proj.weight"),
+    # DeepSeek sparse attention's lightning indexer (backends/megatron/dsa.py: slime's glm5 names)
+    "self_attention.wq_b.weight": ("copy", "self_attn.indexer.wq_b.weight"),
+    "self_attention.wk.weight": ("copy", "self_attn.indexer.wk.weight"),
+    "self_attention.k_norm.weight": ("copy", "self_attn.indexer.k_norm.weight"),
+    "self_attention.k_norm.bias": ("copy", "self_attn.indexer.k_norm.bias"),
+    "self_attention.weights_proj.weight": ("copy", "self_attn.indexer.weights_proj.weight"),
 }
 
 
@@ -394,8 +400,7 @@ def _gather_experts(name, chunk, args, full):
 
 def _kept_from_template(name: str, args) -> bool:
     own_tower = family_of({"model_type": args.hf_model_type}).vision_language  # Qwen2.5-VL / Qwen3-VL: built
-    return (args.hf_text_of_vlm and not own_tower and name.startswith("model.visual.")) or \
-        (bool(args.hf_index_topk) and ".self_attn.indexer." in name)
+    return args.hf_text_of_vlm and not own_tower and name.startswith("model.visual.")
 
 
 def _disk_layout(template_hf_dir: str):
@@ -423,7 +428,7 @@ def export_hf(model_chunks, args, out_dir: str, template_hf_dir: str):
     tensors = {rename(n): t.to(device="cpu", dtype=dtype, copy=True).contiguous()
                for n, t in iter_hf_weights(model_chunks, args, cfg["vocab_size"], frozen_vision=True)}
     pp, stage = ps.get_pipeline_model_parallel_world_size(), ps.get_pipeline_model_parallel_rank()
-    if tensors and stage == 0:  # what the trainer does not build: Qwen3.5's vision tower, DSA's indexers (frozen)
+    if tensors and stage == 0:  # what the trainer does not build: Qwen3.5's vision tower
         reader = _HFReader(template_hf_dir)
         tensors.update({k: reader.get(k) for k in sorted(reader.where) if _kept_from_template(k, args)})
     fname = "model.safetensors" if pp == 1 else f"model-{stage + 1:05d}-of-{pp:05d}.safetensors"

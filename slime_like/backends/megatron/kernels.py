@@ -254,7 +254,10 @@ def local_cp_problems(args) -> list[str]:
     """What the local spec's all-gather CP attention (cp_attention.py) cannot run with --context-parallel-size > 1,
     one entry each (TransformerEngine's CP attention runs both)."""
     cp, problems = args.context_parallel_size, []
-    if args.multi_latent_attention:
+    from slime_like.config.sparse_attention import sparse_attention_checkpoint
+
+    if args.multi_latent_attention and not sparse_attention_checkpoint(args):
+        # DeepSeek-V3.2 / GLM-5 run their own CP attention (dsa.py); dense MLA needs TE's
         problems.append(f"--context-parallel-size {cp} with multi-latent attention needs TransformerEngine's CP "
                         "attention (not importable here)")
     if args.attention_dropout:

@@ -214,9 +214,10 @@ def uses_te_spec(args) -> bool:
     return kernel_choice(args).te_spec
 
 
-def layer_spec(config, args, vp_stage=None):
+def layer_spec(config, args, vp_stage=None, dsa_context=None):
     """TE spec where kernels.resolve chose it (CUDA + TransformerEngine), local (pure torch) spec otherwise;
-    MoE-aware per layer (the layers of virtual stage `vp_stage` under an interleaved schedule)."""
+    MoE-aware per layer (the layers of virtual stage `vp_stage` under an interleaved schedule). `dsa_context`: the
+    chunk's DeepSeek sparse attention context (dsa.py), for DeepSeek-V3.2 / GLM-5."""
     from megatron.core.models.gpt.gpt_layer_specs import (get_gpt_decoder_block_spec,
                                                           get_gpt_layer_local_spec,
                                                           get_gpt_layer_with_transformer_engine_spec)
@@ -254,6 +255,10 @@ def layer_spec(config, args, vp_stage=None):
         from slime_like.backends.megatron.mla import use_local_mla_attention
 
         spec = use_local_mla_attention(spec)
+    if args.hf_sparse_attention:  # DeepSeek-V3.2 / GLM-5: the indexer and top-k attention (backends/megatron/dsa.py)
+        from slime_like.backends.megatron import dsa
+
+        spec = dsa.use_sparse_attention(spec, sparse_settings(args), dsa_context or dsa.ForwardContext())
     if spec_flag == MINIMAX_M2_SPEC:  # query / key norm over all heads (backends/megatron/qk_norm.py)
         from slime_like.backends.megatron.qk_norm import use_across_heads_qk_norm
 
@@ -320,19 +325,14 @@ def _mask_padded_vocab(vocab: int, padded: int):
     return hook
 
 
-def _dense_attention_bound(index_topk: int):
-    """Forward pre-hook: refuse a sample longer than index_topk (positions restart at 0 in every sample, so the
-    largest position + 1 is the longest sample), where DeepSeek sparse attention differs from the dense MLA built."""
-    from slime_like.config.sparse_attention import MISSING_KERNEL
+def sparse_settings(args):
+    """dsa.SparseSettings of a DeepSeek-V3.2 / GLM-5 checkpoint (config.json's indexer, --allgather-cp)."""
+    from slime_like.backends.megatron.dsa import SparseSettings
 
-    def hook(module, args, kwargs):
-        positions = kwargs.get("position_ids", args[1] if len(args) > 1 else None)
-        if positions is not None and positions.numel() and int(positions.max()) + 1 > index_topk:
-            raise ValueError(f"a sample of {int(positions.max()) + 1} tokens exceeds config.json index_topk "
-                             f"{index_topk}: DeepSeek sparse attention then attends to a subset of the keys, which "
-                             f"the dense multi-latent attention built here does not; it needs {MISSING_KERNEL}")
-
-    return hook
+    cfg = args.hf_sparse_attention
+    return SparseSettings(topk=cfg["topk"], n_heads=cfg["n_heads"], head_dim=cfg["head_dim"],
+                          shared_layers=tuple(cfg["shared_layers"]), interleaved_rope=cfg["interleaved_rope"],
+                          allgather_cp=bool(args.allgather_cp))
 
 
 def _vision_family(args):
@@ -381,7 +381,12 @@ def _build_chunk(args, config, role: str, vp_stage, pre: bool, post: bool):
         from slime_like.backends.megatron.vision import VisionGPTModel as GPTModel  # noqa: F811
 
         config.apply_rope_fusion = False  # M-RoPE angles differ per sample: the unfused path applies them
-    model = GPTModel(config=config, transformer_layer_spec=layer_spec(config, args, vp_stage),
+    dsa_context = None
+    if args.hf_sparse_attention:
+        from slime_like.backends.megatron import dsa
+
+        dsa_context = dsa.ForwardContext()
+    model = GPTModel(config=config, transformer_layer_spec=layer_spec(config, args, vp_stage, dsa_context),
                      vocab_size=padded_vocab_size(args),
                      max_sequence_length=args.max_position_embeddings,
                      pre_process=pre, post_process=post,
@@ -400,8 +405,8 @@ def _build_chunk(args, config, role: str, vp_stage, pre: bool, post: bool):
         model.output_layer = ValueHead(config)
     elif post and padded_vocab_size(args) > args.vocab_size:
         model.output_layer.register_forward_hook(_mask_padded_vocab(args.vocab_size, padded_vocab_size(args)))
-    if args.hf_index_topk:  # DeepSeek-V3.2 / GLM-5 built dense: exact only up to index_topk tokens per sample
-        model.register_forward_pre_hook(_dense_attention_bound(int(args.hf_index_topk)), with_kwargs=True)
+    if dsa_context is not None:  # the sparse attention layers rotate at each token's position in its sample
+        model.register_forward_pre_hook(dsa.positions_hook(dsa_context), with_kwargs=True)
     if torch.cuda.is_available():
         model.cuda(torch.cuda.current_device())
     for p in model.parameters():  # mcore's DDP/optimizer expect these attributes on every param

@@ -36,8 +36,6 @@ def build_cp_micro_batch(pb, sample_ids: list[int], cp_size: int, cp_rank: int, 
     """This CP rank's MicroBatch of samples `sample_ids` of the PackedBatch `pb` (see the module docstring).
     `row_multiple`: the local row is padded to a multiple of it (TP x 2 under sequence parallelism), the padding
     being one more THD sequence of its own."""
-    from slime_like.backends.training.micro_batch import MicroBatch, packed_seq_params_for
-
     ids = torch.tensor(sample_ids, dtype=torch.long)
     lens, resps, gstarts = pb.tok_len[ids].tolist(), pb.resp_len[ids].tolist(), pb.tok_start[ids].tolist()
     tokens, positions, cols, index, full = [], [], [], [], []
@@ -58,6 +56,40 @@ def build_cp_micro_batch(pb, sample_ids: list[int], cp_size: int, cp_rank: int, 
         tokens.append(torch.full((pad,), pad_id))
         positions.append(torch.arange(pad))
         full.append(pad * cp_size)
+    return _micro_batch(pb, sample_ids, torch.cat(tokens), torch.cat(positions), full, cols, index, field_keys)
+
+
+def build_allgather_cp_micro_batch(pb, sample_ids: list[int], cp_size: int, cp_rank: int, *, row_multiple: int = 1,
+                                   field_keys: tuple = (), pad_id: int = 0):
+    """slime's --allgather-cp layout (DeepSeek sparse attention models): the samples concatenated into one stream,
+    padded to a multiple of CP x `row_multiple` (the padding its own THD sequence), cut into CP contiguous pieces;
+    this rank holds piece r. THD lengths are the stream's samples (global), positions restart in every sample, and
+    attention all-gathers keys and values (backends/megatron/dsa.py)."""
+    ids = torch.tensor(sample_ids, dtype=torch.long)
+    lens, resps, gstarts = pb.tok_len[ids].tolist(), pb.resp_len[ids].tolist(), pb.tok_start[ids].tolist()
+    pad = (-sum(lens)) % (cp_size * row_multiple)
+    tokens = torch.cat([pb.tokens[g:g + n] for g, n in zip(gstarts, lens)] + [torch.full((pad,), pad_id)])
+    positions = torch.cat([torch.arange(n) for n in lens] + [torch.arange(pad)])
+    piece = tokens.numel() // cp_size
+    lo, hi = cp_rank * piece, (cp_rank + 1) * piece
+    cols, index, stream = [], [], 0
+    for length, resp in zip(lens, resps):
+        first = stream + length - resp - 1  # stream row of the logit scoring response token 0
+        start = max(first, lo)
+        rows = torch.arange(start, max(start, min(first + resp, hi)))
+        cols.append(rows - lo)
+        index.append(rows - first)
+        stream += length
+    return _micro_batch(pb, sample_ids, tokens[lo:hi], positions[lo:hi], lens + ([pad] if pad else []), cols, index,
+                        field_keys)
+
+
+def _micro_batch(pb, sample_ids, tokens, positions, thd_lengths, cols, index, field_keys):
+    """The MicroBatch of a CP rank's row: `cols[k]` its rows scoring response tokens `index[k]` of sample k."""
+    from slime_like.backends.training.micro_batch import MicroBatch, packed_seq_params_for
+
+    ids = torch.tensor(sample_ids, dtype=torch.long)
+    resps = pb.resp_len[ids].tolist()
     n, width = len(sample_ids), max(1, max(len(c) for c in cols))
     count = torch.tensor([len(c) for c in cols])
     valid = (torch.arange(width)[None, :] < count[:, None]).float()
@@ -69,8 +101,7 @@ def build_cp_micro_batch(pb, sample_ids: list[int], cp_size: int, cp_rank: int, 
     targets = pb.tokens[(pb.tok_start[ids] + pb.tok_len[ids] - resp_t)[:, None] + idx_t] * valid.long()
     loss_mask = pb.gathered("loss_masks", ids, idx_t, valid)
     fields = {key: pb.gathered(key, ids, idx_t, valid) for key in field_keys if key in pb.batch}
-    psp = packed_seq_params_for(full)
-    return MicroBatch(sample_ids, torch.cat(tokens)[None], torch.cat(positions)[None], None, psp,
+    return MicroBatch(sample_ids, tokens[None], positions[None], None, packed_seq_params_for(thd_lengths),
                       torch.zeros(n, width, dtype=torch.long), col_t, targets, valid, loss_mask, fields,
                       response_index=idx_t, full_response_lengths=[int(r) for r in resps])
 

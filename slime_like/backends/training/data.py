@@ -341,11 +341,13 @@ class MicroBatcher:
         # actor's, reference's and teacher's scoring; each optimizer step of train_step).
         if self.packed_batch is None or not self.packed_batch.packs(batch):
             self.packed_batch = PackedBatch(batch)
-        if self.cp[0] > 1:  # each sample cut into 2 x CP chunks, this rank's two of each in one THD row
-            from slime_like.backends.training.cp_layout import build_cp_micro_batch
+        if self.cp[0] > 1:  # each sample cut into 2 x CP chunks (or, --allgather-cp, the stream into CP pieces)
+            from slime_like.backends.training import cp_layout
 
-            return [to_device(build_cp_micro_batch(self.packed_batch, g, *self.cp, row_multiple=self.row_multiple,
-                                                   field_keys=field_keys), self.device) for g in groups]
+            build = cp_layout.build_allgather_cp_micro_batch if args.allgather_cp \
+                else cp_layout.build_cp_micro_batch
+            return [to_device(build(self.packed_batch, g, *self.cp, row_multiple=self.row_multiple,
+                                    field_keys=field_keys), self.device) for g in groups]
         return [build_micro_batch(self.packed_batch, g, packed=packed and self.pack_rows, use_te=self.use_te,
                                   field_keys=field_keys, device=self.device) for g in groups]
 
