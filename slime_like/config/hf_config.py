@@ -58,6 +58,8 @@ class ModelFamily:
     trainable: bool = False        # the Megatron trainer builds it and maps its HF weights (hf_weights.py)
     vision_language: bool = False  # a VLM's text_config: the HF vision tower + M-RoPE (backends/megatron/vision.py)
     not_built: str = ""            # why the trainer refuses a family slime trains (read_hf_config says it)
+    # its MTP layers' HF weights are mapped (backends/megatron/mtp.py), so --enable-mtp-training trains them
+    mtp_weights: bool = False
 
 
 _NEXT = dict(qk_norm=True, shared_expert_gate=True, trainable=True, linear_attention_spec=QWEN3_NEXT_SPEC)
@@ -66,9 +68,10 @@ _QWEN3_5 = dict(_NEXT, linear_attention_spec=QWEN3_5_SPEC)
 MODEL_FAMILIES = {
     "llama": ModelFamily(trainable=True),
     "qwen2": ModelFamily(qkv_bias=True, trainable=True),
-    # MiMo: Qwen2 plus MTP layers (num_nextn_predict_layers; dropped, see dropped_mtp_note); its modeling code is
-    # remote code subclassing transformers' Qwen2 (transformers has no mimo model_type)
-    "mimo": ModelFamily(qkv_bias=True, trainable=True),
+    # MiMo: Qwen2 plus MTP layers (num_nextn_predict_layers, model.mtp_layers.N.*: trained with
+    # --enable-mtp-training, else dropped, see dropped_mtp_note); its modeling code is remote code subclassing
+    # transformers' Qwen2 (transformers has no mimo model_type)
+    "mimo": ModelFamily(qkv_bias=True, trainable=True, mtp_weights=True),
     "qwen2_moe": ModelFamily(qkv_bias=True, shared_expert_gate=True, trainable=True),
     "qwen3": ModelFamily(qk_norm=True, trainable=True),
     "qwen3_moe": ModelFamily(qk_norm=True, trainable=True),
@@ -386,10 +389,17 @@ _HF_FIELDS = {
 }
 
 
-def dropped_mtp_note(cfg: dict, where: str) -> str | None:
-    """What the trainer says when config.json declares MTP layers it does not build (docs/configuration.md)."""
-    n = int(cfg.get("num_nextn_predict_layers") or cfg.get("num_mtp_modules") or cfg.get("mtp_num_hidden_layers") or 0)
-    if not n:
+def declared_mtp_layers(cfg: dict) -> int:
+    """The multi-token-prediction layers config.json declares (DeepSeek-V3 / GLM-4.5 / MiMo, MiniMax-M2, Qwen3.5)."""
+    return int(cfg.get("num_nextn_predict_layers") or cfg.get("num_mtp_modules") or cfg.get("mtp_num_hidden_layers")
+               or 0)
+
+
+def dropped_mtp_note(cfg: dict, where: str, built: int = 0) -> str | None:
+    """What the trainer says when config.json declares MTP layers it does not build (docs/configuration.md);
+    None when it builds them all (`built`: --enable-mtp-training's layers)."""
+    n = declared_mtp_layers(cfg)
+    if not n or built >= n:
         return None
     return (f"{where}: config.json declares {n} multi-token-prediction layer(s); the trainer builds the main model "
             "only, so their tensors are not loaded, not trained and left out of HF exports (engines doing speculative "

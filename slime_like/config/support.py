@@ -41,10 +41,10 @@ _ARCH = "the Megatron trainer builds the model without it, so the weights would 
 _MOE_ROUTER = "the Megatron trainer's MoE router does not pass it to megatron-core (routing would differ)"
 _ISSUE18 = "not implemented in slime_like yet (issue 18, slime features, adds it)"
 _BUFFER = "slime's external rollout buffer (agent examples) is not implemented; use --custom-generate-function-path"
-_MTP_DROPPED = ("the Megatron trainer builds and trains the main model only (MTP layers are dropped: a checkpoint's "
-                "num_nextn_predict_layers are not loaded, HF exports leave them out, engines doing speculative "
-                "decoding keep their own draft weights, so acceptance may fall as the policy moves; outputs stay "
-                "exact)")
+_MTP_DROPPED = ("without --enable-mtp-training the Megatron trainer builds and trains the main model only (MTP layers "
+                "are dropped: a checkpoint's num_nextn_predict_layers are not loaded, HF exports leave them out, "
+                "engines doing speculative decoding keep their own draft weights, so acceptance may fall as the "
+                "policy moves; outputs stay exact)")
 _FP8 = "FP8 needs TransformerEngine on Hopper-class GPUs and the Megatron trainer does not implement it; use --bf16"
 
 UNSUPPORTED = {
@@ -81,8 +81,6 @@ UNSUPPORTED = {
     "moe_token_drop_policy": _MOE_ROUTER,  # pending: megatron
     "moe_expert_capacity_factor": _MOE_ROUTER,  # pending: megatron
     "moe_pad_expert_input_to_capacity": _MOE_ROUTER,  # pending: megatron
-    "mtp_loss_scaling_factor": f"training multi-token prediction layers: {_MTP_DROPPED}",
-    "enable_mtp_training": f"training multi-token prediction layers: {_MTP_DROPPED}",
     # parallelism the trainer cannot run (it would also fail later, inside a Ray actor)
     # pending: megatron
     "account_for_embedding_in_pipeline_split": f"uneven pipeline split: {_MEGATRON}",  # pending: megatron
@@ -129,6 +127,7 @@ UNSUPPORTED = {
 
 NO_EFFECT_HERE = {
     "mtp_num_layers": _MTP_DROPPED,
+    "mtp_loss_scaling_factor": f"it scales the loss of --enable-mtp-training only; {_MTP_DROPPED}",
     "use_flash_attn": "the trainer chooses attention kernels itself (TransformerEngine on CUDA, unfused on CPU)",
     # pending: megatron
     "moe_enable_deepep": "DeepEP dispatch is not wired (tokens use the alltoall dispatcher)",
@@ -225,6 +224,8 @@ APPLIES_WHEN = {
     "apply_layernorm_1p": lambda a, v: a.normalization != "RMSNorm",
     "attention_output_gate": lambda a, v: a.multi_latent_attention,
     "use_gated_attention": lambda a, v: a.multi_latent_attention,
+    "mtp_num_layers": lambda a, v: not a.enable_mtp_training,  # built and trained with --enable-mtp-training
+    "mtp_loss_scaling_factor": lambda a, v: not a.enable_mtp_training,
     "add_position_embedding": lambda a, v: a.position_embedding_type == "learned_absolute"
     and not a.use_rotary_position_embeddings,
     "tokenizer_model": lambda a, v: v != a.hf_checkpoint,

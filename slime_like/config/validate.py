@@ -7,7 +7,7 @@ Mutates the namespace only to fill derived defaults (documented per rule in docs
 from __future__ import annotations
 
 from slime_like.config import (algorithm, checkpoint, cluster, data, disaggregation, distillation, engines,
-                               logging_debug, model, optimizer, rewards, rollout, sparse_attention, support,
+                               logging_debug, model, mtp, optimizer, rewards, rollout, sparse_attention, support,
                                trainer_fsdp, trainer_megatron)
 from slime_like.config.hf_config import check_model_against_hf, fill_model_from_hf
 from slime_like.config.hf_vision import check_vision_language
@@ -53,6 +53,7 @@ def validate_args(args, report, raise_path_problems: bool = True) -> None:
     engines.check_engine_limits(args, report, cluster.cuda_visible())
     data.check_multimodal_engine(args)
     check_model_against_hf(args)
+    mtp.check_mtp_training(args, report)  # needs the parallel sizes and config.json
     sparse_attention.check(args, report)  # slime's glm5 spec and --allgather-cp (CP > 1) name DSA models only
     if TRAINER_BACKENDS.has(args.train_backend, "megatron_core_spec"):  # the HF tower inside megatron-core
         check_vision_language(args)

@@ -259,8 +259,9 @@ def _make_defaults_matter(model, arch: str, seed: int) -> None:
 
 
 def _add_mimo_mtp_layer(out_dir: str, hidden: int, seed: int) -> None:
-    """MiMo's config.json (model_type mimo, one MTP layer) and some of its MTP tensors (model.mtp_layers.0.*), which
-    the trainer must leave alone: written next to the Qwen2 weights."""
+    """MiMo's config.json (model_type mimo, one MTP layer) and its MTP layer's tensors (model.mtp_layers.0.*, the
+    names of XiaomiMiMo's modeling_mimo.py: a Qwen2 decoder layer plus token_layernorm, hidden_layernorm,
+    input_proj [hidden; token] -> hidden, final_layernorm), random, written next to the Qwen2 weights."""
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -268,7 +269,13 @@ def _add_mimo_mtp_layer(out_dir: str, hidden: int, seed: int) -> None:
     path = os.path.join(out_dir, "model.safetensors")
     tensors = load_file(path)
     g = torch.Generator().manual_seed(seed + 2)
-    for name in ("input_layernorm", "token_layernorm", "hidden_layernorm", "final_layernorm"):
+    layer0 = "model.layers.0."
+    for name in sorted(n for n in tensors if n.startswith(layer0)):  # a decoder layer's shapes, fresh values
+        base = tensors[name]
+        fresh = 1 + 0.1 * torch.randn(base.shape, generator=g) if name.endswith("layernorm.weight") \
+            else 0.1 * torch.randn(base.shape, generator=g)
+        tensors["model.mtp_layers.0." + name[len(layer0):]] = fresh.to(base.dtype)
+    for name in ("token_layernorm", "hidden_layernorm", "final_layernorm"):
         tensors[f"model.mtp_layers.0.{name}.weight"] = 1 + 0.1 * torch.randn(hidden, generator=g)
     tensors["model.mtp_layers.0.input_proj.weight"] = 0.1 * torch.randn(hidden, 2 * hidden, generator=g)
     save_file(tensors, path, metadata={"format": "pt"})

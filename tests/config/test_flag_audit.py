@@ -34,7 +34,9 @@ GUARDED_DOWNSTREAM = {"rotary_scaling_factor", "mscale", "mscale_all_dim", "use_
                       "reset_optimizer_states", "log_probs_chunk_size", "recompute_loss_function",
                       "save_hf", "spec", "cp_comm_type",  # --save-hf: honoured by --train-backend fsdp, refused (APPLIES_WHEN) for megatron
                       # honoured by the Megatron trainer; refused (APPLIES_WHEN) with LayerNorm / multi-latent attention
-                      "apply_layernorm_1p", "attention_output_gate", "use_gated_attention"}
+                      "apply_layernorm_1p", "attention_output_gate", "use_gated_attention",
+                      # built and trained with --enable-mtp-training; no effect (APPLIES_WHEN) without it
+                      "mtp_num_layers", "mtp_loss_scaling_factor"}
 # flags whose rule applies only in context (support.APPLIES_WHEN): the tokens that create it
 CONTEXT = {"attention_output_gate": ["--multi-latent-attention"], "use_gated_attention": ["--multi-latent-attention"],
            "apply_layernorm_1p": ["--normalization", "LayerNorm"]}

@@ -57,6 +57,10 @@ def placeholder_hf_config(argv) -> dict:
         cfg["num_key_value_heads"] = int(_value(argv, "--num-query-groups", 1)) \
             if "--group-query-attention" in argv else heads
         cfg["head_dim"] = int(_value(argv, "--kv-channels", hidden // heads))
+    if "--mtp-num-layers" in argv:  # the checkpoint's own MTP layers; Qwen2's layout with them is MiMo's
+        cfg["num_nextn_predict_layers"] = int(_value(argv, "--mtp-num-layers"))
+        if "--add-qkv-bias" in argv and "--num-experts" not in argv and "--multi-latent-attention" not in argv:
+            cfg["model_type"] = "mimo"
     if "--num-experts" in argv:
         cfg.update(n_routed_experts=int(_value(argv, "--num-experts")),
                    num_experts_per_tok=int(_value(argv, "--moe-router-topk", 2)),

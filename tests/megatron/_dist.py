@@ -46,7 +46,7 @@ TINY = {
     "qwen2_moe": dict(arch="qwen2_moe", tie_embeddings=False, num_experts=4, moe_topk=2),
     # GLM-4.7-Flash: DeepSeek-V3's MLA + GLM-4.5's biased sigmoid router, dense / MoE layers from mlp_layer_types
     "glm4_moe_lite": dict(arch="glm4_moe_lite", tie_embeddings=False, num_experts=4, moe_topk=2),
-    # MiMo: Qwen2 + one MTP layer (model.mtp_layers.0.* tensors) the trainer leaves out
+    # MiMo: Qwen2 + one MTP layer (model.mtp_layers.0.* tensors), left out unless --enable-mtp-training (test_mtp.py)
     "mimo": dict(arch="mimo", tie_embeddings=False),
     # Qwen3-Next: gated delta net layer 0, gated full attention layer 1 (zero-centred norms, RoPE on a quarter of
     # each head), MoE with a gated shared expert; Qwen3.5 dense (tied) / MoE: the same layers in the

@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from slime_like.backends.megatron import hf_linear_attention as hybrid
+from slime_like.backends.megatron import mtp
 from slime_like.backends.megatron.model import ValueHead, padded_vocab_size
 from slime_like.config.hf_config import dropped_mtp_note, family_of, read_hf_config
 
@@ -153,11 +154,19 @@ def _generic_rule(name: str, chunk, args):
         return ("vocab", ["model.embed_tokens.weight"]) if tied else ("vocab", ["lm_head.weight"])
     if name == "decoder.final_layernorm.weight":
         return "copy", ["model.norm.weight"]
+    mtp_rule = mtp.hf_rule(name, lambda rest, pre: _layer_rule(rest, pre, name, args))
+    if mtp_rule is not None:  # --enable-mtp-training: MiMo's model.mtp_layers.N.*
+        return mtp_rule
     m = _LAYER.match(name)
     if not m:
         raise KeyError(f"no HF mapping for megatron parameter {name!r}")
     layer = chunk.decoder.layers[int(m.group(1))].layer_number - 1  # global index (PP offset)
-    rest, pre = m.group(2), f"model.layers.{layer}."
+    return _layer_rule(m.group(2), f"model.layers.{layer}.", name, args)
+
+
+def _layer_rule(rest: str, pre: str, name: str, args):
+    """(kind, HF names) of a transformer layer's parameter, `rest` its layer-relative name, `pre` the HF prefix of
+    the layer (`model.layers.L.`, or an MTP layer's `model.mtp_layers.N.`)."""
     if args.multi_latent_attention and rest in _MLA:
         return _MLA[rest][0], [pre + _MLA[rest][1]]
     if rest in _SIMPLE:
@@ -227,6 +236,8 @@ def _merge(kind, tensors, args):
         return tensors[0]
     if kind == "gdn_in":
         return hybrid.merge_in_proj(tensors, args)
+    if kind == "swap_halves":
+        return mtp.swap_halves(tensors[0])
     if kind == "vocab":
         t = tensors[0]
         pad = padded_vocab_size(args) - t.shape[0]
@@ -249,6 +260,8 @@ def _split(kind, full, args, hf_vocab):
                                                                   else "qwen3_5"]))
     if kind == "vocab":
         return [full[:hf_vocab]]
+    if kind == "swap_halves":
+        return [mtp.swap_halves(full)]
     if kind == "gate_up":
         return list(full.chunk(2))
     heads, groups, hd = _heads(args)
@@ -329,7 +342,7 @@ def load_hf_weights(model_chunks, hf_dir: str, args):
     if hf_cfg["vocab_size"] > padded_vocab_size(args):
         raise ValueError(f"{hf_dir}: vocab_size {hf_cfg['vocab_size']} exceeds the model's padded vocab "
                          f"{padded_vocab_size(args)}; fix --vocab-size")
-    note = dropped_mtp_note(hf_cfg, hf_dir)
+    note = dropped_mtp_note(hf_cfg, hf_dir, built=_mtp_layers_built(model_chunks))
     if note:
         log.warning(note)
     reader = _HFReader(hf_dir)
@@ -345,6 +358,11 @@ def load_hf_weights(model_chunks, hf_dir: str, args):
                 raise ValueError(f"{name} <- {hf_names}: HF gives {tuple(local.shape)} for this rank, the model "
                                  f"expects {tuple(param.shape)}; do the model flags match {hf_dir}/config.json?")
             param.copy_(local.to(param.dtype))
+
+
+def _mtp_layers_built(model_chunks) -> int:
+    """How many MTP layers the chunks hold (--enable-mtp-training; 0 otherwise)."""
+    return sum(len(unwrap(c).mtp.layers) for c in model_chunks if getattr(unwrap(c), "mtp_process", False))
 
 
 @torch.no_grad()

@@ -39,9 +39,10 @@ def virtual_pipeline_size(args) -> int | None:
     return vpp if vpp and vpp > 1 else None
 
 
-def transformer_config_from_args(args):
+def transformer_config_from_args(args, mtp: bool = False):
     """TransformerConfig from Megatron-style args; a CUDA kernel fusion is on only where its kernel is available
-    (kernels.resolve; raises ValueError listing the explicit requests this machine cannot honour)."""
+    (kernels.resolve; raises ValueError listing the explicit requests this machine cannot honour). `mtp`: with
+    --mtp-num-layers multi-token-prediction layers (mtp.py)."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     missing = [n for n in ("num_layers", "hidden_size", "num_attention_heads") if getattr(args, n) is None]
@@ -99,6 +100,8 @@ def transformer_config_from_args(args):
         attention_output_gate=bool(args.attention_output_gate or args.use_gated_attention),
         layernorm_zero_centered_gamma=bool(args.apply_layernorm_1p),
         cuda_graph_scope=[],  # mcore's default 'full' is deprecated (a warning per model) and means the same
+        mtp_num_layers=args.mtp_num_layers if mtp else None,
+        mtp_loss_scaling_factor=args.mtp_loss_scaling_factor if mtp else None,
     )
     if kw.get("fp8"):
         _check_fp8_device(args.fp8_recipe)
@@ -356,9 +359,11 @@ def build_model(args, role: str = "actor"):
     """
     from megatron.core import parallel_state as ps
 
+    from slime_like.backends.megatron.mtp import builds_mtp
+
     if role not in ("actor", "critic", "ref"):
         raise ValueError(f"build_model(role={role!r}): role must be actor, critic or ref")
-    config = transformer_config_from_args(args)
+    config = transformer_config_from_args(args, mtp=builds_mtp(args, role))
     if config.deterministic_mode:  # Megatron-LM's --deterministic-mode: deterministic kernels or an error
         torch.use_deterministic_algorithms(True)
     vpp = config.virtual_pipeline_model_parallel_size
@@ -386,7 +391,13 @@ def _build_chunk(args, config, role: str, vp_stage, pre: bool, post: bool):
         from slime_like.backends.megatron import dsa
 
         dsa_context = dsa.ForwardContext()
-    model = GPTModel(config=config, transformer_layer_spec=layer_spec(config, args, vp_stage, dsa_context),
+    spec = layer_spec(config, args, vp_stage, dsa_context)
+    mtp_spec = None
+    if config.mtp_num_layers:  # --enable-mtp-training (mtp.py): the MTP block on the last stage's last chunk
+        from slime_like.backends.megatron import mtp
+
+        mtp_spec = mtp.block_spec(config, spec, uses_te_spec(args), vp_stage)
+    model = GPTModel(config=config, transformer_layer_spec=spec, mtp_block_spec=mtp_spec,
                      vocab_size=padded_vocab_size(args),
                      max_sequence_length=args.max_position_embeddings,
                      pre_process=pre, post_process=post,
@@ -405,6 +416,8 @@ def _build_chunk(args, config, role: str, vp_stage, pre: bool, post: bool):
         model.output_layer = ValueHead(config)
     elif post and padded_vocab_size(args) > args.vocab_size:
         model.output_layer.register_forward_hook(_mask_padded_vocab(args.vocab_size, padded_vocab_size(args)))
+    if mtp_spec is not None:
+        mtp.attach(model)
     if dsa_context is not None:  # the sparse attention layers rotate at each token's position in its sample
         model.register_forward_pre_hook(dsa.positions_hook(dsa_context), with_kwargs=True)
     if torch.cuda.is_available():

@@ -31,6 +31,8 @@ from slime_like.backends.megatron.checks import check_supported
 from slime_like.backends.megatron import optimizer as O
 from slime_like.backends.megatron import trainer_dist as TD
 from slime_like.backends.megatron import weight_sources as W
+from slime_like.backends.megatron import mtp as MTP
+from slime_like.backends.megatron.hf_weights import unwrap
 from slime_like.backends.megatron.model import virtual_pipeline_size
 from slime_like.backends.megatron.old_actor import OldActorWeights
 from slime_like.backends.megatron.routing_replay import RoutingReplay
@@ -171,8 +173,11 @@ class MegatronTrainer(RLTrainerBase):
         def forward_step(data_iterator, chunk):
             mb = next(data_iterator)
             self.routing.before_forward(actor, mb)
+            mtp_inputs = MTP.forward_kwargs(mb, self.args.mtp_num_layers) if self._has_mtp(chunk) else {}
             out = chunk(mb.tokens, mb.position_ids, mb.attention_mask, packed_seq_params=mb.packed_seq_params,
-                        **self._image_inputs(mb))
+                        **self._image_inputs(mb), **mtp_inputs)
+            if mtp_inputs:  # given labels GPTModel returns the main cross entropy: the loss reads the logits
+                out = MTP.policy_logits(unwrap(chunk), out)
             self.routing.after_forward(actor, mb)
             return out, make_loss_func(mb)
 
@@ -184,6 +189,11 @@ class MegatronTrainer(RLTrainerBase):
             forward_step_func=forward_step, data_iterator=data, model=model, num_microbatches=len(mbs),
             seq_length=max(mb.tokens.shape[1] for mb in mbs), micro_batch_size=mbs[0].tokens.shape[0],
             forward_only=forward_only)
+
+    @staticmethod
+    def _has_mtp(chunk) -> bool:
+        """Whether this model chunk holds MTP layers (--enable-mtp-training's actor): its forward needs labels."""
+        return bool(getattr(unwrap(chunk), "mtp_process", False))
 
     def _teacher_output(self, mb):
         """--opd-kl-mode full: the frozen teacher's logits for the micro-batch, called inside the actor's loss
@@ -238,7 +248,12 @@ class MegatronTrainer(RLTrainerBase):
             estimator=self.estimator), forward_only=False)
         lr = O.current_lr(self.optimizer)
         finite, ok, grad_norm = self._apply_gradients(rollout_id)
-        return StepResult(outs, lr, finite=finite, stepped=ok, grad_norm=grad_norm)
+        extra = {}
+        if any(self._has_mtp(chunk) for chunk in self.model):  # --enable-mtp-training: slime's mtp_loss metric
+            group = self.ps.get_data_parallel_group(with_context_parallel=True)
+            extra = MTP.take_step_loss(len(mbs), lambda t: self.comm.all_reduce(t, group),
+                                       self.ps.get_data_parallel_world_size(with_context_parallel=True))
+        return StepResult(outs, lr, finite=finite, stepped=ok, grad_norm=grad_norm, extra=extra)
 
     def _reset_optimizer_states(self):
         O.reset_optimizer_states(self.optimizer)

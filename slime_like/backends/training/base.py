@@ -51,6 +51,7 @@ class StepResult(NamedTuple):
     finite: bool      # every gradient was finite
     stepped: bool     # the optimizer applied the step (never with a non-finite gradient)
     grad_norm: float | None
+    extra: dict = {}  # backend-only metrics of the step, identical on every rank (e.g. the Megatron MTP loss)
 
 
 class RLTrainerBase(abc.ABC):
@@ -410,5 +411,6 @@ class RLTrainerBase(abc.ABC):
         step = self.comm.reduce_step_metrics(result.outs, global_tokens)
         # a NaN/inf gradient is never applied (the backend skips the step); counted like Megatron's skips
         step.update(lr=result.lr, grad_norm=float(result.grad_norm) if result.grad_norm is not None else float("nan"),
-                    skipped=0.0 if result.stepped else 1.0, nonfinite_steps=0.0 if result.finite else 1.0)
+                    skipped=0.0 if result.stepped else 1.0, nonfinite_steps=0.0 if result.finite else 1.0,
+                    **result.extra)
         return step

@@ -1,0 +1,48 @@
+"""--enable-mtp-training's launch check: the Megatron trainer trains MiMo's multi-token-prediction layers
+(backends/megatron/mtp.py); what it cannot build is refused at launch, naming the flag and the checkpoint's
+model_type (the flags themselves are model flags: config/model.py)."""
+from __future__ import annotations
+
+import os
+
+from slime_like.config.errors import ConfigError
+from slime_like.config.hf_config import declared_mtp_layers, family_of, read_hf_config
+from slime_like.registry import TRAINER_BACKENDS
+
+
+def check_mtp_training(args, report) -> None:
+    """--enable-mtp-training (backends/megatron/mtp.py): the MTP layers come from --hf-checkpoint's own MTP weights,
+    mapped for MiMo; what the trainer cannot build is refused at launch (the dry run lists it)."""
+    if not args.enable_mtp_training:
+        return
+    if not args.mtp_num_layers:
+        raise ConfigError("--enable-mtp-training needs --mtp-num-layers N (the checkpoint's MTP layers, config.json "
+                          "num_nextn_predict_layers; slime's MiMo recipe passes --mtp-num-layers 1)")
+    refuse = report.launch_refusals.append
+    if not TRAINER_BACKENDS.has(args.train_backend, "trains_mtp"):
+        refuse(f"--enable-mtp-training with --train-backend {args.train_backend}: "
+               f"{TRAINER_BACKENDS.display(args.train_backend)} builds no MTP layers; use --train-backend megatron")
+    for size, flag in ((args.pipeline_model_parallel_size, "--pipeline-model-parallel-size"),
+                       (args.context_parallel_size, "--context-parallel-size")):
+        if size > 1:
+            refuse(f"--enable-mtp-training with {flag} {size}: MTP training is built and tested for one pipeline "
+                   f"stage without context parallelism (TP, sequence parallelism and DP are fine); use {flag} 1")
+    _check_mtp_checkpoint(args, refuse)
+
+
+def _check_mtp_checkpoint(args, refuse) -> None:
+    """The --hf-checkpoint's config.json has MTP layers of a layout whose weights are mapped (MiMo's)."""
+    path = args.hf_checkpoint
+    if not path or not os.path.isfile(os.path.join(path, "config.json")):
+        return  # no config.json to read here (the trainer's load names what is missing)
+    cfg = read_hf_config(path)
+    model_type, declared = cfg.get("model_type", ""), declared_mtp_layers(cfg)
+    if not family_of(cfg).mtp_weights:
+        refuse(f"--enable-mtp-training with --hf-checkpoint {path} (model_type {model_type!r}): the trainer maps the "
+               "MTP weights of MiMo (model_type mimo, model.mtp_layers.N.*) only; DeepSeek-V3 / GLM-4.5-style MTP "
+               "layers (model.layers.<num_hidden_layers + i>.eh_proj / enorm / hnorm / shared_head) are not mapped "
+               "yet. Drop --enable-mtp-training (the MTP layers are then left out and the engines keep their draft)")
+    elif declared < args.mtp_num_layers:
+        refuse(f"--mtp-num-layers {args.mtp_num_layers} with --enable-mtp-training but {path}/config.json declares "
+               f"{declared} MTP layer(s) (num_nextn_predict_layers): the trainer loads MTP layers from the checkpoint; "
+               f"use --mtp-num-layers {declared}")
