@@ -49,6 +49,34 @@ def check(args, report) -> None:
                           f"{_other_known_model(args)} (not deepseek_v32 / glm_moe_dsa). "
                           "Drop --spec or point --hf-checkpoint at a DeepSeek-V3.2 / GLM-5 checkpoint")
     check_allgather_cp(args, report)
+    check_stage_starts(args)
+
+
+def check_stage_starts(args) -> None:
+    """GLM-5's shared-indexer layers reuse the previous full layer's top-k, so every pipeline stage must start on a
+    full layer (slime's get_glm5_spec asserts the same; GLM-5.2's recipe picks --decoder-first/last-pipeline-num-layers
+    for it). Checked for the plain 1F1B split; the interleaved split is checked when the model is built."""
+    from slime_like.config.hf_config import read_hf_config, sparse_attention_settings
+    from slime_like.config.trainer_megatron import pipeline_split_problem
+
+    pp, n = args.pipeline_model_parallel_size, args.num_layers
+    first, last = args.decoder_first_pipeline_num_layers, args.decoder_last_pipeline_num_layers
+    if pp == 1 or not n or not sparse_attention_checkpoint(args) or pipeline_split_problem(n, pp, first, last):
+        return
+    shared = set(sparse_attention_settings(read_hf_config(args.hf_checkpoint))["shared_layers"])
+    middle = pp - (first is not None) - (last is not None)
+    each = (n - (first or 0) - (last or 0)) // middle if middle else 0
+    sizes = ([first] if first is not None else []) + [each] * middle + ([last] if last is not None else [])
+    starts = [sum(sizes[:k]) for k in range(pp)]
+    bad = [(k, s) for k, s in enumerate(starts) if s in shared]
+    if bad:
+        stage, layer = bad[0]
+        raise ConfigError(f"--pipeline-model-parallel-size {pp}: pipeline stage {stage} would start on layer "
+                          f"{layer + 1} (1-based), a shared-indexer layer of config.json's indexer_types, which "
+                          "reuses the previous full layer's top-k from another stage; choose "
+                          "--decoder-first/last-pipeline-num-layers so that every stage starts on a full layer "
+                          f"(full layers: {sorted(set(range(n)) - shared)[:12]} ..., 0-based), as slime's glm5 "
+                          "recipe does")
 
 
 def check_allgather_cp(args, report) -> None:

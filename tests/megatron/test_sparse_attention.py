@@ -4,7 +4,9 @@
 Logits parity on padded rows at TP / PP / EP and the bit-identical export (indexer included) are in
 test_model_parity.py; here: that the top-k matters in these models (transformers' sparse model differs from its
 dense twin), packed rows and GLM-5's shared-indexer layers vs transformers, the frozen indexer, --allgather-cp's
-layout and CP = 2 (--allgather-cp and Megatron's 2 x CP) = CP = 1 on gloo, the launch checks, a GRPO step."""
+layout and CP = 2 (--allgather-cp and Megatron's 2 x CP) = CP = 1 on gloo, the launch checks (GLM-5.2's shared-indexer
+schedule and the pipeline stages it allows), a GRPO step. (TP > 1 trains MoE models only with sequence parallelism,
+which needs TransformerEngine: TP 2 is checked forward-only in test_model_parity.py.)"""
 import json
 import os
 import shutil
@@ -160,6 +162,25 @@ def test_launch_checks(tiny_ckpts, tiny_ckpt):
     assert parse_report(argv(tiny_ckpt, "--allgather-cp"))[0].allgather_cp  # CP 1: a no-op, as in slime
     with pytest.raises(ConfigError, match="slime's GLM-5 layer spec builds DeepSeek sparse attention.*qwen2"):
         parse_report(argv(tiny_ckpt, *glm5))
+
+
+def test_shared_indexer_layers_and_pipeline_stages(tiny_ckpts, tmp_path):
+    """GLM-5.2's schedule (index_topk_freq 4, index_skip_topk_offset 3: full layers 1, 2, 3, 7, 11, ... 1-based, as
+    slime's recipe says) read as transformers reads it; a pipeline stage may not start on a shared layer."""
+    from cfg_helpers import parse_report
+
+    from slime_like.config.errors import ConfigError
+    from slime_like.config.hf_config import sparse_attention_settings
+
+    cfg = {"model_type": "glm_moe_dsa", "num_hidden_layers": 78, "index_topk_freq": 4, "index_skip_topk_offset": 3}
+    shared = set(sparse_attention_settings(cfg)["shared_layers"])
+    assert [i + 1 for i in range(16) if i not in shared] == [1, 2, 3, 7, 11, 15]
+    ckpt = _as(tiny_ckpts["glm_moe_dsa"], tmp_path, "shared", indexer_types=["full", "shared"])
+    argv = ["--hf-checkpoint", ckpt, "--rollout-batch-size", "4", "--n-samples-per-prompt", "2", "--num-rollout", "2",
+            "--colocate", "--actor-num-gpus-per-node", "2", "--num-gpus-per-node", "2"]
+    with pytest.raises(ConfigError, match="pipeline stage 1 would start on layer 2 .1-based., a shared-indexer layer"):
+        parse_report(argv + ["--pipeline-model-parallel-size", "2"])
+    assert parse_report(argv + ["--tensor-model-parallel-size", "2"])[0].hf_checkpoint == ckpt
 
 
 @pytest.mark.slow

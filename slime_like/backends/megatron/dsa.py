@@ -246,6 +246,16 @@ def use_sparse_attention(spec, sparse: SparseSettings, context: ForwardContext):
     return spec
 
 
+def check_chunk_start(model, sparse: SparseSettings) -> None:
+    """A chunk (pipeline stage or virtual stage) must not start on a shared-indexer layer: the full layer whose top-k
+    it reuses would be on another stage (slime's get_glm5_spec asserts the same)."""
+    layers = getattr(getattr(model, "decoder", None), "layers", None)
+    if layers is not None and len(layers) and layers[0].layer_number - 1 in sparse.shared_layers:
+        raise ValueError(f"a pipeline stage starts on layer {layers[0].layer_number} (1-based), a shared-indexer "
+                         "layer (config.json indexer_types) reusing another stage's top-k; choose the pipeline "
+                         "split (--decoder-first/last-pipeline-num-layers) so every stage starts on a full layer")
+
+
 def positions_hook(context: ForwardContext):
     """GPTModel forward pre-hook: hand the micro-batch's position_ids to the DSA layers, reset the shared choices."""
 

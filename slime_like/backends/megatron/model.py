@@ -419,6 +419,7 @@ def _build_chunk(args, config, role: str, vp_stage, pre: bool, post: bool):
     if mtp_spec is not None:
         mtp.attach(model)
     if dsa_context is not None:  # the sparse attention layers rotate at each token's position in its sample
+        dsa.check_chunk_start(model, sparse_settings(args))
         model.register_forward_pre_hook(dsa.positions_hook(dsa_context), with_kwargs=True)
     if torch.cuda.is_available():
         model.cuda(torch.cuda.current_device())
