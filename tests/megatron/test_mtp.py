@@ -173,9 +173,23 @@ def test_tp2_step_equals_tp1(mimo):
         torch.testing.assert_close(tp2["after"][name], weight, rtol=1e-4, atol=1e-5, msg=name)
 
 
+def reference_from_torch_dist_rank(rank, world, port, ckpt, mcore_dir):
+    """The reference model (no MTP layers) loads a torch_dist checkpoint that holds them (slime's --ref-load)."""
+    from slime_like.args import make_args as bare_args
+    from slime_like.backends.megatron import hf_weights, model, parallel, weight_sources
+    from slime_like.config.hf_config import fill_args_from_hf
+
+    parallel.init_distributed(rank, world, master_port=port)
+    args = fill_args_from_hf(bare_args("--hf-checkpoint", ckpt, "--ref-load", mcore_dir, *MTP_FLAGS), ckpt)
+    chunks = model.build_model(args, "ref")
+    weight_sources.load_ref_weights(args, chunks)
+    return {n: t.clone() for n, t in hf_weights.iter_hf_weights(chunks, args)}
+
+
 def test_conversion_tools_carry_the_mtp_layer(mimo, tmp_path):
     """slime's MiMo recipe starts from a torch_dist --ref-load: convert_hf_to_megatron / convert_megatron_to_hf with
-    --enable-mtp-training keep the MTP layer (TP 2 -> TP 1), bit-identical."""
+    --enable-mtp-training keep the MTP layer (TP 2 -> TP 1), bit-identical, and the reference model (built without
+    MTP layers) loads its main model from that checkpoint."""
     from test_convert import hf_tensors, run_tool
 
     mc, back = tmp_path / "mcore", tmp_path / "hf_back"
@@ -188,3 +202,6 @@ def test_conversion_tools_carry_the_mtp_layer(mimo, tmp_path):
     orig, new = hf_tensors(mimo), hf_tensors(back)
     assert sorted(new) == sorted(orig) and any(".mtp_layers." in n for n in new)
     assert all(torch.equal(orig[k], new[k]) for k in orig)
+    ref = run_ranks(reference_from_torch_dist_rank, 1, mimo, str(mc))[0]
+    assert sorted(ref) == sorted(n for n in orig if ".mtp_layers." not in n)
+    assert all(torch.equal(orig[k], ref[k]) for k in ref)
