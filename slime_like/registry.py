@@ -142,12 +142,14 @@ ADVANTAGE_ESTIMATORS = Registry("--advantage-estimator", "advantage estimator")
 # supports_lora             trains LoRA adapters (--lora-rank); the KL reference is the base with adapters off
 # saves_hf                  writes --save-hf exports itself
 # fp32_sharded_params       computes in bf16 / fp16 over fp32 sharded parameters (FSDP2 mixed precision)
+# cp_splits_responses       --context-parallel-size splits responses over CP ranks for the loss (Megatron's CP; the
+#                           FSDP trainer's Ulysses sequence parallelism gathers whole sequences before the head)
 # trains_images             trains vision-language models on the samples' multimodal_train_inputs (--multimodal-keys)
 # trains_mtp                builds and trains multi-token-prediction layers (--enable-mtp-training)
 TRAINER_BACKENDS.register(
     "megatron", "slime_like.backends.megatron.trainer:MegatronTrainer", flag_group="perf/parallelism",
     capabilities={"keeps_pushed_weights", "distributed_optimizer", "megatron_checkpoints", "megatron_hooks",
-                  "megatron_core_spec", "routing_replay", "trains_images", "trains_mtp"},
+                  "megatron_core_spec", "routing_replay", "trains_images", "trains_mtp", "cp_splits_responses"},
     validator="slime_like.config.trainer_megatron:check_megatron_backend", display="the Megatron trainer",
     why_no_lora="its fused layers and distributed optimizer are not wired for adapters")
 TRAINER_BACKENDS.register(

@@ -5,6 +5,7 @@ The deeper file checks (a Megatron tracker file, the HF directory's tokenizer an
 """
 from __future__ import annotations
 
+import json
 import os
 
 from slime_like.config.errors import ConfigError
@@ -57,6 +58,19 @@ def check_checkpoints(args, report):
             raise ConfigError(f"--ckpt-step {args.ckpt_step}: must be an iteration number >= 0")
         if not args.load:
             raise ConfigError(f"--ckpt-step {args.ckpt_step} picks an iteration of --load; give --load DIR")
+
+
+def raw_hf_config(path) -> dict | None:
+    """config.json of an HF directory as a dict; None when absent or unreadable (the checkpoint checks say so)."""
+    file = os.path.join(path, "config.json") if path else None
+    if not file or not os.path.isfile(file):
+        return None
+    try:
+        with open(file) as f:
+            cfg = json.load(f)
+    except (OSError, ValueError):
+        return None  # unreadable: the checkpoint checks say so
+    return cfg if isinstance(cfg, dict) else None
 
 
 def _quantized_checkpoint(args, report) -> None:

@@ -2,9 +2,7 @@
 its HF vision tower runs under (families with hf_config.MODEL_FAMILIES' vision_language)."""
 from __future__ import annotations
 
-import json
-import os
-
+from slime_like.config.checkpoint import raw_hf_config
 from slime_like.config.errors import ConfigError
 from slime_like.config.hf_config import MODEL_FAMILIES
 
@@ -12,7 +10,7 @@ from slime_like.config.hf_config import MODEL_FAMILIES
 def check_vision_language(args):
     """A vision-language --hf-checkpoint whose tower the Megatron trainer runs (hf_config: vision_language): the
     parallelism the tower runs under (the first pipeline stage's embedding, on full-sequence activations)."""
-    cfg = _raw_hf_config(args.hf_checkpoint)
+    cfg = raw_hf_config(args.hf_checkpoint)
     if not cfg or not isinstance(cfg.get("vision_config"), dict):
         return
     text_type = (cfg.get("text_config") or {}).get("model_type")
@@ -31,15 +29,3 @@ def check_vision_language(args):
     if problems:
         raise ConfigError(f"--hf-checkpoint {args.hf_checkpoint} is a vision-language model; with --train-backend "
                           "megatron: " + "; ".join(problems))
-
-
-def _raw_hf_config(path) -> dict | None:
-    file = os.path.join(path, "config.json") if path else None
-    if not file or not os.path.isfile(file):
-        return None
-    try:
-        with open(file) as f:
-            cfg = json.load(f)
-    except (OSError, ValueError):
-        return None  # unreadable: the checkpoint checks say so
-    return cfg if isinstance(cfg, dict) else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from slime_like.config.checkpoint import is_megatron_checkpoint
+from slime_like.config.checkpoint import is_megatron_checkpoint, raw_hf_config
 from slime_like.config.cluster import cuda_visible
 from slime_like.config.errors import ConfigError
 from slime_like.registry import TRAINER_BACKENDS
@@ -110,12 +110,13 @@ def check_fsdp_backend(args, report):
                               "only; --train-backend fsdp does not call it: drop the flag or use megatron")
     for dest, flag in (("tensor_model_parallel_size", "--tensor-model-parallel-size"),
                        ("pipeline_model_parallel_size", "--pipeline-model-parallel-size"),
-                       ("context_parallel_size", "--context-parallel-size"),
                        ("expert_model_parallel_size", "--expert-model-parallel-size")):
         value = getattr(args, dest, 1) or 1
         if value > 1:
             raise ConfigError(f"{flag} {value} is Megatron parallelism; --train-backend fsdp shards data-parallel "
-                              f"only: drop {flag} (or use --train-backend megatron)")
+                              f"(with Ulysses sequence parallelism: --context-parallel-size) only: drop {flag} (or "
+                              "use --train-backend megatron)")
+    check_ulysses(args, report)
     _fsdp_weight_sources(args)
     if args.fsdp_sharding_strategy == "hybrid_shard" and not args.fsdp_size:
         raise ConfigError("--fsdp-sharding-strategy hybrid_shard needs --fsdp-size N (ranks per shard group)")
@@ -139,6 +140,38 @@ def check_fsdp_backend(args, report):
     if args.fsdp_cpu_offload and not cuda_visible():
         report.warn("--fsdp-cpu-offload has no effect on a CPU-only machine: the parameters already live in CPU "
                     "memory")
+
+
+def check_ulysses(args, report) -> None:
+    """--context-parallel-size N > 1 with --train-backend fsdp: Ulysses sequence parallelism (backends/fsdp/ulysses.py;
+    slime's FSDP backend reads the same flag, for ring attention). Every query head group must split over N; what
+    its causal, unmasked all-to-all attention does not build is refused at launch, all problems in one message."""
+    sp = args.context_parallel_size
+    if sp <= 1:
+        return
+    cfg = raw_hf_config(args.hf_checkpoint)
+    if cfg is None:
+        return  # no readable config.json: the checkpoint checks say so
+    where = f"--context-parallel-size {sp} (Ulysses sequence parallelism) with --hf-checkpoint {args.hf_checkpoint}"
+    if isinstance(cfg.get("vision_config"), dict):
+        report.refuse(f"{where}: a vision-language model; its image features and M-RoPE positions are computed over "
+                      "whole sequences, which the sequence shards do not hold: use --context-parallel-size 1")
+        return
+    heads = cfg.get("num_attention_heads")
+    if isinstance(heads, int) and heads % sp:
+        raise ConfigError(f"{where}: num_attention_heads {heads} is not divisible by {sp} (each rank attends over "
+                          f"heads / {sp} of them): use a --context-parallel-size that divides {heads}")
+    problems = []
+    layer_types = set(cfg.get("layer_types") or ())
+    if cfg.get("use_sliding_window") or "sliding_attention" in layer_types:
+        problems.append("sliding-window attention layers")
+    if layer_types - {"full_attention", "sliding_attention"}:
+        problems.append(f"layers other than attention ({', '.join(sorted(layer_types - {'full_attention', 'sliding_attention'}))})")
+    if cfg.get("attn_logit_softcapping"):
+        problems.append("attention logit softcapping")
+    if problems:
+        report.refuse(f"{where}: the model has {' and '.join(problems)}; the Ulysses attention runs plain causal "
+                      "attention over whole sequences only: use --context-parallel-size 1")
 
 
 def _fsdp_weight_sources(args):

@@ -232,8 +232,8 @@ CP_WHOLE_RESPONSE = (
 def check_context_parallel(args, report, cp: int) -> None:
     """--context-parallel-size > 1 (backends/training/cp_layout.py): the combinations the split loss cannot run,
     refused at launch (the dry run lists them). GSPO's and OPSM's per-sequence means are all-reduced over CP."""
-    if cp == 1:
-        return
+    if cp == 1 or not TRAINER_BACKENDS.has(args.train_backend, "cp_splits_responses"):
+        return  # the FSDP trainer's Ulysses shards run inside the model; its loss sees whole responses
     if tuple(args.spec or ()) in LINEAR_ATTENTION_SPECS:
         report.launch_refusals.append(
             f"--context-parallel-size {cp} with --spec {' '.join(args.spec)}: its gated delta net layers' recurrence "

@@ -76,7 +76,8 @@ def load_hf_model(args, role: str, source: str | None = None) -> nn.Module:
 
     source = source or args.hf_checkpoint
     config = hf_config(args)
-    kw = dict(config=config, dtype=torch.float32, trust_remote_code=_trust(args), attn_implementation="sdpa")
+    kw = dict(config=config, dtype=torch.float32, trust_remote_code=_trust(args),
+              attn_implementation=attention_implementation(args))
     multimodal = vision.is_vision_language(config)
     if multimodal:
         vision.check_supported(config, f"--hf-checkpoint {args.hf_checkpoint}")
@@ -88,6 +89,16 @@ def load_hf_model(args, role: str, source: str | None = None) -> nn.Module:
     if multimodal and args.freeze_vision_tower:
         vision.freeze(model)
     return model
+
+
+def attention_implementation(args) -> str:
+    """SDPA; under Ulysses sequence parallelism (--context-parallel-size > 1) its all-to-all form (ulysses.py),
+    registered in transformers' AttentionInterface when the trainer made its groups."""
+    if int(args.context_parallel_size) > 1:
+        from slime_like.backends.fsdp.ulysses import ATTENTION
+
+        return ATTENTION
+    return "sdpa"
 
 
 def linear_module_names(model: nn.Module) -> list[str]:

@@ -6,9 +6,10 @@ differs is the model (transformers from --hf-checkpoint, sharded by `fully_shard
 over the sharded fp32 params, Megatron's decay rules), checkpoints (DCP, checkpoint.py) and weight export
 (weights.py).
 
-FSDP is pure data parallelism: every rank is its own DP rank; each holds 1/world of every parameter,
-gradient and Adam moment (full_shard). A step's loss is the token-mean over every rank's micro-batches:
-each micro-batch's backward gets sum_t l_t * dp / N_step, and FSDP's reduce-scatter averages over ranks.
+FSDP is data parallelism: each rank holds 1/world of every parameter, gradient and Adam moment (full_shard). A
+step's loss is the token-mean over every DP rank's micro-batches: each micro-batch's backward gets
+sum_t l_t * dp / N_step, and FSDP's reduce-scatter averages over ranks. With --context-parallel-size N > 1 every N
+consecutive ranks are one DP rank running Ulysses sequence parallelism inside the model (ulysses.py).
 """
 from __future__ import annotations
 
@@ -35,22 +36,37 @@ log = logging.getLogger(__name__)
 
 
 class DataParallelView:
-    """The parallel-state questions RLTrainerBase asks, answered for pure data parallelism."""
+    """The parallel-state questions RLTrainerBase asks, answered for data parallelism, with Ulysses sequence
+    parallelism (ulysses.py) inside each data-parallel replica: ranks [d x sp, (d + 1) x sp) are DP rank d's SP group
+    (slime's FSDP layout: dp_rank = rank // sp, cp_rank = rank % sp). Every SP rank holds the DP rank's whole
+    micro-batches and its loss sees whole responses, so the loss side has no context parallelism: the token counts
+    and metrics are reduced over the DP group only (the ranks sharing this SP rank)."""
 
-    def __init__(self, rank: int, world_size: int):
-        self.rank, self.world_size = rank, world_size
+    def __init__(self, rank: int, world_size: int, sp_size: int = 1):
+        self.rank, self.world_size, self.sp_size = rank, world_size, sp_size
+        self.dp_rank, self.sp_rank = rank // sp_size, rank % sp_size
+        self.dp_group, self.sp_group = dist.group.WORLD, None
+        if sp_size > 1:  # every rank creates every group, in the same order (torch's rule)
+            for first in range(0, world_size, sp_size):
+                group = dist.new_group(list(range(first, first + sp_size)))
+                if first == self.dp_rank * sp_size:
+                    self.sp_group = group
+            for sp_rank in range(sp_size):
+                group = dist.new_group(list(range(sp_rank, world_size, sp_size)))
+                if sp_rank == self.sp_rank:
+                    self.dp_group = group
 
     def get_data_parallel_group(self, with_context_parallel=False):
-        return dist.group.WORLD
+        return self.dp_group
 
     def get_context_parallel_group(self):
         return None
 
     def get_data_parallel_world_size(self, with_context_parallel=False):
-        return self.world_size
+        return self.world_size // self.sp_size
 
     def get_data_parallel_rank(self, with_context_parallel=False):
-        return self.rank
+        return self.dp_rank
 
     def is_pipeline_last_stage(self):
         return True
@@ -108,7 +124,15 @@ class FSDPTrainer(RLTrainerBase):
 
     def _init_parallel(self, rank, world_size, master_addr, master_port):
         init_process_group(rank, world_size, master_addr, master_port, self.args.distributed_timeout_minutes)
-        ps = DataParallelView(dist.get_rank(), dist.get_world_size())
+        sp = int(self.args.context_parallel_size)
+        if dist.get_world_size() % sp:
+            raise ValueError(f"--context-parallel-size {sp} (Ulysses sequence parallelism) must divide the trainer "
+                             f"world size {dist.get_world_size()}")
+        ps = DataParallelView(dist.get_rank(), dist.get_world_size(), sp)
+        if ps.sp_group is not None:
+            from slime_like.backends.fsdp import ulysses
+
+            ulysses.register(ps.sp_group)
         torch.manual_seed(self.args.seed)
         return ps
 
@@ -126,7 +150,7 @@ class FSDPTrainer(RLTrainerBase):
         still needs it: the frozen LoRA base (and full fine-tuning's shapes) are the weights it started from."""
         args = self.args
         self.mesh = M.device_mesh(args, self.ps.world_size, "cuda" if self.device is not None else "cpu")
-        module = M.load_hf_model(args, self.role, self._initial_source())
+        module = self._sequence_sharded(M.load_hf_model(args, self.role, self._initial_source()))
         args.vocab_size = vision.text_config(M.hf_config(args)).vocab_size
         if self.lora:
             module = M.add_lora(args, module, self.role)
@@ -162,6 +186,14 @@ class FSDPTrainer(RLTrainerBase):
             return load
         return self.args.ref_load or self.args.hf_checkpoint
 
+    def _sequence_sharded(self, module):
+        """Under Ulysses sequence parallelism: the decoder body runs this rank's shard of every sequence."""
+        if self.ps.sp_group is None:
+            return module
+        from slime_like.backends.fsdp import ulysses
+
+        return ulysses.install(module, self.ps.sp_group, M.decoder_layers(module))
+
     def _build_optimizer(self):
         """AdamW (Megatron's "adam" is decoupled weight decay) or SGD over the trainable sharded params;
         biases and 1-D params (norms) get no weight decay, as in Megatron."""
@@ -195,7 +227,7 @@ class FSDPTrainer(RLTrainerBase):
     def _frozen_copy(self, source):
         """The HF model at `source`, frozen, sharded like the actor (the reference, or the --opd-type megatron
         teacher, which must share the actor's architecture as in slime)."""
-        frozen = M.load_hf_model(self.args, "actor", source)
+        frozen = self._sequence_sharded(M.load_hf_model(self.args, "actor", source))
         frozen.requires_grad_(False)
         frozen.eval()
         return M.shard_model(self.args, frozen.to(self.device) if self.device else frozen, self.mesh, trainable=False)
@@ -324,7 +356,8 @@ class FSDPTrainer(RLTrainerBase):
         return os.path.realpath(self._initial_source()) == os.path.realpath(self.args.hf_checkpoint)
 
     def parallel_info(self) -> dict:
-        return dict(dp_rank=self.ps.rank, dp_size=self.ps.world_size, tp_rank=0, pp_rank=0)
+        return dict(dp_rank=self.ps.dp_rank, dp_size=self.ps.get_data_parallel_world_size(), tp_rank=0, pp_rank=0,
+                    cp_rank=self.ps.sp_rank)
 
     def _release_accelerator_memory(self):
         """Colocated runs on GPUs: sharded params (reference, OPD teacher included) and optimizer state to CPU while

@@ -57,14 +57,22 @@ def _template(v, t):
 
 
 def _model_args(role):
-    return {**MODEL_ARGS, "model_name_or_path": Map("str", _fact(f"{role}_model_path")), "dtype": Map("str", _dtype(role))}
+    return {**MODEL_ARGS, "model_name_or_path": Map("str", _fact(f"{role}_model_path")), "dtype": Map("str", _dtype(role)),
+            "ulysses_size": ULYSSES_SIZE[role]}
 
 
 MODEL_ARGS = {
     "disable_gradient_checkpointing": NoEffect("bool", "activation recompute is chosen by the Megatron flags "
                                                        "(--recompute-granularity)", harmless=(False, True)),
     "attn_implementation": NoEffect("str", "the trainer chooses attention kernels itself"),
-    "ulysses_size": Refuse("int", "context (Ulysses) parallelism is not implemented", ok=(None, 1)),
+}
+# Ulysses sequence parallelism is actor_train's: --context-parallel-size with the FSDP trainer (roll_strategies.py)
+ULYSSES_SIZE = {
+    "actor_train": Map("int", _fact("ulysses_size")),
+    "reference": NoEffect("int", "the reference runs with actor_train's layout (its ulysses_size)", harmless=(None, 1)),
+    "actor_infer": NoEffect("int", "the engines run whole sequences (their own parallelism: num_gpus_per_worker)",
+                            harmless=(None, 1)),
+    "critic": Refuse("int", "the critic trains with megatron_train here (its context_parallel_size)", ok=(None, 1)),
 }
 
 
@@ -336,9 +344,10 @@ def _batch(cfg, t):
         par = 1
         for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
             par *= get(cfg, f"actor_train.strategy_args.strategy_config.{key}", 1)
+        par *= t.facts.get("ulysses_size") or 1  # fsdp2_train: the SP ranks of a DP rank share its samples
         if world % par:
             raise ConfigError(f"{t.path}: actor_train.device_mapping has {world} GPUs, not divisible by TP x PP x CP "
-                              f"= {par}")
+                              f"x ulysses_size = {par}")
         t.flag("--global-batch-size", per_device * accum * world // par)
     if get(cfg, "critic"):
         t.flag("--use-critic")

@@ -32,6 +32,7 @@ def strategies(cfg, t):
     else:
         t.no_effect += [(f"actor_train.strategy_args.strategy_config.{k}", v, "an fsdp2_train setting")
                         for k, v in train_cfg.items() if k in FSDP2_KEYS]
+    _ulysses(train, t)
     infer = t.facts.get("actor_infer_strategy")
     if infer is not None:
         if infer not in _INFER_STRATEGIES:
@@ -49,6 +50,21 @@ def strategies(cfg, t):
         raise ConfigError(f"{t.path}: reference.strategy_args.strategy_name: {ref!r}: use megatron_infer")
     if get(cfg, "critic") and t.facts.get("critic_strategy", "megatron_train") != "megatron_train":
         raise ConfigError(f"{t.path}: critic.strategy_args.strategy_name: the critic trains with megatron_train")
+
+
+def _ulysses(train, t):
+    """actor_train.model_args.ulysses_size N > 1 -> --context-parallel-size N: the FSDP trainer's Ulysses sequence
+    parallelism (slime's FSDP backend reads the same flag); megatron_train has its own context_parallel_size."""
+    size = t.facts.get("ulysses_size")
+    if not size or size == 1:
+        return
+    if train != "fsdp2_train":
+        raise ConfigError(f"{t.path}: actor_train.model_args.ulysses_size {size}: Ulysses sequence parallelism runs "
+                          "with strategy_name fsdp2_train (the FSDP trainer); with megatron_train set "
+                          "actor_train.strategy_args.strategy_config.context_parallel_size instead")
+    t.current = "actor_train.model_args.ulysses_size"
+    t.flag("--context-parallel-size", size)
+    t.current = None
 
 
 # actor_infer strategy_config key -> (SGLang flag, vLLM flag); None: no such setting for that engine
