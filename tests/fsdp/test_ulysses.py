@@ -2,7 +2,9 @@
 backends/fsdp/ulysses.py): two real gloo ranks, each running half of every sequence through the decoder, give the
 log-probs, reference log-probs, loss, entropy, KL, grad norm and weights after one optimizer step of one rank
 without it (fp32, 1e-5), on samples of different lengths (odd lengths: the rows are padded to a multiple of 2).
-Also: fewer KV heads than ranks (the KV heads are repeated), the critic, and the mapping of ROLL's ulysses_size."""
+Also: fewer KV heads than ranks (the KV heads are repeated), recompute / token budgets / Adam, DP 2 x SP 2, LoRA
+and the critic. The refusals and ROLL's ulysses_size: tests/config/test_fsdp_ulysses.py; the whole loop:
+tests/loop/test_fsdp_loop.py::test_fsdp_ulysses_sequence_parallel_scores_like_the_engine."""
 import pytest
 from _fsdp_common import concat_lists, flat, make_args, make_batch, run_ranks, shard
 
@@ -59,6 +61,21 @@ def test_sp2_equals_sp1_log_probs_loss_and_one_step(ckpts, name):
     worst = max((two[0]["weights"][n] - one["weights"][n]).abs().max().item() for n in one["weights"])
     assert worst < TOL * 1e-2, worst  # SGD lr 1e-2: gradients equal to 1e-5
     assert (flat(one["after"]) - flat(one["log_probs"])).abs().max().item() > 1e-3  # the step moved the policy
+
+
+def test_sp2_equals_sp1_with_recompute_token_budgets_and_adam(ckpts):
+    """Activation recompute (the all-to-alls run again in backward), token-budget micro-batches, a reduce-scatter per
+    micro-batch and Adam: still one rank's step."""
+    flags = ["--recompute-granularity", "full", "--use-dynamic-batch-size", "--max-tokens-per-gpu", "32",
+             "--no-fsdp-defer-grad-sync", "--optimizer", "adam"]
+    one = run_ranks(actor_rank, 1, ckpts["gqa"], 1, flags)[0]
+    two = run_ranks(actor_rank, 2, ckpts["gqa"], 2, flags)
+    for key in ("log_probs", "after"):
+        assert (flat(two[1][key]) - flat(one[key])).abs().max().item() < TOL, key
+    for key in ("loss", "kl_loss", "grad_norm"):
+        assert two[0]["metrics"][key] == pytest.approx(one["metrics"][key], rel=TOL, abs=TOL), key
+    worst = max((two[0]["weights"][n] - one["weights"][n]).abs().max().item() for n in one["weights"])
+    assert worst < TOL, worst  # Adam's first step is lr x sign-like: near-zero gradients amplify rounding
 
 
 def test_dp2_x_sp2_equals_dp2(ckpts):

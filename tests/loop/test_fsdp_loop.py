@@ -58,3 +58,17 @@ def test_fsdp_lora_delta_weight_sync_sends_only_the_adapted_weights(tiny_ckpt, t
     for r in rows:
         assert r["rollout/logprob_abs_diff"] < 1e-3, r
         assert 0 < r["weights/bytes_sent"] < 0.3 * full, (r["weights/bytes_sent"], full)
+
+
+def test_fsdp_ulysses_sequence_parallel_scores_like_the_engine(tiny_ckpt, toy_prompts, tmp_path):
+    """--context-parallel-size 2 with fsdp (Ulysses, backends/fsdp/ulysses.py): both ranks of the one data-parallel
+    rank get the whole batch, score it half a sequence each, and rank 0 pushes the weights: the engine's log-probs
+    equal the trainer's before and after each push."""
+    argv = loop_argv(tiny_ckpt, toy_prompts[0], tmp_path, "--train-backend", "fsdp", "--actor-num-gpus-per-node", "2",
+                     "--context-parallel-size", "2", "--rollout-num-gpus", "1", "--num-rollout", "2")
+    assert train.main(argv) == 0
+    rows = _rollouts(tmp_path)
+    assert len(rows) == 2
+    for r in rows:
+        assert r["weights/bytes_sent"] > 0 and r["rollout/logprob_abs_diff"] < 1e-3, r
+    assert rows[-1]["actor/grad_norm"] > 0
