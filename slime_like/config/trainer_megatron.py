@@ -19,7 +19,9 @@ def add_perf_group(parser):
     a = g.add_argument
     a("--tensor-model-parallel-size", type=Int(1), default=1, help="Tensor parallel size (TP).")
     a("--pipeline-model-parallel-size", type=Int(1), default=1, help="Pipeline parallel size (PP).")
-    a("--context-parallel-size", type=Int(1), default=1, help="Context parallel size (CP).")
+    a("--context-parallel-size", type=Int(1), default=1,
+      help="Context parallel size (CP). With --train-backend fsdp: Ulysses sequence parallelism over this many ranks "
+           "of each data-parallel replica (docs/backends.md).")
     a("--expert-model-parallel-size", type=Int(1), default=1, help="Expert parallel size (EP).")
     a("--expert-tensor-parallel-size", type=Int(1), default=None, help="Expert tensor parallel size; default = TP.")
     a("--sequence-parallel", action="store_true", help="Megatron sequence parallelism (needs TP > 1).")
