@@ -58,8 +58,10 @@ class ModelFamily:
     trainable: bool = False        # the Megatron trainer builds it and maps its HF weights (hf_weights.py)
     vision_language: bool = False  # a VLM's text_config: the HF vision tower + M-RoPE (backends/megatron/vision.py)
     not_built: str = ""            # why the trainer refuses a family slime trains (read_hf_config says it)
-    # its MTP layers' HF weights are mapped (backends/megatron/mtp.py), so --enable-mtp-training trains them
-    mtp_weights: bool = False
+    # how its checkpoints hold MTP layers, where the trainer maps them (backends/megatron/mtp.py) so
+    # --enable-mtp-training trains them: "mimo" (model.mtp_layers.N.*) or "appended" (DeepSeek-V3 / GLM-4.5:
+    # model.layers.<num_hidden_layers + N>.* with eh_proj / enorm / hnorm / shared_head)
+    mtp_layout: str = ""
 
 
 _NEXT = dict(qk_norm=True, shared_expert_gate=True, trainable=True, linear_attention_spec=QWEN3_NEXT_SPEC)
@@ -71,13 +73,15 @@ MODEL_FAMILIES = {
     # MiMo: Qwen2 plus MTP layers (num_nextn_predict_layers, model.mtp_layers.N.*: trained with
     # --enable-mtp-training, else dropped, see dropped_mtp_note); its modeling code is remote code subclassing
     # transformers' Qwen2 (transformers has no mimo model_type)
-    "mimo": ModelFamily(qkv_bias=True, trainable=True, mtp_weights=True),
+    "mimo": ModelFamily(qkv_bias=True, trainable=True, mtp_layout="mimo"),
     "qwen2_moe": ModelFamily(qkv_bias=True, shared_expert_gate=True, trainable=True),
     "qwen3": ModelFamily(qk_norm=True, trainable=True),
     "qwen3_moe": ModelFamily(qk_norm=True, trainable=True),
     "glm4": ModelFamily(glm_sandwich=True, fused_gate_up=True, trainable=True),
-    "glm4_moe": ModelFamily(biased_router=True, trainable=True),  # GLM-4.5/4.6: no sandwich norms (unlike glm4)
-    "deepseek_v3": ModelFamily(biased_router=True, trainable=True),  # + multi-latent attention (kv_lora_rank)
+    # GLM-4.5/4.6: no sandwich norms (unlike glm4)
+    "glm4_moe": ModelFamily(biased_router=True, trainable=True, mtp_layout="appended"),
+    # + multi-latent attention (kv_lora_rank)
+    "deepseek_v3": ModelFamily(biased_router=True, trainable=True, mtp_layout="appended"),
     # GLM-4.7-Flash: DeepSeek-V3's layout (MLA + GLM-4.5's router); dense / MoE layers from mlp_layer_types
     "glm4_moe_lite": ModelFamily(biased_router=True, trainable=True),
     # Kimi-K2's config.json: model_type kimi_k2 (remote code), DeepseekV3ForCausalLM weights and architecture

@@ -50,8 +50,12 @@ def build_tiny_checkpoint(out_dir: str, arch: str = "qwen2", hidden_size: int = 
                           num_heads: int = 4, num_kv_heads: int = 2, ffn_hidden_size: int = 128,
                           tie_embeddings: bool = True, alphabet: str = DEFAULT_ALPHABET, vocab_multiple: int = 64,
                           max_position_embeddings: int = 256, rope_theta: float = 10000.0, seed: int = 0,
-                          num_experts: int = 0, moe_topk: int = 2, init_std: float = 0.02) -> str:
+                          num_experts: int = 0, moe_topk: int = 2, init_std: float = 0.02,
+                          mtp_layers: int = 0) -> str:
     """Write a randomly initialised model of `arch` and its char tokenizer to `out_dir`; return out_dir.
+
+    `mtp_layers` (DeepSeek-V3 / GLM-4.5 archs): that many MTP layers appended as model.layers.<num_layers + i>.*
+    (MiMo always has its one, model.mtp_layers.0.*).
 
     The config's vocab_size is the tokenizer size rounded up to `vocab_multiple`, like Megatron's
     padded vocabulary, so the same checkpoint splits evenly at TP=2. Deterministic for a given seed.
@@ -76,6 +80,8 @@ def build_tiny_checkpoint(out_dir: str, arch: str = "qwen2", hidden_size: int = 
         _set_model_type(out_dir, "kimi_k2")
     if arch == "mimo":
         _add_mimo_mtp_layer(out_dir, hidden_size, seed)
+    for i in range(mtp_layers):
+        _add_appended_mtp_layer(out_dir, num_layers, i, hidden_size, seed)
     tok.save_pretrained(out_dir)
     return out_dir
 
@@ -279,6 +285,39 @@ def _add_mimo_mtp_layer(out_dir: str, hidden: int, seed: int) -> None:
         tensors[f"model.mtp_layers.0.{name}.weight"] = 1 + 0.1 * torch.randn(hidden, generator=g)
     tensors["model.mtp_layers.0.input_proj.weight"] = 0.1 * torch.randn(hidden, 2 * hidden, generator=g)
     save_file(tensors, path, metadata={"format": "pt"})
+
+
+def _add_appended_mtp_layer(out_dir: str, num_layers: int, index: int, hidden: int, seed: int) -> None:
+    """DeepSeek-V3 / GLM-4.5's MTP layer `index` as their checkpoints hold it: model.layers.<num_layers + index>.*, a
+    decoder layer shaped as the last one plus enorm, hnorm, eh_proj [token; hidden] -> hidden, shared_head.norm, and
+    copies of the embedding (embed_tokens) and of the LM head (shared_head.head); random, config.json's
+    num_nextn_predict_layers counts it."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = os.path.join(out_dir, "model.safetensors")
+    tensors = load_file(path)
+    g = torch.Generator().manual_seed(seed + 3 + index)
+    last, pre = f"model.layers.{num_layers - 1}.", f"model.layers.{num_layers + index}."
+    for name in sorted(n for n in tensors if n.startswith(last)):
+        base = tensors[name]
+        fresh = 1 + 0.1 * torch.randn(base.shape, generator=g) if name.endswith("norm.weight") \
+            else 0.1 * torch.randn(base.shape, generator=g)
+        tensors[pre + name[len(last):]] = fresh.to(base.dtype)
+    for name in ("enorm", "hnorm", "shared_head.norm"):
+        tensors[f"{pre}{name}.weight"] = 1 + 0.1 * torch.randn(hidden, generator=g)
+    tensors[f"{pre}eh_proj.weight"] = 0.1 * torch.randn(hidden, 2 * hidden, generator=g)
+    tensors[f"{pre}embed_tokens.weight"] = tensors["model.embed_tokens.weight"].clone()
+    tensors[f"{pre}shared_head.head.weight"] = tensors["lm_head.weight"].clone()
+    save_file(tensors, path, metadata={"format": "pt"})
+    cfg_path = os.path.join(out_dir, "config.json")
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    cfg["num_nextn_predict_layers"] = index + 1
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f, indent=2)
 
 
 def _set_model_type(out_dir: str, model_type: str, **extra) -> None:

@@ -7,8 +7,8 @@ from cfg_helpers import TINY_QWEN2, parse_report, write_hf_dir
 from slime_like.config.errors import ConfigError
 
 MIMO = dict(TINY_QWEN2, model_type="mimo", architectures=["MiMoForCausalLM"], num_nextn_predict_layers=1)
-# DeepSeek-V3's MTP layer lives at model.layers.<num_hidden_layers>.* (eh_proj / enorm / hnorm / shared_head)
-DEEPSEEK_V3 = dict(TINY_QWEN2, model_type="deepseek_v3", num_nextn_predict_layers=1)
+# GLM-4.7-Flash declares MTP layers (DeepSeek-V3's layout under glm4_moe_lite) whose weights are not mapped
+GLM47_FLASH = dict(TINY_QWEN2, model_type="glm4_moe_lite", num_nextn_predict_layers=1)
 
 
 def _run(tmp_path, cfg, *extra):
@@ -18,8 +18,9 @@ def _run(tmp_path, cfg, *extra):
                          "--num-gpus-per-node", "2", *extra])
 
 
-def test_mimo_mtp_training_launches_and_the_flags_say_nothing(tmp_path):
-    args, report = _run(tmp_path, MIMO, "--enable-mtp-training", "--mtp-num-layers", "1",
+@pytest.mark.parametrize("model_type", ["mimo", "deepseek_v3", "glm4_moe"])
+def test_mtp_training_launches_and_the_flags_say_nothing(tmp_path, model_type):
+    args, report = _run(tmp_path, dict(MIMO, model_type=model_type), "--enable-mtp-training", "--mtp-num-layers", "1",
                         "--mtp-loss-scaling-factor", "0.3", "--tensor-model-parallel-size", "2")
     assert report.launch_refusals == [] and not any("mtp" in w for w in report.warnings)
     assert (args.enable_mtp_training, args.mtp_num_layers, args.mtp_loss_scaling_factor) == (True, 1, 0.3)
@@ -39,8 +40,11 @@ def test_mtp_training_needs_the_layer_count(tmp_path):
 
 
 @pytest.mark.parametrize("cfg, extra, words", [
-    (DEEPSEEK_V3, (), "model_type 'deepseek_v3'.*MTP weights of MiMo .* only"),
-    (dict(DEEPSEEK_V3, model_type="glm4_moe"), (), "model_type 'glm4_moe'.*not mapped"),
+    (GLM47_FLASH, (), "model_type 'glm4_moe_lite'.*MTP weights of MiMo .* only; this model_type's MTP layers are "
+                      "not mapped"),
+    (dict(TINY_QWEN2), (), "model_type 'qwen2'.*not mapped"),
+    (dict(MIMO, model_type="glm4_moe", n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32),
+     ("--use-routing-replay",), "--use-routing-replay: the replayed routing covers the main model's MoE layers"),
     (MIMO, ("--mtp-num-layers", "2"), "--mtp-num-layers 2 .* declares 1 MTP layer"),
     (MIMO, ("--pipeline-model-parallel-size", "2"), "--pipeline-model-parallel-size 2: MTP training"),
     (MIMO, ("--context-parallel-size", "2"), "--context-parallel-size 2: MTP training"),

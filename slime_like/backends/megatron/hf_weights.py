@@ -144,17 +144,18 @@ def _rule(name: str, chunk, args):
 
 
 def _generic_rule(name: str, chunk, args):
-    if name == "embedding.word_embeddings.weight":
-        return "vocab", ["model.embed_tokens.weight"]
+    if name == "embedding.word_embeddings.weight":  # (+ DeepSeek-V3 / GLM-4.5 MTP layers' copies: mtp.py)
+        return "vocab", ["model.embed_tokens.weight"] + mtp.vocab_copies(chunk, args, "embed_tokens")
     if name == "output_layer.weight":
         if isinstance(chunk.output_layer, ValueHead):
             return "skip", []  # critic value head: not part of the HF LM
         tied = not args.untie_embeddings_and_output_weights
         # tied with PP>1: the last stage keeps its own copy of the embedding for the LM head
-        return ("vocab", ["model.embed_tokens.weight"]) if tied else ("vocab", ["lm_head.weight"])
+        return ("vocab", ["model.embed_tokens.weight"]) if tied else \
+            ("vocab", ["lm_head.weight"] + mtp.vocab_copies(chunk, args, "shared_head.head"))
     if name == "decoder.final_layernorm.weight":
         return "copy", ["model.norm.weight"]
-    mtp_rule = mtp.hf_rule(name, lambda rest, pre: _layer_rule(rest, pre, name, args))
+    mtp_rule = mtp.hf_rule(name, lambda rest, pre: _layer_rule(rest, pre, name, args), args)
     if mtp_rule is not None:  # --enable-mtp-training: MiMo's model.mtp_layers.N.*
         return mtp_rule
     m = _LAYER.match(name)
@@ -251,15 +252,15 @@ def _merge(kind, tensors, args):
     return torch.cat([q, k, v], dim=1).reshape(-1, *tensors[0].shape[1:])
 
 
-def _split(kind, full, args, hf_vocab):
+def _split(kind, full, args, hf_vocab, copies: int = 1):
     """Full mcore tensor -> HF tensors (inverse of _merge)."""
     if kind in ("copy", "gate_up_fused", "gdn_conv"):
         return [full]
     if kind == "gdn_in":
         return hybrid.split_in_proj(full, args, len(_GDN_IN_PROJ["qwen3_next" if args.hf_model_type == "qwen3_next"
                                                                   else "qwen3_5"]))
-    if kind == "vocab":
-        return [full[:hf_vocab]]
+    if kind == "vocab":  # one tensor, written under each of its names (the MTP layers' copies: mtp.vocab_copies)
+        return [full[:hf_vocab]] * copies
     if kind == "swap_halves":
         return [mtp.swap_halves(full)]
     if kind == "gate_up":
@@ -395,7 +396,7 @@ def iter_hf_weights(model_chunks, args, hf_vocab_size: int | None = None, frozen
                 pieces = _gather_experts(name, chunk, args, full)
             for names, tensor in pieces:
                 if emits:
-                    yield from zip(names, _split(kind, tensor, args, hf_vocab))
+                    yield from zip(names, _split(kind, tensor, args, hf_vocab, copies=len(names)))
 
 
 def _gather_experts(name, chunk, args, full):

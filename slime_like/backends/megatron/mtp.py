@@ -7,8 +7,9 @@ embedding of token t+k and predicts token t+k+1 through the shared output layer;
 while the model's output stays the policy's logits. Here:
 
 - `block_spec`: the MTP block spec for a chunk (None where it is not built: other roles, other stages);
-- `hf_rule`: the HF names of an MTP parameter (MiMo's `model.mtp_layers.N.*`), so --hf-checkpoint loads them,
-  HF exports and weight pushes carry them (SGLang's MiMo EAGLE draft reads exactly these names);
+- `hf_rule` / `vocab_copies`: the HF names of an MTP parameter (MiMo's `model.mtp_layers.N.*`, DeepSeek-V3 /
+  GLM-4.5's `model.layers.<num_hidden_layers + N>.*`), so --hf-checkpoint loads them, HF exports and weight pushes
+  carry them (SGLang's EAGLE / NextN drafts read exactly these names);
 - `forward_kwargs` / `policy_logits`: the labels and loss mask megatron-core's MTP loss needs, and the policy
   logits recovered from the output layer (given labels, GPTModel would return the main cross entropy instead,
   computed in place over the logits: `attach` skips it);
@@ -24,15 +25,30 @@ import re
 
 import torch
 
-# MiMo (XiaomiMiMo's modeling_mimo.py, SGLang's mimo_mtp.py): MTP-only parts -> megatron-core's names
-_MIMO_OWN = {
-    "enorm.weight": "token_layernorm.weight",
-    "hnorm.weight": "hidden_layernorm.weight",
-    "eh_proj.weight": "input_proj.weight",
-    "final_layernorm.weight": "final_layernorm.weight",
+# MTP-only parts: megatron-core's name -> the checkpoint's, per layout (hf_config.ModelFamily.mtp_layout).
+# MiMo (XiaomiMiMo's modeling_mimo.py, SGLang's mimo_mtp.py): model.mtp_layers.N.*. DeepSeek-V3 / GLM-4.5 (SGLang's
+# deepseek_nextn.py / glm4_moe_nextn.py): model.layers.<num_hidden_layers + N>.*, which also hold copies of the
+# embedding and the LM head (embed_tokens, shared_head.head: vocab_copies).
+_OWN = {
+    "mimo": {"enorm.weight": "token_layernorm.weight", "hnorm.weight": "hidden_layernorm.weight",
+             "eh_proj.weight": "input_proj.weight", "final_layernorm.weight": "final_layernorm.weight"},
+    "appended": {"enorm.weight": "enorm.weight", "hnorm.weight": "hnorm.weight", "eh_proj.weight": "eh_proj.weight",
+                 "final_layernorm.weight": "shared_head.norm.weight"},
 }
 _MTP = re.compile(r"^mtp\.layers\.(\d+)\.(.+)$")
 _TRANSFORMER = "transformer_layer."
+
+
+def _layout(args) -> str:
+    from slime_like.config.hf_config import family_of
+
+    return family_of({"model_type": args.hf_model_type}).mtp_layout
+
+
+def _prefix(args, index: int) -> str:
+    if _layout(args) == "mimo":
+        return f"model.mtp_layers.{index}."
+    return f"model.layers.{args.num_layers + index}."
 
 
 def builds_mtp(args, role: str) -> bool:
@@ -49,22 +65,36 @@ def block_spec(config, layer_spec, use_te: bool, vp_stage=None):
     return get_gpt_mtp_block_spec(config, layer_spec, use_transformer_engine=use_te, vp_stage=vp_stage)
 
 
-def hf_rule(name: str, layer_rule):
+def hf_rule(name: str, layer_rule, args):
     """(kind, HF names) of MTP parameter `name` (`mtp.layers.N.*`), None for any other parameter.
 
     `layer_rule(rest, prefix)` maps a decoder layer's layer-relative name under an HF prefix (hf_weights.py):
-    the MTP layer's transformer layer is one, under `model.mtp_layers.N.`. MiMo concatenates [hidden; token]
-    before input_proj and megatron-core [token; hidden] before eh_proj: kind "swap_halves" swaps the two column
-    halves both ways."""
+    the MTP layer's transformer layer is one. MiMo concatenates [hidden; token] before input_proj and megatron-core
+    [token; hidden] before eh_proj: kind "swap_halves" swaps the two column halves both ways (DeepSeek-V3 and
+    GLM-4.5 concatenate as megatron-core does)."""
     m = _MTP.match(name)
     if not m:
         return None
-    prefix, rest = f"model.mtp_layers.{m.group(1)}.", m.group(2)
+    layout = _layout(args)
+    if layout not in _OWN:
+        raise KeyError(f"no HF mapping for megatron MTP parameter {name!r}: model_type {args.hf_model_type!r} has no "
+                       "mapped MTP layout (config/mtp.py refuses --enable-mtp-training for it)")
+    prefix, rest = _prefix(args, int(m.group(1))), m.group(2)
     if rest.startswith(_TRANSFORMER):
         return layer_rule(rest[len(_TRANSFORMER):], prefix)
-    if rest not in _MIMO_OWN:
+    if rest not in _OWN[layout]:
         raise KeyError(f"no HF mapping for megatron MTP parameter {name!r}")
-    return ("swap_halves" if rest == "eh_proj.weight" else "copy"), [prefix + _MIMO_OWN[rest]]
+    kind = "swap_halves" if layout == "mimo" and rest == "eh_proj.weight" else "copy"
+    return kind, [prefix + _OWN[layout][rest]]
+
+
+def vocab_copies(chunk, args, part: str) -> list:
+    """HF names of the copies DeepSeek-V3 / GLM-4.5 checkpoints keep of the embedding (`part` "embed_tokens") or the
+    LM head ("shared_head.head") in each MTP layer: megatron-core's MTP layers use the model's own, so these are
+    read from the first name and written as copies of it. [] without MTP layers or for MiMo."""
+    if not getattr(chunk, "mtp_process", False) or _layout(args) != "appended":
+        return []
+    return [f"{_prefix(args, i)}{part}.weight" for i in range(len(chunk.mtp.layers))]
 
 
 def swap_halves(tensor: torch.Tensor) -> torch.Tensor:
