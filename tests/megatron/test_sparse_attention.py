@@ -48,6 +48,29 @@ def test_top_k_matters_in_the_tiny_models(tiny_ckpts, tmp_path, arch):
     assert out[12] < 1e-5 and out[6] > 1e-2, out
 
 
+def test_blocked_sparse_attention_is_the_per_query_definition(monkeypatch):
+    """dsa_math in query blocks (tiny BLOCK_ELEMENTS) equals the definition written per query: top-k of the index
+    scores among keys <= q, softmax over those keys only."""
+    from slime_like.backends.megatron import dsa_math
+
+    g = torch.Generator().manual_seed(3)
+    lq = lk = 17
+    ix = dsa_math.IndexerInputs(torch.randn(lq, 4, 8, generator=g), torch.randn(lq, 4, generator=g),
+                                torch.randn(lk, 8, generator=g))
+    q, k, v = torch.randn(lq, 2, 6, generator=g), torch.randn(lk, 2, 6, generator=g), torch.randn(lk, 2, 5, generator=g)
+    pos = torch.arange(lq)
+    monkeypatch.setattr(dsa_math, "BLOCK_ELEMENTS", 64)  # a few queries per block
+    chosen = dsa_math.select_keys(ix, pos, 5, 8 ** -0.5)
+    out = dsa_math.sparse_attention(q, k, v, chosen, pos, 0.3)
+    for i in range(lq):
+        score = torch.stack([(ix.weights[i] * torch.relu(ix.queries[i] @ ix.keys[j] * 8 ** -0.5)).sum()
+                             for j in range(i + 1)])
+        keys = score.argsort(descending=True, stable=True)[:5]
+        assert set(keys.tolist()) == set(c for c in chosen[i].tolist() if c <= i)
+        att = torch.softmax(torch.einsum("nd,knd->nk", q[i], k[keys]) * 0.3, dim=-1)
+        torch.testing.assert_close(out[i], torch.einsum("nk,knd->nd", att, v[keys]), atol=1e-6, rtol=1e-5)
+
+
 def packed_rank(rank, world, port, ckpt):
     """One packed row of three samples (14, 9, 20 tokens; block-causal mask) vs transformers per sample; the
     indexer's weights are frozen and equal the checkpoint's."""

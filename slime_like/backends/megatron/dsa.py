@@ -50,7 +50,7 @@ class SparseSettings:
 @dataclass
 class ForwardContext:
     """Per forward pass, shared by a model chunk's DSA layers: the token positions (set by the model's pre-hook) and
-    each full layer's choice of keys (for the shared layers after it)."""
+    each full layer's chosen key indices per sample (for the shared layers after it)."""
     positions: torch.Tensor | None = None
     keep: dict = field(default_factory=dict)
 
@@ -171,18 +171,19 @@ class DSAMLASelfAttention(MLASelfAttention):
         outputs, keeps = [], []
         for row, samples in enumerate(samples_per_row):
             out = query.new_zeros(s, *value.shape[2:])
-            for n, sample in enumerate(samples):
-                keep = self._keep(len(keeps), iq, iw, ik, row, sample)
-                keeps.append(keep)
-                out = out.index_copy(0, sample.q_rows, dsa_math.masked_attention(
-                    query[sample.q_rows, row], key[sample.k_rows, row], value[sample.k_rows, row], keep,
-                    self.softmax_scale))
+            for sample in samples:
+                chosen = self._chosen(len(keeps), iq, iw, ik, row, sample)
+                keeps.append(chosen)
+                out = out.index_copy(0, sample.q_rows, dsa_math.sparse_attention(
+                    query[sample.q_rows, row], key[sample.k_rows, row], value[sample.k_rows, row], chosen,
+                    sample.q_pos, self.softmax_scale))
             outputs.append(out)
         if not self.shared:
             self.context.keep[self.layer_number] = keeps
         return torch.stack(outputs, dim=1).reshape(s, b, -1)
 
-    def _keep(self, index, iq, iw, ik, row, sample):
+    def _chosen(self, index, iq, iw, ik, row, sample):
+        """`[Lq, k]` key indices this sample's queries attend to."""
         if self.shared:  # the nearest full layer before this one (transformers' prev_topk_indices)
             full = max(n for n in self.context.keep if n < self.layer_number)
             return self.context.keep[full][index]

@@ -10,7 +10,9 @@ context-parallel layout carries the sample (torch.topk breaks ties by its own me
 agrees wherever the k-th and (k+1)-th scores differ, which the tests' random models ensure.
 
 Samples are handled one at a time (keys of one sample in their natural order), queries in blocks so the
-[queries, heads, keys] index tensor stays bounded: memory is O(block x keys), never O(S^2 x heads).
+indexer's [queries, heads, keys] scores and the attention's mask and scores stay bounded: O(block x keys) memory,
+never O(S^2); the choice is kept as [queries, index_topk] indices. Still dense work per block (every key scored),
+not a sparse kernel: slime's TileLang indexer / sparse MLA kernels (FlashMLA) compute only the chosen keys.
 """
 from __future__ import annotations
 
@@ -38,17 +40,23 @@ def index_scores(ix: IndexerInputs, scale: float) -> torch.Tensor:
     return torch.matmul(ix.weights.float().unsqueeze(1), scores).squeeze(1)
 
 
-def topk_keep(scores: torch.Tensor, allowed: torch.Tensor, topk: int) -> torch.Tensor:
-    """`[Lq, Lk]` bool: the `topk` allowed keys of highest score per query (ties: the earlier key)."""
+def topk_indices(scores: torch.Tensor, allowed: torch.Tensor, topk: int) -> torch.Tensor:
+    """`[Lq, k]` the `topk` allowed keys of highest score per query (ties: the earlier key); a query with fewer
+    allowed keys also gets disallowed ones, which causal_keep drops."""
     masked = scores.masked_fill(~allowed, float("-inf"))
     k = min(topk, scores.shape[-1])
-    chosen = torch.sort(masked, dim=-1, descending=True, stable=True).indices[:, :k]
-    keep = torch.zeros_like(allowed).scatter_(-1, chosen, True)
-    return keep & allowed
+    return torch.sort(masked, dim=-1, descending=True, stable=True).indices[:, :k]
+
+
+def causal_keep(indices: torch.Tensor, q_pos: torch.Tensor, keys: int) -> torch.Tensor:
+    """`[Lq, keys]` bool mask of the chosen keys at or before each query's position."""
+    keep = torch.zeros(indices.shape[0], keys, dtype=torch.bool, device=indices.device).scatter_(-1, indices, True)
+    return keep & (torch.arange(keys, device=q_pos.device)[None, :] <= q_pos[:, None])
 
 
 def select_keys(ix: IndexerInputs, q_pos: torch.Tensor, topk: int, scale: float) -> torch.Tensor:
-    """`[Lq, Lk]` keep mask of one sample (causal: key position <= query position), query block by block."""
+    """`[Lq, k]` chosen key indices of one sample (causal: key position <= query position), query block by block;
+    k indices per query, not an [Lq, Lk] mask, are what a shared-indexer layer keeps for reuse."""
     lq, heads, lk = ix.queries.shape[0], ix.queries.shape[1], ix.keys.shape[0]
     block = max(1, BLOCK_ELEMENTS // max(1, heads * lk))
     k_pos = torch.arange(lk, device=q_pos.device)
@@ -57,16 +65,24 @@ def select_keys(ix: IndexerInputs, q_pos: torch.Tensor, topk: int, scale: float)
         for s in range(0, lq, block):
             part = IndexerInputs(ix.queries[s:s + block], ix.weights[s:s + block], ix.keys)
             allowed = k_pos[None, :] <= q_pos[s:s + block, None]
-            out.append(topk_keep(index_scores(part, scale), allowed, topk))
-    return torch.cat(out) if out else torch.zeros(0, lk, dtype=torch.bool, device=q_pos.device)
+            out.append(topk_indices(index_scores(part, scale), allowed, topk))
+    return torch.cat(out) if out else torch.zeros(0, min(topk, lk), dtype=torch.long, device=q_pos.device)
 
 
-def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor,
+def sparse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, indices: torch.Tensor, q_pos: torch.Tensor,
                      softmax_scale: float) -> torch.Tensor:
-    """q `[Lq, n, dq]`, k `[Lk, n, dq]`, v `[Lk, n, dv]`, keep `[Lq, Lk]` -> `[Lq, n, dv]`."""
-    out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
-                                         attn_mask=keep[None, None], scale=softmax_scale)
-    return out[0].transpose(0, 1)
+    """q `[Lq, n, dq]`, k `[Lk, n, dq]`, v `[Lk, n, dv]`, chosen key `indices` `[Lq, k]` -> `[Lq, n, dv]`; query
+    block by block, so the mask and the scores take O(block x Lk), never O(Lq x Lk)."""
+    lk, heads = k.shape[0], q.shape[1]
+    block = max(1, BLOCK_ELEMENTS // max(1, heads * lk))
+    kt, vt = k.transpose(0, 1)[None], v.transpose(0, 1)[None]
+    out = []
+    for s in range(0, q.shape[0], block):
+        keep = causal_keep(indices[s:s + block], q_pos[s:s + block], lk)
+        part = F.scaled_dot_product_attention(q[s:s + block].transpose(0, 1)[None], kt, vt,
+                                              attn_mask=keep[None, None], scale=softmax_scale)
+        out.append(part[0].transpose(0, 1))
+    return torch.cat(out)
 
 
 @dataclass
