@@ -64,6 +64,8 @@ def test_re_pointed_micro_batch_keeps_the_sequence_positions(packed):
     only = response_positions_only(mb)
     whole = torch.randn(*mb.tokens.shape, 5)
     kept = torch.take_along_dim(whole, only.logit_positions[..., None], dim=1)  # what transformers' lm_head sees
-    assert kept.shape[1] == mb.cols.numel() // mb.tokens.shape[0]
-    assert torch.equal(kept[only.rows, only.cols], whole[mb.rows, mb.cols])
+    # a packed row keeps its valid scoring positions (sum of the response lengths), padded rows Rmax each
+    assert kept.shape[1] == (int(mb.valid.sum()) if packed else mb.cols.shape[1])
+    valid = mb.valid.bool()  # padding slots point at any kept position (their loss mask is 0)
+    assert torch.equal(kept[only.rows, only.cols][valid], whole[mb.rows, mb.cols][valid])
     assert total_lengths(only) == total_lengths(mb) == [len(t) for t in batch["tokens"]]

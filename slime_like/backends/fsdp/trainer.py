@@ -26,7 +26,6 @@ import torch.distributed as dist
 from slime_like.backends.fsdp import model as M
 from slime_like.backends.fsdp import vision
 from slime_like.backends.training import data as D
-from slime_like.backends.training.micro_batch import response_positions_only
 from slime_like.backends.training import loss as L
 from slime_like.backends.training.base import RLTrainerBase, StepResult
 from slime_like.config.role_overrides import ROLES
@@ -244,17 +243,6 @@ class FSDPTrainer(RLTrainerBase):
         """The HF config of a vision-language --hf-checkpoint (None for a text model)."""
         config = M.hf_config(self.args)
         return config if vision.is_vision_language(config) else None
-
-    # Project only the response-scoring positions through lm_head (issue 26: a [b, S, V] fp32 output is the step's
-    # peak at a 151,936-token vocabulary); False restores the whole output (the equality tests' reference path).
-    project_responses_only = True
-
-    def _responses_only(self, mb, kind):
-        """`mb` re-pointed for a response-positions-only forward (micro_batch.response_positions_only); the critic's
-        value head keeps its whole output (it is [b, S, 1])."""
-        if not self.project_responses_only or kind in ("value", "values") or self.role == "critic":
-            return mb
-        return response_positions_only(mb)
 
     def _forward(self, model, mb):
         if self.vlm_config is not None:  # images in; HF computes the M-RoPE positions (vision.py)

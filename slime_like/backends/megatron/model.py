@@ -414,8 +414,12 @@ def _build_chunk(args, config, role: str, vp_stage, pre: bool, post: bool):
             model.visual.requires_grad_(False)
     if critic and post:
         model.output_layer = ValueHead(config)
-    elif post and padded_vocab_size(args) > args.vocab_size:
-        model.output_layer.register_forward_hook(_mask_padded_vocab(args.vocab_size, padded_vocab_size(args)))
+    elif post:
+        if padded_vocab_size(args) > args.vocab_size:
+            model.output_layer.register_forward_hook(_mask_padded_vocab(args.vocab_size, padded_vocab_size(args)))
+        from slime_like.backends.megatron import response_rows
+
+        response_rows.attach(model)  # the trainer's response-positions-only forward (issue 26)
     if mtp_spec is not None:
         mtp.attach(model)
     if dsa_context is not None:  # the sparse attention layers rotate at each token's position in its sample

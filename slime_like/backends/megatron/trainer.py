@@ -35,6 +35,7 @@ from slime_like.backends.megatron import mtp as MTP
 from slime_like.backends.megatron.hf_weights import unwrap
 from slime_like.backends.megatron.model import virtual_pipeline_size
 from slime_like.backends.megatron.old_actor import OldActorWeights
+from slime_like.backends.megatron.response_rows import projecting
 from slime_like.backends.megatron.routing_replay import RoutingReplay
 from slime_like.backends.training.base import RLTrainerBase, StepResult
 from slime_like.backends.training import data as D
@@ -174,8 +175,9 @@ class MegatronTrainer(RLTrainerBase):
             mb = next(data_iterator)
             self.routing.before_forward(actor, mb)
             mtp_inputs = MTP.forward_kwargs(mb, self.args.mtp_num_layers) if self._has_mtp(chunk) else {}
-            out = chunk(mb.tokens, mb.position_ids, mb.attention_mask, packed_seq_params=mb.packed_seq_params,
-                        **self._image_inputs(mb), **mtp_inputs)
+            with projecting(chunk, mb.logit_positions):  # the LM head over the scored positions only
+                out = chunk(mb.tokens, mb.position_ids, mb.attention_mask, packed_seq_params=mb.packed_seq_params,
+                            **self._image_inputs(mb), **mtp_inputs)
             if mtp_inputs:  # given labels GPTModel returns the main cross entropy: the loss reads the logits
                 out = MTP.policy_logits(unwrap(chunk), out)
             self.routing.after_forward(actor, mb)
@@ -199,8 +201,9 @@ class MegatronTrainer(RLTrainerBase):
         """--opd-kl-mode full: the frozen teacher's logits for the micro-batch, called inside the actor's loss
         function on every TP rank (one pipeline stage: the config check refuses PP > 1 with this mode)."""
         (chunk,) = self.teacher_model
-        return chunk(mb.tokens, mb.position_ids, mb.attention_mask, packed_seq_params=mb.packed_seq_params,
-                     **self._image_inputs(mb))
+        with projecting(chunk, mb.logit_positions):  # the student's positions: the loss reads both at mb.cols
+            return chunk(mb.tokens, mb.position_ids, mb.attention_mask, packed_seq_params=mb.packed_seq_params,
+                         **self._image_inputs(mb))
 
     def _image_inputs(self, mb) -> dict:
         """A vision-language model's extra forward input: the micro-batch's images (None for text samples)."""
@@ -209,7 +212,7 @@ class MegatronTrainer(RLTrainerBase):
     def _forward_only(self, model, batch, kind):
         """Per-sample response log-probs (kind "logp", temperature-scaled) or values (kind "values")."""
         n = D.num_samples(batch)
-        mbs = self.batcher.for_scoring(batch)
+        mbs = [self._responses_only(mb, kind) for mb in self.batcher.for_scoring(batch)]
         temperature = float(self.args.rollout_temperature)
         modes = [chunk.training for chunk in model]
         for chunk in model:
@@ -243,7 +246,9 @@ class MegatronTrainer(RLTrainerBase):
             chunk.zero_grad_buffer()
         self.optimizer.zero_grad()
         teacher = self._opd_teacher(kind)
-        outs = self._run(self.model, mbs, lambda mb: L.make_loss_func(
+        projected = [self._responses_only(mb, kind) for mb in mbs]
+        weights = {id(p): weights[id(mb)] for mb, p in zip(mbs, projected) if id(mb) in weights}
+        outs = self._run(self.model, projected, lambda mb: L.make_loss_func(
             kind, args, mb, scale, step.per_token, weights.get(id(mb)), self.hooks, step, teacher,
             estimator=self.estimator), forward_only=False)
         lr = O.current_lr(self.optimizer)

@@ -37,6 +37,7 @@ from slime_like.backends.training import data as D
 from slime_like.backends.training import loss as L
 from slime_like.backends.training.custom_loss import Step
 from slime_like.backends.training.hooks import TrainerHooks, custom_advantages
+from slime_like.backends.training.micro_batch import response_positions_only
 from slime_like.backends.training.lr_schedule import LRSchedule, schedule_kwargs
 from slime_like.backends.training.opd import apply_opd
 
@@ -63,6 +64,9 @@ class RLTrainerBase(abc.ABC):
     # samples: mcore's block mask / THD). False: the same token-budget groups, each as right-padded rows.
     pack_rows = True
     min_micro_batches = 1  # per pass; the Megatron trainer's interleaved pipeline schedule needs >= PP
+    # Project only the response-scoring positions through the LM head (issue 26: a [b, S, V] fp32 output is the
+    # peak at a 151,936-token vocabulary); False restores the whole output (the equality tests' reference path).
+    project_responses_only = True
 
     def __init__(self, args, role: str = "actor", rank: int = 0, world_size: int = 1,
                  master_addr: str = "127.0.0.1", master_port: int = 29500, *, resume_iteration: int | None = None):
@@ -137,6 +141,13 @@ class RLTrainerBase(abc.ABC):
     @abc.abstractmethod
     def _forward_only(self, model, batch: dict, kind: str) -> list:
         """Per-sample 1-D tensors of a scoring pass: kind "logp" (temperature-scaled log-probs) or "values"."""
+
+    def _responses_only(self, mb, kind: str):
+        """`mb` re-pointed for a response-positions-only forward (micro_batch.response_positions_only); the critic's
+        value head keeps its whole output (it is [b, S, 1])."""
+        if not self.project_responses_only or kind in ("value", "values") or self.role == "critic":
+            return mb
+        return response_positions_only(mb)
 
     @abc.abstractmethod
     def _teacher_output(self, mb):

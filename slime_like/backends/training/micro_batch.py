@@ -33,8 +33,10 @@ class MicroBatch:
     # context parallelism (cp_layout.py): the response token each [n, M] slot holds, and the whole lengths
     response_index: torch.Tensor | None = None
     full_response_lengths: list[int] | None = None
-    # Set by response_positions_only: the `[b, P]` sequence positions the model's output holds (None: all of them).
+    # Set by response_positions_only: the `[b, P]` sequence positions the model's output holds (None: all of them),
+    # and `cols` as they were (positions in the token sequence).
     logit_positions: torch.Tensor | None = None
+    source_cols: torch.Tensor | None = None
 
     @property
     def response_lengths(self) -> list[int]:
@@ -45,19 +47,26 @@ class MicroBatch:
     @property
     def sequence_cols(self) -> torch.Tensor:
         """`cols` as positions in the token sequence, whatever the output holds."""
-        return self.cols if self.logit_positions is None else self.logit_positions.reshape(self.cols.shape)
+        return self.cols if self.source_cols is None else self.source_cols
 
 
 def response_positions_only(mb: MicroBatch) -> MicroBatch:
     """The micro-batch for a model that projects only the response-scoring positions through its output layer
-    (transformers' 2-D integer `logits_to_keep`): its output is `[b, n * Rmax / b, V]` instead of `[b, S, V]`, so
-    the fp32 logits of the prompts (and of the padding) are never built. Padded rows hold one sample each (rows[k] =
-    k), a packed row all of them (rows = 0), so `cols` read row by row are each row's positions; `cols` is
-    re-pointed into the kept positions, `rows` is unchanged."""
+    (transformers' 2-D integer `logits_to_keep`, the Megatron trainer's response_rows hook): its output is `[b, P,
+    V]` instead of `[b, S, V]`, so the fp32 logits of the prompts (and of the padding) are never built. A packed row
+    (b = 1, rows = 0) keeps its samples' valid scoring positions, P = sum of the response lengths; padded rows hold
+    one sample each (rows[k] = k) and keep `cols` row by row, P = Rmax. `cols` is re-pointed into the kept
+    positions, `rows` is unchanged."""
     b = mb.tokens.shape[0]
+    if b == 1:
+        valid = mb.valid.bool()
+        kept = torch.zeros_like(mb.cols)
+        kept[valid] = torch.arange(int(valid.sum()), device=mb.cols.device)
+        positions = mb.cols[valid] if valid.any() else mb.cols.reshape(-1)[:1]  # a CP rank may score none
+        return replace(mb, cols=kept, logit_positions=positions[None], source_cols=mb.cols)
     per_row = mb.cols.numel() // b
     kept = torch.arange(mb.cols.numel(), device=mb.cols.device).view_as(mb.cols) % per_row
-    return replace(mb, cols=kept, logit_positions=mb.cols.reshape(b, per_row))
+    return replace(mb, cols=kept, logit_positions=mb.cols.reshape(b, per_row), source_cols=mb.cols)
 
 
 def block_causal_mask(lengths: list[int]) -> torch.Tensor:
