@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from slime_like.config.checkpoint import is_fsdp_checkpoint
 from slime_like.config.errors import ConfigError
-from slime_like.config.slime_paths import LINEAR_ATTENTION_SPECS
 from slime_like.config.types import json_value
 from slime_like.registry import TRAINER_BACKENDS
 from slime_like.config.types import Int, json_value
@@ -233,14 +232,10 @@ CP_WHOLE_RESPONSE = (
 
 def check_context_parallel(args, report, cp: int) -> None:
     """--context-parallel-size > 1 (backends/training/cp_layout.py): the combinations the split loss cannot run,
-    refused at launch (the dry run lists them). GSPO's and OPSM's per-sequence means are all-reduced over CP."""
+    refused at launch (the dry run lists them). GSPO's and OPSM's per-sequence means are all-reduced over CP; the
+    gated delta net layers of Qwen3-Next / Qwen3.5 gather whole samples over CP (backends/megatron/gated_delta_net.py)."""
     if cp == 1 or not TRAINER_BACKENDS.has(args.train_backend, "cp_splits_responses"):
         return  # the FSDP trainer's Ulysses shards run inside the model; its loss sees whole responses
-    if tuple(args.spec or ()) in LINEAR_ATTENTION_SPECS:
-        report.launch_refusals.append(
-            f"--context-parallel-size {cp} with --spec {' '.join(args.spec)}: its gated delta net layers' recurrence "
-            "runs over whole sequences (backends/megatron/gated_delta_net.py has no context-parallel form); use "
-            "--context-parallel-size 1")
     for dest, flag, why in CP_WHOLE_RESPONSE:
         if getattr(args, dest, None):
             report.launch_refusals.append(f"--context-parallel-size {cp} with {flag}: {why}, while context "

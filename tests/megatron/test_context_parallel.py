@@ -57,7 +57,9 @@ def logits_rank(rank, world, port, ckpt, packed):
 
     ps = parallel.init_distributed(rank, world, master_port=port, cp=world)
     extra = PACKED if packed else ()
-    args = make_args(ckpt, "--actor-num-gpus-per-node", world, *CP2, *extra)
+    from slime_like.config.hf_config import fill_args_from_hf
+
+    args = fill_args_from_hf(make_args(ckpt, "--actor-num-gpus-per-node", world, *CP2, *extra), ckpt)  # as trainers do
     chunks = model.build_model(args)
     hf_weights.load_hf_weights(chunks, ckpt, args)
     chunks[0].eval()

@@ -8,6 +8,10 @@ CP x the local K / V in memory), each sample's whole K / V is put back in order,
 to the keys at positions <= their own (the positions of chunk r and of chunk 2 x CP - 1 - r). Exact, not an
 approximation: the same scores and softmax as one rank attending over the whole sample. TransformerEngine's CP
 attention (p2p ring, all-gather or a2a per --cp-comm-type) replaces this module whenever TE builds the spec.
+
+gather_whole_samples serves the layers whose token mixing is a recurrence (the gated delta net, on TE and local
+specs alike): the same all-gather and reordering, returning every sample whole and the indices of this rank's
+tokens in it.
 """
 from __future__ import annotations
 
@@ -64,3 +68,27 @@ def _whole_sample(chunk: int, cp_size: int, local_start: int, row_length: int, d
         rank, half = (k, 0) if k < cp_size else (2 * cp_size - 1 - k, 1)
         pieces.append(rank * row_length + local_start + half * chunk + torch.arange(chunk))
     return torch.cat(pieces).to(device)
+
+
+def gather_whole_samples(x, cu_seqlens, group):
+    """This CP rank's THD row `x [t, ...]` -> (`[T, ...]` every sample's tokens of all ranks in their natural order,
+    the whole samples' lengths, `keep [t]`: where this rank's tokens sit in it, so `whole[keep]` is `x`).
+
+    Autograd: the gradient reaching `x` is the sum over CP ranks of their gradients at this rank's tokens (each rank
+    uses every token of a sample it holds chunks of), as one rank holding whole samples would get."""
+    cp_size, cp_rank = dist.get_world_size(group), dist.get_rank(group)
+    t = x.shape[0]
+    gathered = _AllGatherFirstDim.apply(x, group).reshape(cp_size * t, *x.shape[1:])
+    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()
+    order, keep, local_start, whole_start = [], [], 0, 0
+    for length in lengths:
+        chunk = length // (2 * cp_size)
+        order.append(_whole_sample(chunk, cp_size, local_start, t, x.device))
+        keep += [whole_start + torch.arange(cp_rank * chunk, (cp_rank + 1) * chunk),
+                 whole_start + torch.arange((2 * cp_size - 1 - cp_rank) * chunk, (2 * cp_size - cp_rank) * chunk)]
+        local_start += 2 * chunk
+        whole_start += length
+    if local_start != t:
+        raise ValueError(f"context parallelism: THD lengths {lengths} of whole samples do not cut this rank's row of "
+                         f"{t} tokens into 2 x {cp_size} chunks per sample")
+    return gathered[torch.cat(order)], lengths, torch.cat(keep).to(x.device)

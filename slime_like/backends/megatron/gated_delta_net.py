@@ -15,6 +15,16 @@ unnecessary); on CUDA with flash-linear-attention importable its chunked kernel 
 (the block-causal mask of the local spec, or TE's cu_seqlens) restart the conv and the state at each sample.
 TP splits the key / value heads (in_proj columns, conv channels, dt_bias, A_log) over ranks; out_proj is row
 parallel; the gated norm's weight is shared by all heads, so its gradient is summed over TP.
+
+Context parallelism (--context-parallel-size CP > 1, backends/training/cp_layout.py's 2 x CP chunks per sample):
+token t's output depends on every earlier token of its sample through the conv and the state, so after the local
+in_proj each rank all-gathers the conv / beta / alpha projections over the CP group (not z, which is used per
+token), puts every sample back in order (cp_attention.gather_whole_samples), runs the conv and the delta rule over
+whole samples, exactly the CP 1 computation, and keeps the outputs of its own chunks for the gated norm and
+out_proj. The backward sums every rank's gradient of a rank's projections (all-gather's adjoint). Cost per linear
+layer: CP x the gathered projections' memory and CP x the recurrence's work on every rank (each rank recomputes
+whole samples), the price of the simplest exact form; megatron-core 0.16 has no GDN context parallelism (its
+GatedDeltaNetContextParallel is a TODO), and slime all-gathers the layer's hidden states the same way.
 """
 from __future__ import annotations
 
@@ -99,9 +109,6 @@ class GatedDeltaNetAttention(MegatronModule):
         from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 
         super().__init__(config)
-        if config.context_parallel_size > 1:
-            raise ValueError("gated delta net (Qwen3-Next / Qwen3.5 linear attention) has no context-parallel form "
-                             "here; use --context-parallel-size 1")
         tp = ps.get_tensor_model_parallel_world_size()
         if dims.num_key_heads % tp:
             raise ValueError(f"--tensor-model-parallel-size {tp} does not divide the {dims.num_key_heads} "
@@ -131,9 +138,34 @@ class GatedDeltaNetAttention(MegatronModule):
         projected, _ = self.in_proj(hidden_states)
         sections = [n // self.tp for n in self.dims.in_proj_sections]
         qkv, z, b, a = projected.transpose(0, 1).split([sum(sections[:3]), *sections[3:]], dim=-1)
-        lengths = _segments(seq_len, attention_mask, packed_seq_params)
+        keep = None
+        if self._context_parallel(packed_seq_params):  # this rank's chunks -> whole samples (module docstring)
+            from megatron.core import parallel_state as ps
+
+            from slime_like.backends.megatron.cp_attention import gather_whole_samples
+
+            whole, lengths, keep = gather_whole_samples(torch.cat([qkv, b, a], dim=-1)[0],
+                                                        packed_seq_params.cu_seqlens_q, ps.get_context_parallel_group())
+            qkv, b, a = whole[None].split([sum(sections[:3]), *sections[4:]], dim=-1)
+        else:
+            lengths = _segments(seq_len, attention_mask, packed_seq_params)
         if lengths is not None and batch != 1:
             raise ValueError("gated delta net: a packed micro-batch must be one row")
+        out = self._mix(qkv, b, a, sections, lengths)
+        if keep is not None:
+            out = out[:, keep]
+        dv = self.dims.value_head_dim
+        out = self._gated_norm(out, z.reshape(batch, seq_len, -1, dv))
+        out = out.reshape(batch, seq_len, -1).transpose(0, 1).contiguous()
+        return self.out_proj(out)
+
+    def _context_parallel(self, packed_seq_params) -> bool:
+        return (self.config.context_parallel_size > 1 and packed_seq_params is not None
+                and packed_seq_params.qkv_format == "thd")
+
+    def _mix(self, qkv, b, a, sections, lengths):
+        """The conv and the delta rule over whole rows or samples: [b, s, .] projections -> [b, s, heads, dv]."""
+        batch, seq_len = qkv.shape[:2]
         pieces = [qkv] if lengths is None else list(qkv.split(lengths, dim=1))
         qkv = torch.cat([self._conv(p) for p in pieces], dim=1)
         q, k, v = qkv.split(sections[:3], dim=-1)
@@ -146,10 +178,7 @@ class GatedDeltaNetAttention(MegatronModule):
             q, k = q.repeat_interleave(repeat, dim=2), k.repeat_interleave(repeat, dim=2)
         beta = b.sigmoid()
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)
-        out = self._delta_rule(q, k, v, g, beta, lengths)
-        out = self._gated_norm(out, z.reshape(batch, seq_len, -1, dv))
-        out = out.reshape(batch, seq_len, -1).transpose(0, 1).contiguous()
-        return self.out_proj(out)
+        return self._delta_rule(q, k, v, g, beta, lengths)
 
     def _conv(self, x):
         """Causal depthwise conv + SiLU over one sample (or unpacked rows): x [b, s, c]."""
