@@ -361,15 +361,17 @@ def fill_model_from_hf(args) -> None:
 
     parser = shared_parser()
     derived, _ = parser.parse_known_args(model_flags_from_hf(cfg))
-    for dest, group in group_of(parser).items():  # a value the user set (not the default) wins, e.g. a bias rate
+    named = set(args.cli_dests)  # a value the user named wins, even one equal to the default (--moe-aux-loss-coeff 0)
+    for dest, group in group_of(parser).items():
         default = parser.get_default(dest)
-        if group.startswith("model") and getattr(derived, dest) != default and getattr(args, dest) == default:
+        if group.startswith("model") and getattr(derived, dest) != default and getattr(args, dest) == default \
+                and dest not in named:
             setattr(args, dest, getattr(derived, dest))
     # HF decoder LMs train without hidden dropout; Megatron's 0.1 defaults would make the trainer's log-probs
     # differ from the engine's. slime recipes pass both as 0.0 explicitly. A value the user set is kept.
-    if args.attention_dropout == parser.get_default("attention_dropout"):
+    if args.attention_dropout == parser.get_default("attention_dropout") and "attention_dropout" not in named:
         args.attention_dropout = float(cfg.get("attention_dropout", 0.0))
-    if args.hidden_dropout == parser.get_default("hidden_dropout"):
+    if args.hidden_dropout == parser.get_default("hidden_dropout") and "hidden_dropout" not in named:
         args.hidden_dropout = 0.0
     args.model_args_from_hf = True
 

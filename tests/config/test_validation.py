@@ -149,6 +149,18 @@ def test_model_flags_filled_from_config_json_when_absent(base):
     assert a.add_qkv_bias and a.swiglu and a.normalization == "RMSNorm" and not a.untie_embeddings_and_output_weights
 
 
+def test_a_named_model_flag_equal_to_its_default_beats_config_json(tmp_path, base):
+    """config.json's router_aux_loss_coef 0.001 fills --moe-aux-loss-coeff only when the user did not name it: an
+    explicit --moe-aux-loss-coeff 0 (the parser's default) is kept, as is an explicit --attention-dropout 0.1."""
+    cfg = dict(TINY_QWEN2, model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], num_experts=4,
+               num_experts_per_tok=2, moe_intermediate_size=32, router_aux_loss_coef=0.001, head_dim=16,
+               attention_dropout=0.0)
+    argv = drop(base, "--hf-checkpoint") + ["--hf-checkpoint", write_hf_dir(tmp_path / "moe", cfg)]
+    assert parse(argv).moe_aux_loss_coeff == 0.001
+    named = parse(argv + ["--moe-aux-loss-coeff", "0", "--attention-dropout", "0.1"])
+    assert (named.moe_aux_loss_coeff, named.attention_dropout) == (0.0, 0.1)
+
+
 def test_model_flags_checked_against_config_json(tmp_path, base):
     cfg = dict(TINY_QWEN2, tie_word_embeddings=False, rms_norm_eps=1e-5)
     hf = write_hf_dir(tmp_path / "other", cfg)
