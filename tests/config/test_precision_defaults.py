@@ -16,16 +16,6 @@ ROLL3 = os.path.join(HERE, "frontend_files", "roll_seed003.yaml")
 
 
 @pytest.fixture
-def gpu(tmp_path, monkeypatch):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\nexit 0\n")
-    (bin_dir / "nvidia-smi").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-
-
-@pytest.fixture
 def cpu(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # hides any GPU: cluster.cuda_visible() is False
 
@@ -40,19 +30,19 @@ def _precision(args):
     return next(ln for ln in text.splitlines() if ln.strip().startswith("precision"))
 
 
-def test_gpu_recipe_without_precision_flags_trains_megatron_in_bf16_with_the_distributed_optimizer(gpu, tmp_path):
+def test_gpu_recipe_without_precision_flags_trains_megatron_in_bf16_with_the_distributed_optimizer(gpu_visible, tmp_path):
     args = parse(_base(tmp_path))
     assert args.bf16 and not args.fp16 and args.use_distributed_optimizer
     line = _precision(args)
     assert "bf16 parameters" in line and "distributed optimizer" in line and "slime's default" in line
 
 
-def test_gpu_fp16_stays_fp16(gpu, tmp_path):
+def test_gpu_fp16_stays_fp16(gpu_visible, tmp_path):
     args = parse(_base(tmp_path, "--fp16"))
     assert args.fp16 and not args.bf16 and "--fp16 on the command line" in _precision(args)
 
 
-def test_gpu_fsdp_trains_bf16_compute_over_fp32_shards(gpu, tmp_path):
+def test_gpu_fsdp_trains_bf16_compute_over_fp32_shards(gpu_visible, tmp_path):
     args = parse(_base(tmp_path, "--train-backend", "fsdp"))
     assert args.bf16 and not args.use_distributed_optimizer  # FSDP shards its optimizer state itself
     assert "bf16 compute over fp32 sharded parameters" in _precision(args)
@@ -67,7 +57,7 @@ def test_cpu_keeps_fp32_unless_asked(cpu, tmp_path):
 
 
 @pytest.mark.parametrize("dtype,bf16,fp16", [("bf16", True, False), ("fp16", False, True)])
-def test_roll_dtype_keys_go_through_the_same_default(gpu, tmp_path, dtype, bf16, fp16):
+def test_roll_dtype_keys_go_through_the_same_default(gpu_visible, tmp_path, dtype, bf16, fp16):
     data = tmp_path / "train.jsonl"
     data.write_text('{"prompt": "1+1=", "answer": "2"}\n')
     argv = ["--config", ROLL3, f"pretrain={write_hf_dir(tmp_path / 'hf')}", f"actor_train.data_args.file_name={data}",
