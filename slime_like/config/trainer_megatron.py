@@ -160,7 +160,7 @@ def check_fp8(args, report, gpu_visible: bool) -> None:
     """--fp8-format / --fp8-recipe / --fp8-param-gather: TransformerEngine's FP8 in the Megatron trainer's layers.
     Invalid anywhere: FP8 with another trainer, the parameter gather without a format. Valid on GPUs but not here:
     a machine that shows no GPU (refused at launch). The trainers check TransformerEngine and the GPU's compute
-    capability when they build the model (backends/megatron/kernels.py, model.py)."""
+    capability when they build the model (backends/megatron/kernels.py, transformer_config.py)."""
     fmt = args.fp8_format
     if args.fp8_param_gather and not fmt:
         raise ConfigError("--fp8-param-gather keeps FP8 parameters, but no --fp8-format is set: add --fp8-format "

@@ -5,10 +5,11 @@ the process group and build that rank's model chunks."""
 def rank_model(rank: int, world: int, port: int, args):
     """Join the local ranks' group for args' TP x PP and return this rank's model chunks."""
     from slime_like.backends.megatron import model, parallel
+    from slime_like.backends.megatron.transformer_config import virtual_pipeline_size
 
     parallel.init_distributed(rank, world, master_port=port, tp=args.tensor_model_parallel_size,
                               pp=args.pipeline_model_parallel_size, seed=args.seed,
-                              vpp=model.virtual_pipeline_size(args))
+                              vpp=virtual_pipeline_size(args))
     return model.build_model(args)
 
 

@@ -9,7 +9,7 @@ Filtered (each trainer printed 7 of them on a CPU, a PPO run twice, with Ray's d
   RerunMode.DISABLED": Megatron-LM's training loop initialises it explicitly; we never use it (disabled is the
   default either way).
 Every other warning still prints. (megatron-core's "full scope is deprecated. Use empty cuda_graph_scope" is not
-filtered: backends/megatron/model.py passes the non-deprecated spelling of its own default instead.)
+filtered: backends/megatron/transformer_config.py passes the non-deprecated spelling of its own default instead.)
 """
 from __future__ import annotations
 

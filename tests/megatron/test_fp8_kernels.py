@@ -5,7 +5,8 @@ TransformerEngine distribution stands in for the installed one: the probes read 
 import pytest
 from test_kernel_defaults import _plain, stubs  # noqa: F401  (fixture)
 
-from slime_like.backends.megatron import kernels, model
+from slime_like.backends.megatron import kernels
+from slime_like.backends.megatron.transformer_config import FP8_CAPABILITY
 
 FP8 = ("--fp8-format", "e4m3")
 
@@ -28,4 +29,4 @@ def test_what_the_stack_lacks_is_named(stubs):  # noqa: F811
         kernels.check(_plain(*FP8, "--fp8-recipe", "tensorwise"), cuda=True)
     with pytest.raises(ValueError, match="not chosen"):
         kernels.check(_plain(*FP8, "--transformer-impl", "local"), cuda=True)
-    assert model.FP8_CAPABILITY["mxfp8"] == (10, 0) and model.FP8_CAPABILITY["delayed"] == (8, 9)
+    assert FP8_CAPABILITY["mxfp8"] == (10, 0) and FP8_CAPABILITY["delayed"] == (8, 9)

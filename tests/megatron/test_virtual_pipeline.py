@@ -54,10 +54,11 @@ def vpp_parity_rank(rank, world, port, ckpt, flags):
 
     from slime_like.args import make_args
     from slime_like.backends.megatron import hf_weights, model, parallel
+    from slime_like.backends.megatron.transformer_config import virtual_pipeline_size
     from slime_like.config.hf_config import fill_args_from_hf
 
     args = fill_args_from_hf(make_args("--hf-checkpoint", ckpt, "--pipeline-model-parallel-size", "2", *flags), ckpt)
-    parallel.init_distributed(rank, world, master_port=port, tp=1, pp=2, vpp=model.virtual_pipeline_size(args))
+    parallel.init_distributed(rank, world, master_port=port, tp=1, pp=2, vpp=virtual_pipeline_size(args))
     chunks = model.build_model(args)
     hf_weights.load_hf_weights(chunks, ckpt, args)
     layers = [[layer.layer_number - 1 for layer in hf_weights.unwrap(c).decoder.layers] for c in chunks]

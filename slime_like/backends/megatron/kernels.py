@@ -215,8 +215,8 @@ FP8_RECIPE_TE = {"delayed": (1, 0), "tensorwise": (2, 2), "mxfp8": (2, 1), "bloc
 
 
 def fp8_problems(args, cuda: bool, stack: Stack) -> list:
-    """--fp8-format / --fp8-recipe against this machine's stack (the GPU's compute capability is model.py's, with
-    torch)."""
+    """--fp8-format / --fp8-recipe against this machine's stack (the GPU's compute capability is
+    transformer_config.py's, with torch)."""
     asked = f"--fp8-format {args.fp8_format} --fp8-recipe {args.fp8_recipe}"
     if not cuda:
         return [f"{asked} needs TransformerEngine on a CUDA GPU with FP8; none is visible: drop the FP8 flags"]

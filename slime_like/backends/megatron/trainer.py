@@ -33,10 +33,10 @@ from slime_like.backends.megatron import trainer_dist as TD
 from slime_like.backends.megatron import weight_sources as W
 from slime_like.backends.megatron import mtp as MTP
 from slime_like.backends.megatron.hf_weights import unwrap
-from slime_like.backends.megatron.model import virtual_pipeline_size
 from slime_like.backends.megatron.old_actor import OldActorWeights
 from slime_like.backends.megatron.response_rows import projecting
 from slime_like.backends.megatron.routing_replay import RoutingReplay
+from slime_like.backends.megatron.transformer_config import virtual_pipeline_size
 from slime_like.backends.training.base import RLTrainerBase, StepResult
 from slime_like.backends.training import data as D
 from slime_like.backends.training import loss as L

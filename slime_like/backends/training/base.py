@@ -14,9 +14,10 @@ A backend supplies the abstract hooks below (a missing one is a TypeError naming
 instantiated) and may override the optional ones. Shared helpers are composed objects: `self.comm`
 (collectives.Collectives), `self.hooks` (hooks.TrainerHooks), `self.batcher` (data.MicroBatcher).
 
-Here as well: which forward passes a rollout needs, the estimator's token step (or
---custom-advantage-function-path), the OPD term, whitening, the loss kind and its fields, the step split, token
-counts, loss aggregation weights, --rollout-data-postprocess-path, the step metrics and the reference refresh.
+Here as well: which forward passes a rollout needs, the step split, token counts, loss aggregation weights,
+--rollout-data-postprocess-path, the step metrics and the reference refresh; the advantage pass (the estimator's
+token step or --custom-advantage-function-path, the OPD term, whitening) is advantages.py's, the loss kind and its
+fields loss.py's.
 Every collective-bearing call must be made on every rank of the trainer group. All per-sample outputs are 1-D
 float32 CPU tensors over the response tokens, in batch order.
 """
@@ -32,17 +33,14 @@ import torch.distributed as dist
 from slime_like import algorithms as alg
 from slime_like.backends.trainer_api import TRAINER_ROLES
 from slime_like.backends.training import ci_checks
+from slime_like.backends.training.advantages import advantages_and_returns, needed_fields
 from slime_like.backends.training.collectives import Collectives
 from slime_like.backends.training import data as D
 from slime_like.backends.training import loss as L
 from slime_like.backends.training.custom_loss import Step
-from slime_like.backends.training.hooks import TrainerHooks, custom_advantages
+from slime_like.backends.training.hooks import TrainerHooks
 from slime_like.backends.training.micro_batch import response_positions_only
 from slime_like.backends.training.lr_schedule import LRSchedule, schedule_kwargs
-from slime_like.backends.training.opd import apply_opd
-
-POLICY_FIELDS = ("log_probs", "advantages", "ref_log_probs", "rollout_log_probs", "teacher_log_probs")
-VALUE_FIELDS = ("values", "returns")
 
 
 class StepResult(NamedTuple):
@@ -318,56 +316,17 @@ class RLTrainerBase(abc.ABC):
         return {"values": self._forward_only(self.model, batch, "values")}
 
     def compute_advantages(self, batch: dict) -> dict:
-        """`advantages`, `returns` per sample: the estimator's token step (`EstimatorSpec.token_step`).
-
-        Reward-side KL (--kl-coef) uses kl_penalty(log_probs, ref_log_probs, --kl-loss-type). Whitening
-        (--normalize-advantages, and REINFORCE++'s built-in whitening of its returns) uses the moments of
-        every valid token on every DP rank (all-reduced), so it equals whitening the whole rollout at once.
+        """`advantages`, `returns` per sample: the estimator's token step (`EstimatorSpec.token_step`), the OPD
+        term and whitening over every DP rank (advantages.py). Reward-side KL (--kl-coef) uses
+        kl_penalty(log_probs, ref_log_probs, --kl-loss-type).
         """
-        args, spec = self.args, self.estimator
         kl_coef = self._reward_kl_coef()
-        need = ("rewards",) + (("log_probs", "ref_log_probs") if kl_coef else ()) \
-            + (("values",) if spec.needs_critic else ())
-        D.validate_batch(batch, need)
+        D.validate_batch(batch, needed_fields(self.estimator, kl_coef))
         self.batcher.reset()  # this call's batch is packed afresh (a hook may have edited it)
-        lengths = [int(r) for r in batch["response_lengths"]]
-        width = max(lengths)
-        mask = D.pad_rows(batch["loss_masks"], width)
-        pad = lambda key: D.pad_rows(batch[key], width) if key in batch else None  # noqa: E731
-        custom = self.hooks.get("custom_advantage_function_path")
-        if custom:  # slime: the user's function replaces the estimator (whitening below still applies)
-            adv_rows, ret_rows = custom_advantages(custom, args, batch)
-            adv, ret = D.pad_rows(adv_rows, width), D.pad_rows(ret_rows, width)
-        else:
-            kl = alg.kl_penalty(pad("log_probs"), pad("ref_log_probs"), args.kl_loss_type) \
-                if kl_coef else None
-            adv, ret = spec.token_step(
-                rewards=torch.tensor([float(r) for r in batch["rewards"]]), mask=mask,
-                values=pad("values") if spec.needs_critic else None, kl=kl, kl_coef=kl_coef,
-                gamma=float(args.gamma), lam=float(args.lambd), whiten=False)
-        if args.use_opd and args.opd_kl_mode == "sampled":  # after the estimator, before whitening (slime's order)
-            adv = apply_opd(args, batch, adv, mask)
-        if args.normalize_advantages or spec.whitens_returns:
-            moments = alg.masked_moments(adv, mask)
-            moments = self.comm.all_reduce(moments, self.ps.get_data_parallel_group())
-            adv = torch.where(mask > 0, alg.whiten_from_moments(adv, moments), torch.zeros(()))
-        return {"advantages": D.unpad_rows(adv, lengths), "returns": D.unpad_rows(ret, lengths)}
-
-    def _loss_kind(self, batch):
-        """(loss kind, per-sample fields the loss reads, fields that must be present, batch to train on)."""
-        args = self.args
-        if self.role == "critic":
-            return "value", VALUE_FIELDS, VALUE_FIELDS, batch
-        if args.loss_type == "sft_loss":
-            return "sft", (), (), batch
-        # the policy loss, or slime's --loss-type custom_loss on the same fields
-        kind = "custom" if args.loss_type == "custom_loss" else "policy"
-        rollout_lp = args.use_tis or args.use_rollout_logprobs or args.get_mismatch_metrics
-        need = (("advantages",) if args.compute_advantages_and_returns else ()) \
-            + (("ref_log_probs",) if args.use_kl_loss else ()) + (("rollout_log_probs",) if rollout_lp else ())
-        if args.use_rollout_logprobs:  # the engine's log-probs are the old policy
-            batch = dict(batch, log_probs=batch["rollout_log_probs"])
-        return kind, POLICY_FIELDS, need, batch
+        ps, comm = self.ps, self.comm
+        return advantages_and_returns(self.args, self.estimator, batch, kl_coef=kl_coef,
+                                      custom=self.hooks.get("custom_advantage_function_path"),
+                                      dp_all_reduce=lambda t: comm.all_reduce(t, ps.get_data_parallel_group()))
 
     def train_step(self, rollout_id: int, batch: dict) -> dict:
         """`--num-steps-per-rollout` optimizer steps over this rank's batch; metrics averaged over DP ranks.
@@ -378,7 +337,7 @@ class RLTrainerBase(abc.ABC):
         (totals). Every rank returns the same dict.
         """
         args = self.args
-        kind, fields, need, batch = self._loss_kind(batch)
+        kind, fields, need, batch = L.loss_kind(args, self.role, batch)
         if self.role == "actor":  # slime's --rollout-data-postprocess-path sees the actor's data
             self.hooks.call("rollout_data_postprocess_path", args, rollout_id, batch)
         D.validate_batch(batch, need)

@@ -271,6 +271,27 @@ def sft_terms(args, output: torch.Tensor, mb: MicroBatch):
 TERMS = {"policy": policy_terms, "value": value_terms, "sft": sft_terms}
 
 
+POLICY_FIELDS = ("log_probs", "advantages", "ref_log_probs", "rollout_log_probs", "teacher_log_probs")
+VALUE_FIELDS = ("values", "returns")
+
+
+def loss_kind(args, role: str, batch: dict):
+    """(loss kind, per-sample fields the loss reads, fields that must be present, batch to train on) of a train
+    step of `role`."""
+    if role == "critic":
+        return "value", VALUE_FIELDS, VALUE_FIELDS, batch
+    if args.loss_type == "sft_loss":
+        return "sft", (), (), batch
+    # the policy loss, or slime's --loss-type custom_loss on the same fields
+    kind = "custom" if args.loss_type == "custom_loss" else "policy"
+    rollout_lp = args.use_tis or args.use_rollout_logprobs or args.get_mismatch_metrics
+    need = (("advantages",) if args.compute_advantages_and_returns else ()) \
+        + (("ref_log_probs",) if args.use_kl_loss else ()) + (("rollout_log_probs",) if rollout_lp else ())
+    if args.use_rollout_logprobs:  # the engine's log-probs are the old policy
+        batch = dict(batch, log_probs=batch["rollout_log_probs"])
+    return kind, POLICY_FIELDS, need, batch
+
+
 def make_loss_func(kind: str, args, mb: MicroBatch, scale: float, per_token: bool, weights=None,
                    hooks: dict | None = None, step=None, teacher=None, *, estimator=None):
     """The `loss_func(output_tensor)` that mcore's forward_step calls on the last pipeline stage.

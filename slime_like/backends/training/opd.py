@@ -1,9 +1,10 @@
 """On-policy distillation in the trainers' advantage pass (--use-opd; docs/guide.md "On-policy distillation").
 
-Both trainer backends call `apply_opd` after the estimator (or --custom-advantage-function-path) and before
-whitening, as slime does. The teacher's per-token log-probs reach the batch either from the actor's frozen
-teacher model (--opd-type megatron, `teacher_log_probs` of compute_log_probs) or from the rollout
-(--opd-type sglang: `sample.teacher_log_probs`, set by the teacher-scoring reward post-process).
+Both trainer backends' advantage pass (advantages.py) calls `apply_opd` after the estimator (or
+--custom-advantage-function-path) and before whitening, as slime does. The teacher's per-token log-probs reach
+the batch either from the actor's frozen teacher model (--opd-type megatron, `teacher_log_probs` of
+compute_log_probs) or from the rollout (--opd-type sglang: `sample.teacher_log_probs`, set by the teacher-scoring
+reward post-process).
 """
 from __future__ import annotations
 
