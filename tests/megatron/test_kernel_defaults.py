@@ -55,16 +55,16 @@ def _build_as_if_cuda(args, claim_available=()):
     yes = lambda s: True  # noqa: E731
 
     def as_if_cuda(fn):
-        def run(*a):
+        def run(*a, **kw):
             torch.cuda.is_available = lambda: True
             try:
-                return fn(*a)
+                return fn(*a, **kw)
             finally:
                 torch.cuda.is_available = real_available
         return run
 
-    def config(a):
-        c = as_if_cuda(real_cfg)(a)
+    def config(a, **kw):  # build_model passes mtp= (MTP training)
+        c = as_if_cuda(real_cfg)(a, **kw)
         c.use_cpu_initialization = True
         return c
 
