@@ -1,22 +1,24 @@
 """Hugging Face config.json <-> Megatron model flags: the one owner of that translation.
 
-`read_hf_config(path)` reads config.json; `MODEL_FAMILIES` is the one table of model types and what each needs
-beyond config.json's sizes. `model_flags_from_hf(cfg)` writes the MODEL_ARGS a scripts/models/*.sh file would hold (the tool
-`python -m slime_like.tools.model_args PATH` prints it); `check_model_against_hf(args)` compares the parsed
-model flags with --hf-checkpoint's config.json and names every mismatch. When no model flag is given at all,
-the flags are filled from config.json instead (our choice; slime requires MODEL_ARGS).
+`read_hf_config(path)` reads config.json; the model families it knows are hf_families.py's table, the per-layer
+layouts beyond the sizes hf_layer_layouts.py's. `model_flags_from_hf(cfg)` writes the MODEL_ARGS a
+scripts/models/*.sh file would hold (the tool `python -m slime_like.tools.model_args PATH` prints it);
+`check_model_against_hf(args)` compares the parsed model flags with --hf-checkpoint's config.json and names every
+mismatch. When no model flag is given at all, the flags are filled from config.json instead (our choice; slime
+requires MODEL_ARGS).
 """
 from __future__ import annotations
 
 import copy
 import json
 import os
-from dataclasses import dataclass
 
 from slime_like.config.errors import ConfigError
+from slime_like.config.hf_families import family_of, trainable_model_types
+from slime_like.config.hf_layer_layouts import linear_attention_layout, sparse_attention_settings
 from slime_like.config.hf_rope import partial_rotary, yarn_settings
 from slime_like.config.hf_rope import rope_and_scaling as _rope
-from slime_like.config.slime_paths import MINIMAX_M2_SPEC, QWEN3_5_SPEC, QWEN3_NEXT_SPEC
+from slime_like.config.slime_paths import MINIMAX_M2_SPEC
 
 # dest -> what it is called in config.json (for messages)
 CHECKED = {
@@ -35,107 +37,6 @@ CHECKED = {
 }
 
 
-@dataclass(frozen=True)
-class ModelFamily:
-    """What an HF model_type needs beyond the sizes config.json states."""
-    qkv_bias: bool = False         # bias on the q/k/v projections (Qwen2) even without attention_bias
-    qk_norm: bool = False          # RMSNorm on queries and keys per head (Qwen3)
-    # one RMSNorm over all query heads together and one over all key heads (MiniMax-M2), built through slime's spec
-    # name for it (slime_paths.MINIMAX_M2_SPEC; backends/megatron/qk_norm.py)
-    qk_norm_across_heads: bool = False
-    glm_sandwich: bool = False     # GLM-4: norms after attention and MLP, RoPE on interleaved pairs
-    # DeepSeek-V3-style router: sigmoid scores + a per-expert correction bias (HF e_score_correction_bias) for the
-    # choice, group-limited top-k, renormalised top-k weights times routed_scaling_factor, shared experts
-    biased_router: bool = False
-    fused_gate_up: bool = False    # the MLP's gate and up projections are one HF tensor gate_up_proj (GLM-4)
-    shared_expert_gate: bool = False  # Qwen2-MoE: sigmoid(shared_expert_gate(x)) scales the shared expert's output
-    # Qwen3-Next / Qwen3.5: gated delta net layers where config.json's layer_types says linear_attention, gated
-    # full attention elsewhere, zero-centred RMSNorms (1 + weight); built through slime's spec name (this one)
-    linear_attention_spec: tuple = ()
-    # DeepSeek sparse attention (DeepSeek-V3.2, GLM-5): MLA whose keys an indexer narrows to the top index_topk;
-    # built as dense MLA, identical while no sample is longer than index_topk (config/sparse_attention.py)
-    sparse_attention: bool = False
-    trainable: bool = False        # the Megatron trainer builds it and maps its HF weights (hf_weights.py)
-    vision_language: bool = False  # a VLM's text_config: the HF vision tower + M-RoPE (backends/megatron/vision.py)
-    not_built: str = ""            # why the trainer refuses a family slime trains (read_hf_config says it)
-    # how its checkpoints hold MTP layers, where the trainer maps them (backends/megatron/mtp.py) so
-    # --enable-mtp-training trains them: "mimo" (model.mtp_layers.N.*) or "appended" (DeepSeek-V3 / GLM-4.5:
-    # model.layers.<num_hidden_layers + N>.* with eh_proj / enorm / hnorm / shared_head)
-    mtp_layout: str = ""
-
-
-_NEXT = dict(qk_norm=True, shared_expert_gate=True, trainable=True, linear_attention_spec=QWEN3_NEXT_SPEC)
-_QWEN3_5 = dict(_NEXT, linear_attention_spec=QWEN3_5_SPEC)
-# model_type -> family. Add a family here (and its weight names in backends/megatron/hf_weights.py to train it).
-MODEL_FAMILIES = {
-    "llama": ModelFamily(trainable=True),
-    "qwen2": ModelFamily(qkv_bias=True, trainable=True),
-    # MiMo: Qwen2 plus MTP layers (num_nextn_predict_layers, model.mtp_layers.N.*: trained with
-    # --enable-mtp-training, else dropped, see dropped_mtp_note); its modeling code is remote code subclassing
-    # transformers' Qwen2 (transformers has no mimo model_type)
-    "mimo": ModelFamily(qkv_bias=True, trainable=True, mtp_layout="mimo"),
-    "qwen2_moe": ModelFamily(qkv_bias=True, shared_expert_gate=True, trainable=True),
-    "qwen3": ModelFamily(qk_norm=True, trainable=True),
-    "qwen3_moe": ModelFamily(qk_norm=True, trainable=True),
-    "glm4": ModelFamily(glm_sandwich=True, fused_gate_up=True, trainable=True),
-    # GLM-4.5/4.6: no sandwich norms (unlike glm4)
-    "glm4_moe": ModelFamily(biased_router=True, trainable=True, mtp_layout="appended"),
-    # + multi-latent attention (kv_lora_rank)
-    "deepseek_v3": ModelFamily(biased_router=True, trainable=True, mtp_layout="appended"),
-    # GLM-4.7-Flash: DeepSeek-V3's layout (MLA + GLM-4.5's router); dense / MoE layers from mlp_layer_types
-    "glm4_moe_lite": ModelFamily(biased_router=True, trainable=True),
-    # Kimi-K2's config.json: model_type kimi_k2 (remote code), DeepseekV3ForCausalLM weights and architecture
-    "kimi_k2": ModelFamily(biased_router=True, trainable=True),
-    # MiniMax-M2: every layer MoE (sigmoid router with correction bias, no groups, no shared expert), partial RoPE
-    "minimax_m2": ModelFamily(biased_router=True, qk_norm_across_heads=True, trainable=True),
-    "deepseek_v32": ModelFamily(biased_router=True, sparse_attention=True, trainable=True),
-    "glm_moe_dsa": ModelFamily(biased_router=True, sparse_attention=True, trainable=True),  # GLM-5
-    # vision-language (config.json's text_config; the HF vision tower and M-RoPE: backends/megatron/vision.py)
-    "qwen2_5_vl_text": ModelFamily(qkv_bias=True, trainable=True, vision_language=True),
-    "qwen3_vl_text": ModelFamily(qk_norm=True, trainable=True, vision_language=True),
-    "qwen3_next": ModelFamily(**_NEXT),
-    # Qwen3.5's checkpoints are vision-language (model_type qwen3_5 / qwen3_5_moe, the text model's config under
-    # text_config with model_type qwen3_5_text / qwen3_5_moe_text, weights under model.language_model.*): the
-    # trainer builds and trains the text model; the vision tower is left as it is
-    "qwen3_5": ModelFamily(**_QWEN3_5),
-    "qwen3_5_moe": ModelFamily(**_QWEN3_5),
-    "qwen3_5_text": ModelFamily(**_QWEN3_5),
-    "qwen3_5_moe_text": ModelFamily(**_QWEN3_5),
-}
-_GENERIC = ModelFamily()  # an unknown model_type: MODEL_ARGS from the sizes alone (tools/model_args)
-
-
-def sparse_attention_settings(cfg: dict) -> dict | None:
-    """DeepSeek sparse attention's indexer from config.json (transformers' defaults where a key is absent): top-k,
-    heads, head width, the layers that reuse the previous full layer's top-k (GLM-5's indexer_types "shared"), and
-    whether its RoPE rotates interleaved pairs (GLM-5) or halves (DeepSeek-V3.2)."""
-    if not family_of(cfg).sparse_attention:
-        return None
-    glm = cfg.get("model_type") == "glm_moe_dsa"
-    types = cfg.get("indexer_types") or (_glm_indexer_types(cfg) if glm else [])
-    return {"topk": int(cfg.get("index_topk") or 2048), "n_heads": int(cfg.get("index_n_heads") or (32 if glm else 64)),
-            "head_dim": int(cfg.get("index_head_dim") or 128),
-            "shared_layers": [i for i, t in enumerate(types) if t == "shared"], "interleaved_rope": glm}
-
-
-def _glm_indexer_types(cfg: dict) -> list[str]:
-    """GlmMoeDsaConfig's derivation where config.json has no indexer_types: index_topk_pattern ("F" / "S" per layer)
-    or the index_topk_freq / index_skip_topk_offset schedule (default: every layer full)."""
-    pattern = cfg.get("index_topk_pattern")
-    if pattern is not None:
-        return [{"F": "full", "S": "shared"}[c] for c in pattern] if isinstance(pattern, str) else list(pattern)
-    freq, offset = max(cfg.get("index_topk_freq", 1), 1), cfg.get("index_skip_topk_offset", 2)
-    return ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(cfg["num_hidden_layers"])]
-
-
-def family_of(cfg: dict) -> ModelFamily:
-    return MODEL_FAMILIES.get(cfg.get("model_type", ""), _GENERIC)
-
-
-def trainable_model_types() -> list[str]:
-    return sorted(t for t, f in MODEL_FAMILIES.items() if f.trainable)
-
-
 def read_hf_config(path: str, *, for_training: bool = False) -> dict:
     """config.json of a checkpoint dir (or the file itself) as a dict; text configs nested under text_config win.
 
@@ -152,7 +53,7 @@ def read_hf_config(path: str, *, for_training: bool = False) -> dict:
         outer, cfg = cfg, dict(cfg["text_config"])
         # the LM head is tied (or not) by the outer model: Qwen3.5 states it at the top level
         cfg["tie_word_embeddings"] = outer.get("tie_word_embeddings", cfg.get("tie_word_embeddings", False))
-        cfg["_text_of_vlm"] = True  # HF weights live under model.language_model.* (hf_weights.py)
+        cfg["_text_of_vlm"] = True  # HF weights live under model.language_model.* (hf_names.py)
         for key in ("dtype", "torch_dtype"):  # the checkpoint's dtype (HF exports keep it)
             if key in outer and key not in cfg:
                 cfg[key] = outer[key]
@@ -231,7 +132,7 @@ def model_flags_from_hf(cfg: dict) -> list:
 
 def _mla_flags(cfg: dict) -> list:
     """Multi-latent attention (DeepSeek-V3, Kimi-K2, Moonlight): low-rank q / kv, per-part head dims, norms on the
-    latents (--qk-layernorm builds them); RoPE on a separate head part (HF rope_interleave: see hf_weights.py)."""
+    latents (--qk-layernorm builds them); RoPE on a separate head part (HF rope_interleave: see hf_names.py)."""
     out = ["--multi-latent-attention", "--kv-lora-rank", cfg["kv_lora_rank"], "--qk-head-dim", cfg["qk_nope_head_dim"],
            "--qk-pos-emb-head-dim", cfg["qk_rope_head_dim"], "--v-head-dim", cfg["v_head_dim"], "--qk-layernorm"]
     if cfg.get("q_lora_rank"):
@@ -395,23 +296,6 @@ _HF_FIELDS = {
 }
 
 
-def declared_mtp_layers(cfg: dict) -> int:
-    """The multi-token-prediction layers config.json declares (DeepSeek-V3 / GLM-4.5 / MiMo, MiniMax-M2, Qwen3.5)."""
-    return int(cfg.get("num_nextn_predict_layers") or cfg.get("num_mtp_modules") or cfg.get("mtp_num_hidden_layers")
-               or 0)
-
-
-def dropped_mtp_note(cfg: dict, where: str, built: int = 0) -> str | None:
-    """What the trainer says when config.json declares MTP layers it does not build (docs/configuration.md);
-    None when it builds them all (`built`: --enable-mtp-training's layers)."""
-    n = declared_mtp_layers(cfg)
-    if not n or built >= n:
-        return None
-    return (f"{where}: config.json declares {n} multi-token-prediction layer(s); the trainer builds the main model "
-            "only, so their tensors are not loaded, not trained and left out of HF exports (engines doing speculative "
-            "decoding keep the draft weights they loaded)")
-
-
 def _num_experts(cfg: dict):
     return cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts")
 
@@ -445,7 +329,7 @@ def fill_args_from_hf(args, hf_dir: str):
         for name, value in router_settings(cfg).items():
             if getattr(out, name) is None:
                 setattr(out, name, value)
-    out.hf_model_type = cfg.get("model_type", "")  # the HF weight layout (hf_weights.py), e.g. GLM-4's fused MLP
+    out.hf_model_type = cfg.get("model_type", "")  # the HF weight layout (hf_names.py), e.g. GLM-4's fused MLP
     if "kv_lora_rank" in cfg:  # YaRN's parts Megatron has no flags for (beta_fast / _slow, original length)
         out.hf_yarn = yarn_settings(cfg)
     out.hf_text_of_vlm = bool(cfg.get("_text_of_vlm"))
@@ -460,21 +344,3 @@ def fill_args_from_hf(args, hf_dir: str):
         out.use_rope_scaling, out.rope_scaling_factor = True, float(scaling.get("factor", 8.0))
     return out
 
-
-def linear_attention_layout(cfg: dict) -> dict | None:
-    """Qwen3-Next / Qwen3.5's hybrid layout from config.json: which layers are gated delta nets and their sizes
-    (megatron-core has flags for neither; slime's spec reads them from config.json as well). None for other models."""
-    if "linear_num_value_heads" not in cfg:
-        return None
-    n = cfg["num_hidden_layers"]
-    types = cfg.get("layer_types")
-    if not isinstance(types, list):  # older configs: every full_attention_interval-th layer is full attention
-        every = int(cfg.get("full_attention_interval", 4))
-        types = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(n)]
-    unknown = sorted(set(types) - {"full_attention", "linear_attention"})
-    if len(types) != n or unknown:
-        raise ConfigError(f"config.json layer_types: expected {n} entries of full_attention / linear_attention, got "
-                          f"{len(types)}" + (f" with {unknown}" if unknown else ""))
-    return dict(layer_types=types, num_key_heads=cfg["linear_num_key_heads"],
-                num_value_heads=cfg["linear_num_value_heads"], key_head_dim=cfg["linear_key_head_dim"],
-                value_head_dim=cfg["linear_value_head_dim"], conv_kernel_dim=cfg.get("linear_conv_kernel_dim", 4))

@@ -1,10 +1,10 @@
 """A vision-language --hf-checkpoint (config.json with a vision_config) under the Megatron trainer: the parallelism
-its HF vision tower runs under (families with hf_config.MODEL_FAMILIES' vision_language)."""
+its HF vision tower runs under (families with hf_families.MODEL_FAMILIES' vision_language)."""
 from __future__ import annotations
 
 from slime_like.config.checkpoint import raw_hf_config
 from slime_like.config.errors import ConfigError
-from slime_like.config.hf_config import MODEL_FAMILIES
+from slime_like.config.hf_families import MODEL_FAMILIES
 
 
 def check_vision_language(args):

@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 
 from slime_like.config.errors import ConfigError
-from slime_like.config.hf_config import declared_mtp_layers, family_of, read_hf_config
+from slime_like.config.hf_config import read_hf_config
+from slime_like.config.hf_families import family_of
+from slime_like.config.hf_layer_layouts import declared_mtp_layers
 from slime_like.registry import TRAINER_BACKENDS
 
 
@@ -38,7 +40,7 @@ def check_mtp_training(args, report) -> None:
 
 
 def _check_mtp_checkpoint(args, refuse) -> None:
-    """The --hf-checkpoint's config.json has MTP layers of a layout whose weights are mapped (hf_config's
+    """The --hf-checkpoint's config.json has MTP layers of a layout whose weights are mapped (hf_families'
     mtp_layout: MiMo's, DeepSeek-V3 / GLM-4.5's)."""
     path = args.hf_checkpoint
     if not path or not os.path.isfile(os.path.join(path, "config.json")):

@@ -20,19 +20,21 @@ def sparse_attention_checkpoint(args) -> str | None:
     path = args.hf_checkpoint
     if not path or not os.path.isfile(os.path.join(path, "config.json")):
         return None
-    from slime_like.config.hf_config import family_of, read_hf_config
+    from slime_like.config.hf_config import read_hf_config
+    from slime_like.config.hf_families import family_of
 
     cfg = read_hf_config(path)
     return cfg.get("model_type") if family_of(cfg).sparse_attention else None
 
 
 def _other_known_model(args) -> str | None:
-    """config.json's model_type when it is a family slime_like knows (hf_config.MODEL_FAMILIES) without sparse
+    """config.json's model_type when it is a family slime_like knows (hf_families.MODEL_FAMILIES) without sparse
     attention; None otherwise (no checkpoint yet, a DSA model, or a type the trainer's own check reports)."""
     path = args.hf_checkpoint
     if not path or not os.path.isfile(os.path.join(path, "config.json")):
         return None
-    from slime_like.config.hf_config import MODEL_FAMILIES, read_hf_config
+    from slime_like.config.hf_config import read_hf_config
+    from slime_like.config.hf_families import MODEL_FAMILIES
 
     model_type = read_hf_config(path).get("model_type")
     known = model_type in MODEL_FAMILIES and not MODEL_FAMILIES[model_type].sparse_attention
@@ -56,7 +58,8 @@ def check_stage_starts(args) -> None:
     """GLM-5's shared-indexer layers reuse the previous full layer's top-k, so every pipeline stage must start on a
     full layer (slime's get_glm5_spec asserts the same; GLM-5.2's recipe picks --decoder-first/last-pipeline-num-layers
     for it). Checked for the plain 1F1B split; the interleaved split is checked when the model is built."""
-    from slime_like.config.hf_config import read_hf_config, sparse_attention_settings
+    from slime_like.config.hf_config import read_hf_config
+    from slime_like.config.hf_layer_layouts import sparse_attention_settings
     from slime_like.config.trainer_megatron import pipeline_split_problem
 
     pp, n = args.pipeline_model_parallel_size, args.num_layers

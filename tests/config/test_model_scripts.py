@@ -148,7 +148,7 @@ def test_qwen3_5_text_model_is_read_from_the_vision_language_config(tmp_path):
 
 def test_mtp_layers_are_dropped_with_a_note():
     """DeepSeek-V3 / GLM-4.5 / MiniMax-M2 checkpoints declare MTP layers the trainer does not build: the load says so."""
-    from slime_like.config.hf_config import dropped_mtp_note
+    from slime_like.config.hf_layer_layouts import dropped_mtp_note
 
     assert "1 multi-token-prediction layer(s)" in dropped_mtp_note(PUBLISHED["deepseek-v3"], "ckpt")
     assert "3 multi-token-prediction" in dropped_mtp_note({"num_mtp_modules": 3}, "ckpt")

@@ -193,7 +193,7 @@ def test_shared_indexer_layers_and_pipeline_stages(tiny_ckpts, tmp_path):
     from cfg_helpers import parse_report
 
     from slime_like.config.errors import ConfigError
-    from slime_like.config.hf_config import sparse_attention_settings
+    from slime_like.config.hf_layer_layouts import sparse_attention_settings
 
     cfg = {"model_type": "glm_moe_dsa", "num_hidden_layers": 78, "index_topk_freq": 4, "index_skip_topk_offset": 3}
     shared = set(sparse_attention_settings(cfg)["shared_layers"])

@@ -34,7 +34,7 @@ def parity_rank(rank, world, port, ckpts, tp):
     from safetensors.torch import load_file
 
     from slime_like.args import make_args
-    from slime_like.backends.megatron import hf_weights, model, parallel
+    from slime_like.backends.megatron import hf_names, hf_weights, model, parallel
     from slime_like.backends.training.data import multimodal_inputs
     from slime_like.backends.training.micro_batch import block_causal_mask
     from slime_like.config.hf_config import fill_args_from_hf
@@ -73,7 +73,7 @@ def parity_rank(rank, world, port, ckpts, tp):
             changed = _gather_vocab(chunk(padded, torch.arange(width).expand(len(data), -1), None, multimodal=other))
         file = load_file(os.path.join(hf_dir, "model.safetensors"))
         exported = {n: t for n, t in hf_weights.iter_hf_weights([chunk], args)}
-        legacy = {hf_weights._vlm_legacy_name(n): n for n in exported}
+        legacy = {hf_names.vlm_legacy_name(n): n for n in exported}
         export_ok = rank != 0 or (sorted(legacy) == sorted(file) or sorted(exported) == sorted(file))
         same = all(torch.equal(exported[legacy.get(n, n)], t) for n, t in file.items()) if rank == 0 else True
         out[family] = dict(diffs=diffs, changed=(changed[0] - rows[0]).abs().max().item(),

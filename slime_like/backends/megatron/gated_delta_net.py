@@ -4,7 +4,7 @@ megatron-core 0.16 has `megatron.core.ssm.gated_delta_net.GatedDeltaNet`, but it
 flash-linear-attention (its __init__ raises ImportError) and allocates on `torch.cuda.current_device()`, and it
 refuses packed sequences; so the layer spec puts this module in the linear-attention layers instead. Its
 parameters carry megatron-core's names and layout (in_proj = [q; k; v; z; beta; alpha] per TP rank, conv1d,
-dt_bias, A_log, out_norm, out_proj), so the HF mapping (hf_weights.py) reads like the attention one.
+dt_bias, A_log, out_norm, out_proj), so the HF mapping (hf_names.py) reads like the attention one.
 
 Per token t and value head h (q, k L2-normalised, q scaled by 1/sqrt(d_k); S a d_k x d_v state per head):
     S <- exp(g_t) S;   S <- S + k_t (beta_t (v_t - S^T k_t))^T;   o_t = S^T q_t

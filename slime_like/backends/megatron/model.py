@@ -151,7 +151,7 @@ def sparse_settings(args):
 
 def _vision_family(args):
     """(VisionFamily, transformers config) of a vision-language checkpoint (backends/megatron/vision.py), else None."""
-    from slime_like.config.hf_config import family_of
+    from slime_like.config.hf_families import family_of
 
     if not family_of({"model_type": args.hf_model_type}).vision_language:
         return None

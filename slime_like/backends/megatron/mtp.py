@@ -25,7 +25,7 @@ import re
 
 import torch
 
-# MTP-only parts: megatron-core's name -> the checkpoint's, per layout (hf_config.ModelFamily.mtp_layout).
+# MTP-only parts: megatron-core's name -> the checkpoint's, per layout (hf_families.ModelFamily.mtp_layout).
 # MiMo (XiaomiMiMo's modeling_mimo.py, SGLang's mimo_mtp.py): model.mtp_layers.N.*. DeepSeek-V3 / GLM-4.5 (SGLang's
 # deepseek_nextn.py / glm4_moe_nextn.py): model.layers.<num_hidden_layers + N>.*, which also hold copies of the
 # embedding and the LM head (embed_tokens, shared_head.head: vocab_copies).
@@ -40,7 +40,7 @@ _TRANSFORMER = "transformer_layer."
 
 
 def _layout(args) -> str:
-    from slime_like.config.hf_config import family_of
+    from slime_like.config.hf_families import family_of
 
     return family_of({"model_type": args.hf_model_type}).mtp_layout
 
@@ -68,7 +68,7 @@ def block_spec(config, layer_spec, use_te: bool, vp_stage=None):
 def hf_rule(name: str, layer_rule, args):
     """(kind, HF names) of MTP parameter `name` (`mtp.layers.N.*`), None for any other parameter.
 
-    `layer_rule(rest, prefix)` maps a decoder layer's layer-relative name under an HF prefix (hf_weights.py):
+    `layer_rule(rest, prefix)` maps a decoder layer's layer-relative name under an HF prefix (hf_names.py):
     the MTP layer's transformer layer is one. MiMo concatenates [hidden; token] before input_proj and megatron-core
     [token; hidden] before eh_proj: kind "swap_halves" swaps the two column halves both ways (DeepSeek-V3 and
     GLM-4.5 concatenate as megatron-core does)."""

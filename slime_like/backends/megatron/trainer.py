@@ -40,7 +40,8 @@ from slime_like.backends.megatron.transformer_config import virtual_pipeline_siz
 from slime_like.backends.training.base import RLTrainerBase, StepResult
 from slime_like.backends.training import data as D
 from slime_like.backends.training import loss as L
-from slime_like.config.hf_config import family_of, fill_args_from_hf
+from slime_like.config.hf_config import fill_args_from_hf
+from slime_like.config.hf_families import family_of
 
 log = logging.getLogger(__name__)
 
