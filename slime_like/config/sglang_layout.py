@@ -59,23 +59,7 @@ def apply_slime_layout(args, parser, path: str, data: dict) -> dict:
         raise ConfigError(f"{where}: sglang[0].server_groups: empty; list the engine groups (worker_type, num_gpus)")
     sizes, overrides, total, gpus_of = set(), [], 0, {}
     for i, group in enumerate(groups):
-        key = f"sglang[0].server_groups[{i}]"
-        if not isinstance(group, dict):
-            raise ConfigError(f"{where}: {key}: expected a mapping (worker_type, num_gpus, ...), got {group!r}")
-        _unknown(where, key, group, _GROUP_KEYS)
-        kind = group.get("worker_type")
-        if kind in _NOT_BUILT:
-            raise ConfigError(f"{where}: {key}.worker_type: {kind}: {_NOT_BUILT[kind]}; use worker_type: regular")
-        if kind not in ("regular", "prefill", "decode"):
-            raise ConfigError(f"{where}: {key}.worker_type: {kind!r}: use regular, or prefill and decode (slime "
-                              "also knows placeholder and encoder, which are not built here)")
-        gpus = group.get("num_gpus")
-        if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
-            raise ConfigError(f"{where}: {key}.num_gpus: must be an integer >= 1, got {gpus!r}")
-        per_engine = group.get("num_gpus_per_engine") or model.get("num_gpus_per_engine") \
-            or args.rollout_num_gpus_per_engine
-        if gpus % per_engine:
-            raise ConfigError(f"{where}: {key}: num_gpus {gpus} is not a multiple of num_gpus_per_engine {per_engine}")
+        kind, gpus, per_engine = _group(args, where, f"sglang[0].server_groups[{i}]", group, model)
         sizes.add(per_engine)
         total += gpus
         gpus_of[kind] = gpus_of.get(kind, 0) + gpus
@@ -95,6 +79,27 @@ def apply_slime_layout(args, parser, path: str, data: dict) -> dict:
     _set_layout(args, parser, where, total, per_engine)
     _set_roles(args, where, gpus_of, per_engine)
     return overrides[0]
+
+
+def _group(args, where: str, key: str, group, model: dict) -> tuple:
+    """One server group's (worker_type, num_gpus, GPUs per engine), each checked."""
+    if not isinstance(group, dict):
+        raise ConfigError(f"{where}: {key}: expected a mapping (worker_type, num_gpus, ...), got {group!r}")
+    _unknown(where, key, group, _GROUP_KEYS)
+    kind = group.get("worker_type")
+    if kind in _NOT_BUILT:
+        raise ConfigError(f"{where}: {key}.worker_type: {kind}: {_NOT_BUILT[kind]}; use worker_type: regular")
+    if kind not in ("regular", "prefill", "decode"):
+        raise ConfigError(f"{where}: {key}.worker_type: {kind!r}: use regular, or prefill and decode (slime "
+                          "also knows placeholder and encoder, which are not built here)")
+    gpus = group.get("num_gpus")
+    if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
+        raise ConfigError(f"{where}: {key}.num_gpus: must be an integer >= 1, got {gpus!r}")
+    per_engine = group.get("num_gpus_per_engine") or model.get("num_gpus_per_engine") \
+        or args.rollout_num_gpus_per_engine
+    if gpus % per_engine:
+        raise ConfigError(f"{where}: {key}: num_gpus {gpus} is not a multiple of num_gpus_per_engine {per_engine}")
+    return kind, gpus, per_engine
 
 
 def _set_roles(args, where: str, gpus_of: dict, per_engine: int) -> None:
