@@ -26,10 +26,18 @@ def start_engine_nodes(new_actor, index: int, node_slots: list, kind: str, role:
 
     actors = [new_actor(index, slots) for slots in node_slots]
     addr = ray.get(actors[0].dist_init_addr.remote())
-    pd = None if role is None else (role, ray.get(actors[0].bootstrap_port.remote()) if role == "prefill" else None)
+    pd = pd_of(actors[0], role)
     nodes = engine_nodes([list(range(len(s))) for s in node_slots], addr)
     starts = [a.start.remote(kind, True, node, pd) for a, (node, _) in zip(actors, nodes)]
     return actors[0], actors[1:], starts[0] if len(starts) == 1 else _first_after_all(starts), pd
+
+
+def pd_of(actor, role: str | None):
+    """(role, bootstrap port) of an engine of a disaggregated run (None otherwise); a prefill engine's port is
+    picked on its (node 0's) node by `actor`."""
+    if role is None:
+        return None
+    return role, ray.get(actor.bootstrap_port.remote()) if role == "prefill" else None
 
 
 def _first_after_all(starts: list):

@@ -203,7 +203,7 @@ class EngineGroup:
         """One engine actor per plan entry, each starting its server (`kind`: the --rollout-engine value); an
         engine spanning nodes gets one actor per node (engine_nodes.py), node 0's serving its URL."""
         from slime_like.backends.engine_api.engine import pd_role
-        from slime_like.ray.engine_nodes import by_node, start_engine_nodes
+        from slime_like.ray.engine_nodes import by_node, pd_of, start_engine_nodes
 
         spans = [len(by_node(placement, slots)) > 1 for slots in engine_slots]
         placement.check_same_node([slots for slots, many in zip(engine_slots, spans) if not many])
@@ -226,7 +226,7 @@ class EngineGroup:
                     lead, rest, start, pd = start_engine_nodes(new_actor, i, by_node(placement, slots), kind, role)
                 else:
                     lead, rest = new_actor(i), []
-                    pd = _pd_of(lead, role)
+                    pd = pd_of(lead, role)
                     start = lead.start.remote(kind, multi_node, None, pd)
                 actors.append(lead)
                 followers += rest
@@ -290,14 +290,6 @@ def _external_router_url(args) -> str | None:
         return None
     host = args.sglang_router_ip if ":" not in args.sglang_router_ip else f"[{args.sglang_router_ip}]"
     return f"http://{host}:{args.sglang_router_port}"
-
-
-def _pd_of(actor, role: str | None):
-    """(role, bootstrap port) of a one-node engine of a disaggregated run (None otherwise); a prefill engine's
-    port is picked on its node by its actor."""
-    if role is None:
-        return None
-    return role, ray.get(actor.bootstrap_port.remote()) if role == "prefill" else None
 
 
 def start_router_for(args, kind: str, engine_urls: list, multi_node: bool = False, roles: list | None = None):
