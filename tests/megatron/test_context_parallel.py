@@ -22,6 +22,19 @@ CP2 = ("--context-parallel-size", "2")
 PACKED = ("--use-dynamic-batch-size", "--max-tokens-per-gpu", "30")
 
 
+def scored_once(mbs: list, samples: int) -> dict:
+    """{(sample, response position): (target, advantage)} over the CP ranks' micro-batches, each scored token once."""
+    seen = {}
+    for mb in mbs:
+        for k in range(samples):
+            for j, ok, target, adv in zip(mb.response_index[k].tolist(), mb.valid[k].tolist(), mb.targets[k].tolist(),
+                                          mb.fields["advantages"][k].tolist()):
+                if ok:
+                    assert (k, j) not in seen
+                    seen[k, j] = (target, adv)
+    return seen
+
+
 def test_chunks_balance_and_cover_every_response_token():
     assert padded_length(9, 2) == 12 and padded_length(8, 2) == 8 and padded_length(1, 4) == 8
     assert chunk_positions(12, 2, 0).tolist() == [0, 1, 2, 9, 10, 11]
@@ -34,14 +47,7 @@ def test_chunks_balance_and_cover_every_response_token():
     assert [mb.tokens.shape[1] for mb in mbs] == [10, 10]
     assert mbs[0].packed_seq_params.cu_seqlens_q.tolist() == [0, 12, 20]
     assert mbs[0].tokens[0, :6].tolist() == [10, 11, 12, 0, 0, 0]  # chunks 0 and 3 (3 holds padding only)
-    seen = {}
-    for mb in mbs:  # every response token scored once, with its target, mask and advantage
-        for k in range(2):
-            for j, ok, target, adv in zip(mb.response_index[k].tolist(), mb.valid[k].tolist(), mb.targets[k].tolist(),
-                                          mb.fields["advantages"][k].tolist()):
-                if ok:
-                    assert (k, j) not in seen
-                    seen[k, j] = (target, adv)
+    seen = scored_once(mbs, 2)  # every response token scored once, with its target, mask and advantage
     assert seen == {(0, j): (15 + j, float(j)) for j in range(4)} | {(1, j): (23 + j, 10.0 + j) for j in range(2)}
     assert mbs[0].response_lengths == [4, 2]  # whole lengths: what the gathered log-probs unpad to
 

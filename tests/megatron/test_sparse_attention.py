@@ -15,6 +15,7 @@ import sys
 import pytest
 import torch
 from _dist import run_ranks, tiny_ckpts  # noqa: F401  (tiny_ckpts is a fixture)
+from test_context_parallel import scored_once
 from test_trainer_common import flat
 from test_trainer_parallel import parallel_case
 
@@ -133,14 +134,7 @@ def test_allgather_layout_cuts_the_stream_into_contiguous_pieces():
     assert [mb.tokens[0].tolist() for mb in mbs] == [[10, 11, 12, 13, 14, 15, 16], [17, 18, 20, 21, 22, 23, 24]]
     assert mbs[1].position_ids[0].tolist() == [7, 8, 0, 1, 2, 3, 4]
     assert mbs[0].packed_seq_params.cu_seqlens_q.tolist() == [0, 9, 14]
-    seen = {}
-    for mb in mbs:
-        for k in range(2):
-            for j, ok, target, adv in zip(mb.response_index[k].tolist(), mb.valid[k].tolist(), mb.targets[k].tolist(),
-                                          mb.fields["advantages"][k].tolist()):
-                if ok:
-                    assert (k, j) not in seen
-                    seen[k, j] = (target, adv)
+    seen = scored_once(mbs, 2)
     assert seen == {(0, j): (15 + j, float(j)) for j in range(4)} | {(1, j): (23 + j, 10.0 + j) for j in range(2)}
     odd = build_allgather_cp_micro_batch(PackedBatch({**batch, "tokens": [list(range(10, 19)), [20, 21, 22, 23]],
                                                       "loss_masks": [[1] * 4, [1] * 2]}), [0, 1], 2, 1)
