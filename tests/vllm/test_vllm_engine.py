@@ -217,9 +217,8 @@ def test_vllms_own_weight_transfer_route_is_not_usable_here(served):
 def test_abort_one_request_returns_its_partial_output(served):
     async def run():
         c = EngineClient(served.url)
-        task = asyncio.ensure_future(c.generate(SHORT, {"max_new_tokens": 400, "min_new_tokens": 400,
-                                                         "temperature": 1.0}, rid="long-one"))
-        await _running(served)
+        task = await _in_flight(served, lambda: c.generate(SHORT, {"max_new_tokens": 400, "min_new_tokens": 400,
+                                                                    "temperature": 1.0}, rid="long-one"))
         await c.abort("long-one")
         return await asyncio.wait_for(task, 60)
 
@@ -232,8 +231,7 @@ def test_abort_one_request_returns_its_partial_output(served):
 def test_pause_abort_then_continue(served):
     async def run():
         c = EngineClient(served.url)
-        task = asyncio.ensure_future(c.generate(SHORT, {"max_new_tokens": 400, "min_new_tokens": 400}))
-        await _running(served)
+        task = await _in_flight(served, lambda: c.generate(SHORT, {"max_new_tokens": 400, "min_new_tokens": 400}))
         await c.pause_generation("abort")
         first = await asyncio.wait_for(task, 60)
         await c.continue_generation()
@@ -244,15 +242,25 @@ def test_pause_abort_then_continue(served):
     assert len(second["output_ids"]) == 3
 
 
-async def _running(served):
-    """Return once vLLM is generating a request (so an abort / pause finds it in flight)."""
+async def _in_flight(served, request, tries: int = 3):
+    """Start `request()` and return its task once vLLM is generating it, so an abort / pause finds it in flight.
+
+    Polled by the clock (on a loaded machine vLLM can take seconds to schedule). A request that finishes before a
+    poll saw it running (a slow /metrics scrape next to a fast decode) is sent again: the tests need one in flight.
+    """
     up = await asyncio.to_thread(upstream, served)
-    deadline = time.time() + 60   # by the clock, not a count of polls: on a loaded machine vLLM can take seconds
-    while time.time() < deadline:
-        if await asyncio.to_thread(_metric, up, "vllm:num_requests_running"):
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the request never started running (60 s)")
+    for _ in range(tries):
+        task = asyncio.ensure_future(request())
+        deadline = time.time() + 120
+        while time.time() < deadline and not task.done():
+            if await asyncio.to_thread(_metric, up, "vllm:num_requests_running"):
+                return task
+            await asyncio.sleep(0.01)
+        if not task.done():
+            waiting = await asyncio.to_thread(_metric, up, "vllm:num_requests_waiting")
+            raise AssertionError(f"the request never started running (120 s; vLLM reports {waiting:g} waiting)")
+        task.result()                                  # a request that failed fails the test here, with its error
+    raise AssertionError(f"each of {tries} requests finished before a poll of /metrics saw it running")
 
 
 def test_client_disconnect_aborts_the_request_in_vllm(served):
@@ -304,8 +312,7 @@ def test_answers_have_the_fields_sglangs_own_code_builds(served, vllm_env, vllm_
         cases += [[f"batch item {i}", {"input_ids": SHORT[:n], "sampling_params": {"max_new_tokens": 2},
                                        "return_logprob": True, "rid": f"vb{i}"}, o] for i, (n, o) in enumerate(zip((5, 9), batch))]
         long_sp = {"max_new_tokens": 400, "min_new_tokens": 400}
-        task = asyncio.ensure_future(c.generate(SHORT, long_sp, rid="v-abort"))
-        await _running(served)
+        task = await _in_flight(served, lambda: c.generate(SHORT, long_sp, rid="v-abort"))
         await c.abort("v-abort")
         cases.append(["abort", {"input_ids": SHORT, "sampling_params": long_sp, "return_logprob": True, "rid": "v-abort"},
                       await asyncio.wait_for(task, 60)])
