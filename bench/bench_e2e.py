@@ -1,11 +1,12 @@
 """End to end against TRL: our train.py (colocated, CPU engine, megatron-core) vs TRL's GRPOTrainer, same task.
 
-    python bench/bench_e2e.py [--sizes tiny,100m] [--steps-tiny 12] [--steps-100m 3] [--rounds 1]
+    python bench/bench_e2e.py [--sizes tiny,100m] [--steps-tiny 12] [--steps-100m 3] [--rounds 1] [--threads 1]
 
 Both sides get the same model directory and char tokenizer, the demo's 2-digit addition prompts in file order
 (train.jsonl), the same reward code (slime_like.demo.arith), the same batch shape (prompts x samples x max new
-tokens), lr, temperature, grad clip and no KL. They run one after the other, alternating, in one invocation,
-so the machine's load hits both alike.
+tokens), lr, temperature, grad clip and no KL, and the same torch thread count (`--threads`: TRL's process;
+our trainer ranks and engine through OMP_NUM_THREADS, which train.py honours). They run one after the other,
+alternating, in one invocation, so the machine's load hits both alike.
 
 Sizes: `tiny` is the demo's SFT-warmed 0.53M Qwen2 (64 x 8 x 5, like scripts/run-demo.sh); `100m` is a
 random-init Qwen2 of hidden 768, 12 layers, FFN 3072 over the same tokenizer (~113M parameters) with a smaller
@@ -48,8 +49,7 @@ SIZES = {  # batch shape and steps per size; the model comes from model_dir()
 }
 SHAPE_100M = dict(arch="qwen2", hidden_size=768, num_layers=12, num_heads=12, num_kv_heads=12, ffn_hidden_size=3072,
                   tie_embeddings=True, vocab_multiple=16)
-ENV = dict(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-           OMP_NUM_THREADS="1", WANDB_DISABLED="true")
+ENV = dict(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", WANDB_DISABLED="true")
 
 
 def prepare(work: str) -> dict:
@@ -142,7 +142,8 @@ class TreeCPU:
             self.sample()
 
 
-def run_ours(model_dir, data_dir, shape, steps, lr, temperature, run_dir, log_path, root=ROOT, extra=()) -> dict:
+def run_ours(model_dir, data_dir, shape, steps, lr, temperature, run_dir, log_path, root=ROOT, extra=(),
+             threads: int = 1) -> dict:
     """train.py with scripts/run-demo.sh's flags (no eval, prompts in file order); per-step wall and tree CPU."""
     os.makedirs(run_dir, exist_ok=True)
     metrics = os.path.join(run_dir, "metrics.jsonl")
@@ -159,7 +160,9 @@ def run_ours(model_dir, data_dir, shape, steps, lr, temperature, run_dir, log_pa
     t0 = time.perf_counter()
     with open(log_path, "w") as log:
         # PYTHONPATH: Ray's workers import slime_like from `root` too (--ours-root compares a patched copy)
-        env = dict(os.environ, **ENV, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+        # OMP_NUM_THREADS: the trainer ranks and the engine take it as their torch thread count
+        env = dict(os.environ, **ENV, OMP_NUM_THREADS=str(threads),
+                   PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
         proc = subprocess.Popen(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT, env=env)
     tree = TreeCPU(proc.pid)
     marks, rows, cats = [(t0, 0.0)], [], []
@@ -194,15 +197,16 @@ def run_ours(model_dir, data_dir, shape, steps, lr, temperature, run_dir, log_pa
             "cpu_per_step_by_process_s": dict(sorted(breakdown.items(), key=lambda kv: -kv[1]))}
 
 
-def run_trl(model_dir, data_dir, shape, steps, lr, temperature, out, log_path) -> dict:
+def run_trl(model_dir, data_dir, shape, steps, lr, temperature, out, log_path, threads: int = 1) -> dict:
     if not os.path.exists(TRL_PY):
         raise RuntimeError(f"{TRL_PY} missing: run bash bench/trl_peer/setup_env.sh first")
     cmd = [TRL_PY, os.path.join(ROOT, "bench", "trl_peer", "run_trl_grpo.py"), "--model-dir", model_dir,
            "--data-dir", data_dir, "--steps", str(steps), "--prompts", str(shape["prompts"]),
            "--samples", str(shape["samples"]), "--max-new-tokens", str(shape["max_new"]), "--lr", str(lr),
-           "--temperature", str(temperature), "--threads", "1", "--out", out]
+           "--temperature", str(temperature), "--threads", str(threads), "--out", out]
     with open(log_path, "w") as log:
-        subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **ENV), check=True)
+        subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True,
+                       env=dict(os.environ, **ENV, OMP_NUM_THREADS=str(threads)))
     with open(out) as f:
         return json.load(f)
 
@@ -312,6 +316,8 @@ def main():
     p.add_argument("--ours-root", default=ROOT, help="checkout whose train.py runs as 'ours' (default: this one)")
     p.add_argument("--ours-extra", default="", help="extra train.py flags for ours, space-separated; write --ours-extra=--flag")
     p.add_argument("--peers", default="ours,trl", help="which sides to run (ours,trl)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads of each side's processes (TRL's one "
+                   "process; our trainer ranks and engine, via OMP_NUM_THREADS)")
     p.add_argument("--work-dir", default=os.path.join(ROOT, "runs", "bench_e2e"))
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "bench_e2e.json"))
     p.add_argument("--plot-only", metavar="PNG", help="only draw the plot from bench/results/*.json into PNG")
@@ -327,8 +333,7 @@ def main():
     sys.path.insert(0, ROOT)
     paths = prepare(a.work_dir)
     result = {"machine": {"nproc": os.cpu_count(), "loadavg_start": os.getloadavg()}, "ours_root": a.ours_root,
-              "ours_extra": a.ours_extra,
-              "sizes": {}}
+              "ours_extra": a.ours_extra, "threads": a.threads, "sizes": {}}
     for size in sizes:
         steps = a.steps_tiny if size == "tiny" else a.steps_100m
         shape = SIZES[size]
@@ -344,10 +349,10 @@ def main():
                 print(f"[bench_e2e] {tag} ... (log {log})", flush=True)
                 if who == "ours":
                     rnd[who] = run_ours(paths[size], paths["data"], shape, steps, a.lr, a.temperature,
-                                        os.path.join(a.work_dir, tag), log, a.ours_root, a.ours_extra.split())
+                                        os.path.join(a.work_dir, tag), log, a.ours_root, a.ours_extra.split(), a.threads)
                 else:
                     rnd[who] = run_trl(paths[size], paths["data"], shape, steps, a.lr, a.temperature,
-                                       os.path.join(a.work_dir, tag + ".json"), log)
+                                       os.path.join(a.work_dir, tag + ".json"), log, a.threads)
                 rnd[who]["loadavg_after"] = os.getloadavg()
             entry["rounds"].append(rnd)
         entry["summary"] = summarize(entry["rounds"])

@@ -28,6 +28,7 @@ from slime_like.config.rewards import rm_type_problem
 from slime_like.config.role_overrides import ROLES, apply_role
 from slime_like.config.schedule import schedule_steps
 from slime_like.config.install_extras import missing_extra
+from slime_like.utils.threads import train_env_vars, trainer_threads
 from slime_like.config.slime_paths import OWN_FUNCTIONS, resolve
 
 # flag dest -> (positional arguments it is called with, keyword arguments); None: import check only.
@@ -71,6 +72,7 @@ def run_preflight(args) -> list:
     _checkpoints(args, errors)
     errors += _schedules(args)
     errors += _functions(args)
+    errors += _environment(args)
     if len(errors) == 1:
         raise ConfigError(errors[0])
     if errors:
@@ -134,6 +136,15 @@ def _checkpoints(args, errors: list) -> None:
     teacher = args.opd_teacher_load if args.use_opd and args.opd_type == "megatron" else None
     if teacher and os.path.exists(teacher):  # a missing one is already a path problem of distillation.py
         errors += check_megatron_load(teacher, "--opd-teacher-load", fresh_ok=False)
+
+
+def _environment(args) -> list:
+    """The trainer ranks' environment, read later on the Ray workers (where an error would come late)."""
+    try:
+        trainer_threads(1, train_env_vars(args))
+    except ValueError as e:
+        return [str(e)]
+    return []
 
 
 def _schedules(args) -> list:

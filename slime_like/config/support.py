@@ -106,8 +106,6 @@ UNSUPPORTED = {
     # algorithm
     "use_rollout_entropy": f"entropy from rollout log-probs: {_MEGATRON}",  # pending: megatron
     # rollout / data
-    "train_env_vars": "environment variables for the trainer processes are not forwarded; export them "  # pending: ray
-                      "before `ray start` instead",
     # weight sync through files, agent rollout buffers
     "custom_update_weight_post_write_path": "publishing a disk sync's files on a non-POSIX filesystem: "
                                             "--update-weight-disk-dir must be a mount the engines see directly",

@@ -84,7 +84,9 @@ def add_perf_group(parser):
     a("--no-check-for-nan-in-loss-and-grad", action="store_false", dest="check_for_nan_in_loss_and_grad",
       help="Do not stop on a NaN/Inf gradient (megatron-core DDP's check; on by default as in Megatron-LM).")
     a("--enable-experimental", action="store_true", help="Allow megatron-core's experimental features.")
-    a("--train-env-vars", type=json_value, default="{}", help="JSON dict of environment variables for trainer processes.")
+    a("--train-env-vars", type=json_value, default="{}",
+      help="JSON dict of environment variables for the trainer processes, merged over ours; its OMP_NUM_THREADS "
+           "(else the environment's) sets each rank's torch threads.")
     return parser
 
 

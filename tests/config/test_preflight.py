@@ -176,3 +176,26 @@ def test_quantized_hf_checkpoint_is_refused_at_launch(tmp_path):
         refuse_at_launch(argv)
     refuse_at_launch(["--hf-checkpoint", write_hf_dir(tmp_path / "bf16"), *argv[2:]])  # unquantized: runs
     assert json.load(open(tmp_path / "bf16" / "config.json")).get("quantization_config") is None
+
+
+def test_trainer_threads_follow_omp_num_threads_and_bad_train_env_is_refused_with_the_rest(base, data, monkeypatch,
+                                                                                        capsys):
+    from slime_like.utils.threads import trainer_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert trainer_threads(1) == max(1, os.cpu_count() or 2) and trainer_threads(10 ** 6) == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert trainer_threads(1) == 3 and trainer_threads(2) == 3     # the user's value, per rank, never overridden
+    monkeypatch.setenv("OMP_NUM_THREADS", "two")
+    assert main([*base, "--prompt-data", data["latin1"], "--input-key", "prompt", "--label-key", "label"]) == 2
+    err = capsys.readouterr().err
+    assert "error: 2 problems, all found before starting:" in err, err
+    assert "OMP_NUM_THREADS='two' in the environment: it sets each trainer rank's torch threads" in err
+    assert f"--prompt-data: {data['latin1']}:2: not UTF-8" in err
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    for value, message in (('{"OMP_NUM_THREADS": 0}', "OMP_NUM_THREADS='0' in --train-env-vars: it sets each trainer"),
+                           ('["A=1"]', "--train-env-vars ['A=1']: expected a JSON object of variable names to values"),
+                           ('{"A": {"b": 1}}', "--train-env-vars: 'A': each entry must be NAME: value")):
+        assert main([*base, "--prompt-data", data["bom"], "--train-env-vars", value]) == 2
+        assert message in capsys.readouterr().err, value
+    assert trainer_threads(1, {"OMP_NUM_THREADS": "2"}) == 2

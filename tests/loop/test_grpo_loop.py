@@ -1,4 +1,5 @@
 """The whole loop for real: Ray, the embedded CPU engine over HTTP, megatron-core training, weight sync."""
+import json
 import glob
 import os
 import time
@@ -33,9 +34,13 @@ def _orphan_shm(before: set) -> list:
 def test_grpo_colocated_reward_rises_with_eval_every_interval(tiny_ckpt, toy_prompts, tmp_path):
     argv = loop_argv(tiny_ckpt, toy_prompts[0], tmp_path, "--colocate", "--actor-num-gpus-per-node", "1",
                      "--num-rollout", "8", "--eval-prompt-data", "toy", toy_prompts[1], "--eval-interval", "3",
-                     "--n-samples-per-eval-prompt", "2")
+                     "--n-samples-per-eval-prompt", "2", "--custom-megatron-init-path", "toy_task.record_trainer_env",
+                     # slime's flag: merged into the trainer actor's environment, over the pytest process's 1 thread
+                     "--train-env-vars", '{"OMP_NUM_THREADS": 2, "SLIME_LIKE_TRAIN_ENV_PROBE": "set"}')
     shm_before = set(glob.glob("/dev/shm/torch_*"))
     assert train.main(argv) == 0
+    with open(tmp_path / "trainer_env.json") as f:
+        assert json.load(f) == {"threads": 2, "OMP_NUM_THREADS": "2", "probe": "set"}
     time.sleep(2)  # torch's shm manager unlinks asynchronously
     assert _orphan_shm(shm_before) == []  # the weight-send buffer kept across syncs is released at shutdown
     lines = read_metrics(str(tmp_path / "metrics.jsonl"))

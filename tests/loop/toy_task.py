@@ -5,6 +5,7 @@ wrong sign it falls. Imported by the rollout actor through --custom-rm-path toy_
 tests put this folder on PYTHONPATH, which the driver hands to every Ray actor).
 """
 import json
+import os
 import random
 
 MAX_RESPONSE_LEN = 4
@@ -17,6 +18,15 @@ async def digit_share(args, sample) -> float:
 async def exploding_reward(args, sample) -> float:
     """A reward function with the right signature that fails at run time (the actor-failure report test)."""
     raise ValueError("the reward model exploded on purpose")
+
+
+def record_trainer_env(args):
+    """--custom-megatron-init-path hook: what the trainer actor runs with (the --train-env-vars test reads it)."""
+    import torch
+
+    with open(os.path.join(args.run_dir, "trainer_env.json"), "w") as f:
+        json.dump({"threads": torch.get_num_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+                   "probe": os.environ.get("SLIME_LIKE_TRAIN_ENV_PROBE")}, f)
 
 
 def write_prompts(path, n=64, seed=0):
