@@ -53,12 +53,18 @@ SHAPES = {  # name -> (model, samples, micro-batch, (prompt min, max), (response
 }
 
 
-def make_batch(n, prompt, response, vocab, seed=0):
+GROUP = {"demo": 8, "100m": 4, "long": 1}  # samples per prompt (GRPO groups: --shared-prompt-training shares them)
+
+
+def make_batch(n, prompt, response, vocab, seed=0, group=1):
+    """n samples in groups of `group` consecutive samples with the same prompt (as a GRPO rollout delivers them)."""
     rng = random.Random(seed)
-    toks, lens = [], []
-    for _ in range(n):
-        p, r = rng.randint(*prompt), rng.randint(*response)
-        toks.append([rng.randint(2, vocab - 1) for _ in range(p + r)])
+    toks, lens, head = [], [], []
+    for i in range(n):
+        if i % group == 0:
+            head = [rng.randint(2, vocab - 1) for _ in range(rng.randint(*prompt))]
+        r = rng.randint(*response)
+        toks.append(head + [rng.randint(2, vocab - 1) for _ in range(r)])
         lens.append(r)
     return {"tokens": toks, "response_lengths": lens, "loss_masks": [[1] * r for r in lens],
             "rewards": [float(rng.random() < 0.5) for _ in range(n)]}
@@ -213,6 +219,11 @@ def main(argv=None):
     p.add_argument("--profile", default=None, help="also write torch.profiler op tables here")
     p.add_argument("--megatron-flags", default="", help="extra train.py flags for the megatron side, e.g. "
                    "'--use-dynamic-batch-size --max-tokens-per-gpu 4096'")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    for i, arg in enumerate(argv[:-1]):  # "--megatron-flags --flag": argparse would take the value for an option
+        if arg == "--megatron-flags":
+            argv[i:i + 2] = [f"--megatron-flags={argv[i + 1]}"]
+            break
     a = p.parse_args(argv)
     from slime_like.backends.megatron.parallel import free_port
     from slime_like.demo.arith import ALPHABET
@@ -229,7 +240,7 @@ def main(argv=None):
             if not os.path.exists(os.path.join(ckpt, "config.json")):
                 build_tiny_checkpoint(ckpt, alphabet=ALPHABET, **model)
             vocab = json.load(open(os.path.join(ckpt, "config.json")))["vocab_size"]
-            batch = make_batch(n, prompt, response, vocab)
+            batch = make_batch(n, prompt, response, vocab, group=GROUP[shape])
             tokens = sum(len(t) for t in batch["tokens"])
             mc, n_params, m_state = megatron_step(ckpt, batch, micro, port, a.megatron_flags.split())
             fc, f_state = fsdp_step(ckpt, batch, micro, port)

@@ -50,6 +50,10 @@ def add_perf_group(parser):
     a("--recompute-loss-function", action="store_true", help="Recompute the loss function to save memory (slime).")
     a("--use-dynamic-batch-size", action="store_true",
       help="Pack micro-batches by token count (up to --max-tokens-per-gpu) instead of --micro-batch-size.")
+    a("--shared-prompt-training", action="store_true",
+      help="(slime_like's own flag, not slime's) Megatron trainer: compute each group's shared prompt once per "
+           "micro-batch ([prompt, response_1, ..., response_n] in one row with a shared-prefix attention mask and "
+           "per-token RoPE positions); same log-probs and gradients, fewer tokens. Local / SDPA attention only.")
     a("--max-tokens-per-gpu", type=Int(1), default=None,
       help="Token budget per GPU per micro-batch (dynamic batching).")
     a("--log-probs-max-tokens-per-gpu", type=Int(1), default=None,
@@ -327,3 +331,30 @@ def virtual_pipeline_problem(num_layers: int, pp: int, per_layer, per_rank, firs
         return (f"{flag} {value}: the pipeline stages hold {sorted(set(sizes))} layers (--num-layers {num_layers} over "
                 f"--pipeline-model-parallel-size {pp}); each stage's layers must divide evenly into {value} chunks")
     return None
+
+
+def check_shared_prompt(args) -> None:
+    """--shared-prompt-training: what the layout (backends/training/shared_prompt.py) does not cover, all at once.
+    The machine's part (TransformerEngine in use) is the Megatron trainer's launch check."""
+    if not args.shared_prompt_training:
+        return
+    from slime_like.config.hf_families import family_of
+
+    flag = "--shared-prompt-training"
+    problems = []
+    if args.train_backend != "megatron":
+        problems.append(f"{flag} with --train-backend {args.train_backend}: only the Megatron trainer builds the "
+                        "shared-prompt layout; use --train-backend megatron or drop the flag")
+    for dest, name in (("context_parallel_size", "--context-parallel-size"),):
+        if int(getattr(args, dest) or 1) > 1:
+            problems.append(f"{flag} with {name} {getattr(args, dest)}: not supported; set {name} 1 or drop the flag")
+    if args.enable_mtp_training:
+        problems.append(f"{flag} with --enable-mtp-training: MTP layers read whole rows; drop one of the two")
+    if args.use_routing_replay or args.use_rollout_routing_replay:
+        problems.append(f"{flag} with --use-routing-replay / --use-rollout-routing-replay: the recorded routing "
+                        "is per token of ordinary rows; drop one of them")
+    if getattr(args, "hf_model_type", None) and family_of({"model_type": args.hf_model_type}).vision_language:
+        problems.append(f"{flag}: the model ({args.hf_model_type}) is a vision-language model, not supported; "
+                        "drop the flag")
+    if problems:
+        raise ConfigError("; ".join(problems))

@@ -58,6 +58,7 @@ def validate_args(args, report, raise_path_problems: bool = True) -> None:
     if TRAINER_BACKENDS.has(args.train_backend, "megatron_core_spec"):  # the HF tower inside megatron-core
         check_vision_language(args)
     model.check_routing_replay(args)      # needs the model's MoE fields (config.json fills them)
+    trainer_megatron.check_shared_prompt(args)  # needs the parallel sizes and the model type
     logging_debug.derive_run_dirs(args)
     engines.derive_external(args)
     if raise_path_problems:

@@ -11,6 +11,10 @@ costs S^2 per head, k times the work of k samples of S / k tokens; this module r
 off the mask once per micro-batch (every layer gets the same mask object) and runs causal SDPA per sample
 (up to MAX_PER_SAMPLE_CALLS samples; beyond, one SDPA call with the mask).
 
+A --shared-prompt-training row (backends/training/shared_prompt.py) is not block-causal (responses share their
+group's prompt), but its mask opens nothing across groups: diagonal_blocks finds the groups and the module runs one
+masked SDPA call per group (up to MAX_PER_SAMPLE_CALLS), not one over the whole row.
+
 Context parallelism (--context-parallel-size > 1) hands it a THD row of this CP rank's chunks
 (backends/training/cp_layout.py) with packed THD parameters: attention then all-gathers keys and values over the
 CP group (cp_attention.py). mcore's own DotProductAttention refuses CP > 1 in its constructor; this subclass
@@ -57,6 +61,33 @@ def segment_lengths(mask: torch.Tensor) -> list[int] | None:
     return lengths
 
 
+_blocks_of_mask: tuple = (None, None)
+
+
+def diagonal_blocks(mask: torch.Tensor) -> list[int] | None:
+    """Lengths of the diagonal blocks of a `[1, 1, S, S]` boolean mask (True = masked) that opens nothing across
+    blocks (--shared-prompt-training's rows: one block per prompt group), or None for any other mask. Every row
+    must open at least its own column. The blocks are the finest split: a boundary b where no row from b on opens a
+    column before b and no row before b opens a column from b on."""
+    global _blocks_of_mask
+    if _blocks_of_mask[0] is mask:
+        return _blocks_of_mask[1]
+    lengths = None
+    if mask.dim() == 4 and mask.shape[:2] == (1, 1) and mask.shape[2] == mask.shape[3] and mask.dtype == torch.bool:
+        allowed = ~mask[0, 0]
+        s = allowed.shape[0]
+        idx = torch.arange(s, device=mask.device)
+        if bool(allowed[idx, idx].all()):
+            first = allowed.int().argmax(dim=-1)
+            last = s - 1 - allowed.flip(-1).int().argmax(dim=-1)
+            min_after = first.flip(0).cummin(0).values.flip(0)  # earliest column opened by rows i..S-1
+            max_before = torch.cat([last.new_full((1,), -1), last.cummax(0).values[:-1]])  # by rows 0..i-1
+            bounds = ((min_after >= idx) & (max_before < idx)).nonzero().flatten().tolist() + [s]
+            lengths = [b - a for a, b in zip(bounds, bounds[1:])]
+    _blocks_of_mask = (mask, lengths)
+    return lengths
+
+
 class SDPADotProductAttention(DotProductAttention):
     """DotProductAttention with the same inputs and outputs ([s, b, heads, dim] in, [s, b, hidden] out; THD rows of
     context parallelism: [t, heads, dim] in, [t, hidden] out)."""
@@ -91,13 +122,24 @@ class SDPADotProductAttention(DotProductAttention):
             context = self._sdpa(q, k, v, None, causal, gqa)
         else:
             lengths = segment_lengths(attention_mask)
-            if lengths is None or len(lengths) > MAX_PER_SAMPLE_CALLS:  # one masked call over the row (True = masked)
+            blocks = diagonal_blocks(attention_mask) if lengths is None else None
+            if blocks is not None and 1 < len(blocks) <= MAX_PER_SAMPLE_CALLS:  # one masked call per block
+                context = self._blockwise(q, k, v, attention_mask, blocks, gqa)
+            elif lengths is None or len(lengths) > MAX_PER_SAMPLE_CALLS:  # one masked call over the row
                 context = self._sdpa(q, k, v, ~attention_mask, False, gqa)
             else:
                 context = torch.cat([self._sdpa(qs, ks, vs, None, True, gqa) for qs, ks, vs in
                                      zip(q.split(lengths, 2), k.split(lengths, 2), v.split(lengths, 2))], dim=2)
         s, b = query.shape[0], query.shape[1]
         return context.permute(2, 0, 1, 3).reshape(s, b, self.hidden_size_per_partition)
+
+    def _blockwise(self, q, k, v, mask, blocks, gqa):
+        """Attention within each diagonal block of a mask that opens nothing across blocks (diagonal_blocks)."""
+        out, at = [], 0
+        for n, qs, ks, vs in zip(blocks, q.split(blocks, 2), k.split(blocks, 2), v.split(blocks, 2)):
+            out.append(self._sdpa(qs, ks, vs, ~mask[..., at:at + n, at:at + n], False, gqa))
+            at += n
+        return torch.cat(out, dim=2)
 
     def _thd_context_parallel(self, query, key, value, packed_seq_params):
         """A CP rank's THD row (cp_layout.py): all-gather attention over the CP group (cp_attention.py)."""

@@ -36,6 +36,7 @@ from slime_like.backends.megatron.hf_weights import unwrap
 from slime_like.backends.megatron.old_actor import OldActorWeights
 from slime_like.backends.megatron.response_rows import projecting
 from slime_like.backends.megatron.routing_replay import RoutingReplay
+from slime_like.backends.megatron.shared_prompt import launch_problems, per_token_rope
 from slime_like.backends.megatron.transformer_config import virtual_pipeline_size
 from slime_like.backends.training.base import RLTrainerBase, StepResult
 from slime_like.backends.training import data as D
@@ -98,6 +99,8 @@ class MegatronTrainer(RLTrainerBase):
         if self.vision and self.use_te:
             self.pack_rows = False  # TE's THD rotary indexes 1-D positions; M-RoPE's are per sample: padded rows
         self.routing = RoutingReplay(self.args, [])   # the actor's, once its model is built
+        if self.args.shared_prompt_training and launch_problems(self.args, self.use_te, self.vision):
+            raise NotImplementedError("; ".join(launch_problems(self.args, self.use_te, self.vision)))
 
     def _sequence_split(self) -> tuple[int, int, int]:
         """Context parallelism (cp_layout.py); sequence parallelism splits a CP rank's row over TP, and the row's
@@ -176,7 +179,8 @@ class MegatronTrainer(RLTrainerBase):
             mb = next(data_iterator)
             self.routing.before_forward(actor, mb)
             mtp_inputs = MTP.forward_kwargs(mb, self.args.mtp_num_layers) if self._has_mtp(chunk) else {}
-            with projecting(chunk, mb.logit_positions):  # the LM head over the scored positions only
+            # the LM head over the scored positions only; --shared-prompt-training's per-token RoPE positions
+            with projecting(chunk, mb.logit_positions), per_token_rope(chunk, mb):
                 out = chunk(mb.tokens, mb.position_ids, mb.attention_mask, packed_seq_params=mb.packed_seq_params,
                             **self._image_inputs(mb), **mtp_inputs)
             if mtp_inputs:  # given labels GPTModel returns the main cross entropy: the loss reads the logits
@@ -202,7 +206,8 @@ class MegatronTrainer(RLTrainerBase):
         """--opd-kl-mode full: the frozen teacher's logits for the micro-batch, called inside the actor's loss
         function on every TP rank (one pipeline stage: the config check refuses PP > 1 with this mode)."""
         (chunk,) = self.teacher_model
-        with projecting(chunk, mb.logit_positions):  # the student's positions: the loss reads both at mb.cols
+        # the student's positions: the loss reads both at mb.cols
+        with projecting(chunk, mb.logit_positions), per_token_rope(chunk, mb):
             return chunk(mb.tokens, mb.position_ids, mb.attention_mask, packed_seq_params=mb.packed_seq_params,
                          **self._image_inputs(mb))
 

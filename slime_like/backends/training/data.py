@@ -328,6 +328,8 @@ class MicroBatcher:
     def split(self, batch: dict, indices: list[int], field_keys=(), max_tokens: int | None = None) -> list:
         args = self.args
         packed = bool(args.use_dynamic_batch_size)
+        if getattr(args, "shared_prompt_training", False):  # one row per micro-batch, prompts once (shared_prompt.py)
+            return self._split_shared(batch, indices, field_keys, max_tokens)
         if packed:
             lengths = [len(t) for t in batch["tokens"]]
             groups = packed_micro_batches(indices, lengths, max_tokens or args.max_tokens_per_gpu)
@@ -350,6 +352,19 @@ class MicroBatcher:
                                     field_keys=field_keys), self.device) for g in groups]
         return [build_micro_batch(self.packed_batch, g, packed=packed and self.pack_rows, use_te=self.use_te,
                                   field_keys=field_keys, device=self.device) for g in groups]
+
+    def _split_shared(self, batch: dict, indices: list[int], field_keys, max_tokens: int | None) -> list:
+        from slime_like.backends.training import shared_prompt
+
+        args = self.args
+        if self.packed_batch is None or not self.packed_batch.packs(batch):
+            self.packed_batch = PackedBatch(batch)
+        dynamic = bool(args.use_dynamic_batch_size)
+        groups = shared_prompt.micro_batch_groups(
+            self.packed_batch, indices, micro_batch_size=None if dynamic else args.micro_batch_size,
+            max_tokens=(max_tokens or args.max_tokens_per_gpu) if dynamic else None)
+        groups = at_least(groups, self.min_micro_batches)
+        return [shared_prompt.build_shared_micro_batch(self.packed_batch, g, field_keys, self.device) for g in groups]
 
     def for_scoring(self, batch: dict) -> list:
         """Every sample of the batch, under --log-probs-max-tokens-per-gpu's budget when set."""

@@ -37,6 +37,8 @@ class MicroBatch:
     # and `cols` as they were (positions in the token sequence).
     logit_positions: torch.Tensor | None = None
     source_cols: torch.Tensor | None = None
+    # --shared-prompt-training (shared_prompt.py): `position_ids` are each token's rotary position, not its row index
+    per_token_positions: bool = False
 
     @property
     def response_lengths(self) -> list[int]:
