@@ -31,7 +31,7 @@ def grpo_case(rank, world_size, port, ckpt):
     metrics = [t.train_step(i, batch) for i in range(3)]  # old log-probs stay those of rollout 0
     after = response_logprob_sums(t.compute_log_probs(batch)["log_probs"], batch)
     return {"metrics": metrics, "before": before, "after": after, "adv": [a.tolist() for a in batch["advantages"]],
-            "foreach": [g.get("foreach") for g in t.optimizer.param_groups]}
+            "fused": [(g.get("fused"), g.get("foreach")) for g in t.optimizer.param_groups]}
 
 
 def test_grpo_steps_lower_the_loss_and_follow_the_advantage_sign(tiny_ckpt):
@@ -46,8 +46,8 @@ def test_grpo_steps_lower_the_loss_and_follow_the_advantage_sign(tiny_ckpt):
     assert pos1 > pos0 + 0.5 and neg1 < neg0 - 0.5, (out["before"], out["after"])
     # GRPO advantages are the (group-normalised) reward on every response token
     assert all(set(a) == {1.0} or set(a) == {-1.0} for a in out["adv"])
-    # on CPU the optimizer takes torch's multi-tensor path (bit-identical to its default loop, 2x faster)
-    assert out["foreach"] and all(out["foreach"]), out["foreach"]
+    # without TE / Apex, Adam takes torch's fused kernel (transformers' default; ~4x the foreach loop on CPU)
+    assert out["fused"] and all(g == (True, False) for g in out["fused"]), out["fused"]
 
 
 def parity_case(rank, world_size, port, ckpt):

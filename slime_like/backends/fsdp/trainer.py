@@ -210,9 +210,10 @@ class FSDPTrainer(RLTrainerBase):
                                    weight_decay=float(args.weight_decay), foreach=True)
         if name != "adam":
             raise ValueError(f"--optimizer {name!r} is not supported by the FSDP trainer; use adam or sgd")
+        # torch's fused kernel (CPU and CUDA, DTensor shards too): transformers' default, ~4x foreach's speed on CPU
         return torch.optim.AdamW(groups, lr=float(args.lr), betas=(float(args.adam_beta1),
                                  float(args.adam_beta2)), eps=float(args.adam_eps),
-                                 weight_decay=float(args.weight_decay), foreach=True)
+                                 weight_decay=float(args.weight_decay), fused=True)
 
     def _build_reference(self):
         """LoRA: the same sharded model with adapters disabled (no second copy). Else a frozen sharded copy."""
