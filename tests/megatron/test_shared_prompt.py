@@ -1,7 +1,8 @@
 """--shared-prompt-training (issue 26, speed; backends/training/shared_prompt.py, backends/megatron/shared_prompt.py):
 each group's prompt computed once per micro-batch gives the same old / reference log-probs, the same step metrics and
 the same weights after an SGD step (so the same gradients) as ordinary rows, on real megatron-core with the tiny
-Qwen2 checkpoint, with fewer input tokens; a group whose prompts differ stays unshared. The layout's mask and
+Qwen2 checkpoint, with fewer input tokens (fixed micro-batches of whole or half groups, packed rows, TP=2, PP=2; PPO's
+critic: values and its step); a group whose prompts differ stays unshared. The layout's mask and
 positions are checked directly, and the flag's refusals at parse time and at launch."""
 import random
 
@@ -69,7 +70,7 @@ def step_rank(rank, world_size, port, ckpts, flags):
     return out
 
 
-CASES = {"fixed": (1, ()), "packed": (1, PACKED),
+CASES = {"fixed": (1, ()), "packed": (1, PACKED), "groups-split": (1, ("--micro-batch-size", "2")),
          "tp2": (2, ("--actor-num-gpus-per-node", "2", "--tensor-model-parallel-size", "2")),
          "pp2-packed": (2, ("--actor-num-gpus-per-node", "2", "--pipeline-model-parallel-size", "2", *PACKED))}
 
@@ -88,6 +89,42 @@ def test_shared_prompt_step_equals_ordinary_rows(ckpts, case):
     worst = max((shared["weights"][n] - plain["weights"][n]).abs().max().item() for n in plain["weights"])
     assert worst < 1e-6, worst
     assert shared["tokens"] < plain["tokens"] * 0.8, (shared["tokens"], plain["tokens"])
+
+
+def critic_rank(rank, world_size, port, ckpt, flags):
+    """PPO's critic (the value head reads the same scoring columns): values and one SGD step."""
+    from slime_like.args import role_args
+    from slime_like.backends.megatron.trainer import MegatronTrainer
+
+    args = make_args(ckpt, "--advantage-estimator", "ppo", "--use-critic", "--critic-num-gpus-per-node", 1,
+                     "--gamma", 1.0, "--lambd", 1.0, "--value-clip", 0.5, *FLAGS[:6], "--global-batch-size", "16",
+                     "--micro-batch-size", "4", "--n-samples-per-prompt", "4", *flags)
+    critic = MegatronTrainer(role_args(args, "critic"), role="critic", rank=rank, world_size=world_size,
+                             master_port=port)
+    tokens = []
+    critic.chunks[0].embedding.register_forward_pre_hook(lambda m, a, kw: tokens.append(kw["input_ids"].numel()),
+                                                         with_kwargs=True)
+    batch = grouped_batch()
+    batch["rewards"] = list(batch["raw_rewards"])
+    batch.update(critic.compute_values(batch))
+    batch["log_probs"] = [torch.zeros(r) for r in batch["response_lengths"]]
+    batch.update(critic.compute_advantages(batch))
+    metrics = critic.train_step(0, batch)
+    return {"values": batch["values"], "metrics": metrics, "tokens": sum(tokens),
+            "weights": {n: w.clone() for n, w in critic.iter_hf_weights()}}
+
+
+@pytest.mark.slow
+def test_shared_prompt_critic_equals_ordinary_rows(ckpts):
+    shared = run_ranks(critic_rank, 1, ckpts[0], ("--shared-prompt-training",), timeout=480.0)[0]
+    plain = run_ranks(critic_rank, 1, ckpts[0], (), timeout=480.0)[0]
+    assert (flat(shared["values"]) - flat(plain["values"])).abs().max().item() < 1e-5
+    for key in ("value_loss", "grad_norm"):
+        assert shared["metrics"][key] == pytest.approx(plain["metrics"][key], rel=1e-5, abs=1e-6), key
+    assert plain["metrics"]["value_loss"] > 1e-4
+    assert shared["tokens"] < plain["tokens"] * 0.8, (shared["tokens"], plain["tokens"])
+    worst = max((shared["weights"][n] - plain["weights"][n]).abs().max().item() for n in plain["weights"])
+    assert worst < 1e-6, worst
 
 
 def test_layout_mask_positions_and_scoring_columns():
