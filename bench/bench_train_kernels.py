@@ -13,7 +13,8 @@ Per shape and trainer (Megatron, FSDP), each in a fresh child process whose PYTH
 Shapes: demo (the demo's Qwen2: hidden 128, 2 layers, vocab 16; 512 samples of ~9 tokens, micro-batch 128),
 100m (hidden 768, 12 layers, vocab 16: 64 samples of ~9 tokens, micro-batch 64), 100m_vocab (hidden 768, 6
 layers, Qwen's vocabulary 151,936, tied: 16 samples of 64 tokens, 32 of them response, micro-batch 8: the
-logits path dominates the step's memory).
+logits path dominates the step's memory). Samples come in GRPO groups sharing a prompt (8 per prompt at the demo
+shapes, 4 at the 100m ones), as the rollout sends them (--shared-prompt-training needs them).
 
     python bench/bench_train_kernels.py [--trees main=/work/main,branch=.] [--shapes demo,100m,100m_vocab]
         [--backends megatron,fsdp] [--steps 3] [--out bench/results/bench_train_kernels.json]
@@ -44,12 +45,18 @@ SHAPES = {  # name -> (model, samples, micro-batch, (prompt min, max), (response
 }
 
 
-def make_batch(n, prompt, response, vocab, seed=0):
+GROUP = {"demo": 8, "demo_packed": 8, "100m": 4, "100m_packed": 4, "100m_vocab": 4}  # samples per prompt (GRPO)
+
+
+def make_batch(n, prompt, response, vocab, seed=0, group=1):
+    """n samples in GRPO groups of `group` consecutive samples sharing one prompt (as the rollout sends them)."""
     rng = random.Random(seed)
     toks, lens = [], []
-    for _ in range(n):
-        p, r = rng.randint(*prompt), rng.randint(*response)
-        toks.append([rng.randint(2, vocab - 1) for _ in range(p + r)])
+    for i in range(n):
+        if i % group == 0:
+            shared = [rng.randint(2, vocab - 1) for _ in range(rng.randint(*prompt))]
+        r = rng.randint(*response)
+        toks.append(shared + [rng.randint(2, vocab - 1) for _ in range(r)])
         lens.append(r)
     return {"tokens": toks, "response_lengths": lens, "loss_masks": [[1] * r for r in lens],
             "rewards": [float(rng.random() < 0.5) for _ in range(n)]}
@@ -92,7 +99,7 @@ def child(spec: dict) -> dict:
     torch.set_num_threads(1)
     batch, micro, backend = spec["batch"], spec["micro"], spec["backend"]
     n = len(batch["tokens"])
-    flags = ["--hf-checkpoint", spec["ckpt"], "--rollout-batch-size", str(n), "--n-samples-per-prompt", "1",
+    flags = ["--hf-checkpoint", spec["ckpt"], "--rollout-batch-size", str(n // spec["group"]), "--n-samples-per-prompt", str(spec["group"]),
              "--num-rollout", "100", "--colocate", "--actor-num-gpus-per-node", "1", "--global-batch-size", str(n),
              "--micro-batch-size", str(micro), "--lr", "1e-5", "--lr-decay-style", "constant", "--clip-grad", "1.0",
              "--advantage-estimator", "grpo", "--moe-token-dispatcher-type", "alltoall", *spec["flags"]]
@@ -180,14 +187,14 @@ def main(argv=None):
             model, n, micro, prompt, response, shape_flags = SHAPES[shape]
             ckpt = build_tiny_checkpoint(os.path.join(tmp, shape), alphabet=ALPHABET, **model)
             vocab = json.load(open(os.path.join(ckpt, "config.json")))["vocab_size"]
-            batch = make_batch(n, prompt, response, vocab)
+            batch = make_batch(n, prompt, response, vocab, group=GROUP[shape])
             for backend in a.backends.split(","):
                 for name, tree in trees.items():  # alternate the trees under the same load
                     tree, _, tree_flags = tree.partition(":")
                     if backend == "fsdp" and tree_flags:
                         continue  # the per-tree flags select megatron variants
                     spec = {"ckpt": ckpt, "batch": batch, "micro": micro, "backend": backend, "steps": a.steps,
-                            "flags": [*shape_flags, *tree_flags.split()]}
+                            "group": GROUP[shape], "flags": [*shape_flags, *tree_flags.split()]}
                     r = {"shape": shape, "backend": backend, "tree": name, **run_child(tree, spec)}
                     rows.append(r)
                     print(f"{shape:>10} {backend:>8} {name:>7}: aten/mb train {r['aten_per_mb_train']:8.0f} "

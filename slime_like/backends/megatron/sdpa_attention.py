@@ -12,8 +12,9 @@ off the mask once per micro-batch (every layer gets the same mask object) and ru
 (up to MAX_PER_SAMPLE_CALLS samples; beyond, one SDPA call with the mask).
 
 A --shared-prompt-training row (backends/training/shared_prompt.py) is not block-causal (responses share their
-group's prompt), but its mask opens nothing across groups: diagonal_blocks finds the groups and the module runs one
-masked SDPA call per group (up to MAX_PER_SAMPLE_CALLS), not one over the whole row.
+group's prompt), but its mask opens nothing across groups: diagonal_blocks finds the groups and a row of at least
+MIN_TOKENS_TO_SPLIT_GROUPS tokens runs one masked SDPA call per group (up to MAX_PER_SAMPLE_CALLS); a shorter row,
+one masked call over the row.
 
 Context parallelism (--context-parallel-size > 1) hands it a THD row of this CP rank's chunks
 (backends/training/cp_layout.py) with packed THD parameters: attention then all-gathers keys and values over the
@@ -33,6 +34,10 @@ from megatron.core.transformer.enums import AttnMaskType
 # Per-sample calls cost one kernel launch each (forward and backward, every layer): a row of many short samples
 # (the CPU demo packs ~110 samples of ~9 tokens: 7x the aten ops, though 2.2x less CPU time) takes one masked call.
 MAX_PER_SAMPLE_CALLS = 16
+# A shared-prompt row is split at its groups only when it is long enough for the attention work the split saves
+# (S^2 -> S^2 / groups) to outweigh a call per group: measured on CPU, rows of 16 groups and ~300-460 tokens
+# (bench_train_kernels.py demo / 100m) ran 2.9-3.4x the aten ops of one masked call for no gain in step time.
+MIN_TOKENS_TO_SPLIT_GROUPS = 2048
 _segments_of_mask: tuple = (None, None)  # (the last mask seen, its sample lengths): one read per micro-batch
 
 
@@ -123,7 +128,9 @@ class SDPADotProductAttention(DotProductAttention):
         else:
             lengths = segment_lengths(attention_mask)
             blocks = diagonal_blocks(attention_mask) if lengths is None else None
-            if blocks is not None and 1 < len(blocks) <= MAX_PER_SAMPLE_CALLS:  # one masked call per block
+            split = blocks is not None and 1 < len(blocks) <= MAX_PER_SAMPLE_CALLS \
+                and attention_mask.shape[-1] >= MIN_TOKENS_TO_SPLIT_GROUPS
+            if split:  # one masked call per block
                 context = self._blockwise(q, k, v, attention_mask, blocks, gqa)
             elif lengths is None or len(lengths) > MAX_PER_SAMPLE_CALLS:  # one masked call over the row
                 context = self._sdpa(q, k, v, ~attention_mask, False, gqa)
