@@ -26,7 +26,8 @@ from __future__ import annotations
 import itertools
 import torch
 
-from slime_like.backends.training.micro_batch import MicroBatch, block_causal_mask, packed_seq_params_for
+from slime_like.backends.training.micro_batch import (MicroBatch, block_causal_mask, fixed_micro_batches,
+                                                      multimodal_inputs, packed_seq_params_for, to_device)
 
 REQUIRED_KEYS = ("tokens", "response_lengths", "loss_masks")
 
@@ -97,13 +98,6 @@ def split_steps(n: int, num_steps: int, global_batch_size: int | None, dp_size: 
                              "equal optimizer steps")
         per_step = n // num_steps
     return [list(range(s * per_step, (s + 1) * per_step)) for s in range(num_steps)]
-
-
-def fixed_micro_batches(indices: list[int], micro_batch_size: int) -> list[list[int]]:
-    """Consecutive groups of `--micro-batch-size` samples (the last group may be smaller)."""
-    if micro_batch_size < 1:
-        raise ValueError(f"--micro-batch-size must be >= 1, got {micro_batch_size}")
-    return [indices[i:i + micro_batch_size] for i in range(0, len(indices), micro_batch_size)]
 
 
 def packed_micro_batches(indices: list[int], lengths: list[int], max_tokens: int) -> list[list[int]]:
@@ -272,36 +266,6 @@ def build_micro_batch(batch, sample_ids: list[int], packed: bool, use_te: bool =
     mb = MicroBatch(sample_ids, tokens, position_ids, attention_mask, psp, rows, cols, targets, valid, loss_mask,
                     fields, multimodal_inputs(pb.batch, sample_ids))
     return to_device(mb, device)
-
-
-def to_device(mb: MicroBatch, device) -> MicroBatch:
-    """The micro-batch's tensors on `device` (None: stay on the CPU)."""
-    if device is None:
-        return mb
-    for name in ("tokens", "position_ids", "rows", "cols", "targets", "valid", "loss_mask", "response_index"):
-        if getattr(mb, name) is not None:
-            setattr(mb, name, getattr(mb, name).to(device))
-    if mb.attention_mask is not None:
-        mb.attention_mask = mb.attention_mask.to(device)
-    psp = mb.packed_seq_params
-    if psp is not None and psp.cu_seqlens_q.device != device:
-        psp.cu_seqlens_q = psp.cu_seqlens_kv = psp.cu_seqlens_q.to(device)
-    mb.fields = {k: v.to(device) for k, v in mb.fields.items()}
-    return mb
-
-
-def multimodal_inputs(batch: dict, sample_ids: list[int]) -> dict | None:
-    """The samples' images as one model input: `pixel_values` and `image_grid_thw` of every sample's
-    `multimodal_train_inputs` (the processor's output; None for a text sample) concatenated in `sample_ids` order,
-    the order of the samples' image tokens in the micro-batch (rows, or segments of a packed row), which is the
-    order HF's VLMs fill image tokens in. None when no sample of the micro-batch has images."""
-    column = batch.get("multimodal_train_inputs")
-    items = [column[i] for i in sample_ids if column[i]] if column else []
-    if not items:
-        return None
-    return {"pixel_values": torch.cat([torch.as_tensor(x["pixel_values"]) for x in items]).float(),
-            "image_grid_thw": torch.cat([torch.as_tensor(x["image_grid_thw"], dtype=torch.long).reshape(-1, 3)
-                                         for x in items])}
 
 
 def unpad_rows(x: torch.Tensor, lengths: list[int]) -> list[torch.Tensor]:

@@ -1,6 +1,7 @@
 """One forward pass's inputs (MicroBatch) and the attention descriptions of a packed row (block-causal mask for the
 local spec, THD cumulative lengths for TransformerEngine): what data.py builds, cp_layout.py builds under context
-parallelism, and the losses and attention modules read."""
+parallelism, shared_prompt.py builds for --shared-prompt-training, and the losses and attention modules read; and the
+helpers those builders share (fixed-size micro-batches, a micro-batch's images, the move to the device)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -88,3 +89,40 @@ def packed_seq_params_for(lengths: list[int], device=None):
     cu[1:] = torch.cumsum(torch.tensor(lengths, dtype=torch.int32, device=device), 0)
     return PackedSeqParams(qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu,
                            max_seqlen_q=max(lengths), max_seqlen_kv=max(lengths))
+
+
+def fixed_micro_batches(indices: list[int], micro_batch_size: int) -> list[list[int]]:
+    """Consecutive groups of `--micro-batch-size` samples (the last group may be smaller)."""
+    if micro_batch_size < 1:
+        raise ValueError(f"--micro-batch-size must be >= 1, got {micro_batch_size}")
+    return [indices[i:i + micro_batch_size] for i in range(0, len(indices), micro_batch_size)]
+
+
+def to_device(mb: MicroBatch, device) -> MicroBatch:
+    """The micro-batch's tensors on `device` (None: stay on the CPU)."""
+    if device is None:
+        return mb
+    for name in ("tokens", "position_ids", "rows", "cols", "targets", "valid", "loss_mask", "response_index"):
+        if getattr(mb, name) is not None:
+            setattr(mb, name, getattr(mb, name).to(device))
+    if mb.attention_mask is not None:
+        mb.attention_mask = mb.attention_mask.to(device)
+    psp = mb.packed_seq_params
+    if psp is not None and psp.cu_seqlens_q.device != device:
+        psp.cu_seqlens_q = psp.cu_seqlens_kv = psp.cu_seqlens_q.to(device)
+    mb.fields = {k: v.to(device) for k, v in mb.fields.items()}
+    return mb
+
+
+def multimodal_inputs(batch: dict, sample_ids: list[int]) -> dict | None:
+    """The samples' images as one model input: `pixel_values` and `image_grid_thw` of every sample's
+    `multimodal_train_inputs` (the processor's output; None for a text sample) concatenated in `sample_ids` order,
+    the order of the samples' image tokens in the micro-batch (rows, or segments of a packed row), which is the
+    order HF's VLMs fill image tokens in. None when no sample of the micro-batch has images."""
+    column = batch.get("multimodal_train_inputs")
+    items = [column[i] for i in sample_ids if column[i]] if column else []
+    if not items:
+        return None
+    return {"pixel_values": torch.cat([torch.as_tensor(x["pixel_values"]) for x in items]).float(),
+            "image_grid_thw": torch.cat([torch.as_tensor(x["image_grid_thw"], dtype=torch.long).reshape(-1, 3)
+                                         for x in items])}

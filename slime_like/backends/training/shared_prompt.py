@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from slime_like.backends.training.micro_batch import MicroBatch
+from slime_like.backends.training.micro_batch import MicroBatch, fixed_micro_batches, multimodal_inputs, to_device
 
 
 def prompt_units(pb, indices: list[int]) -> list[list[int]]:
@@ -64,8 +64,6 @@ def micro_batch_groups(pb, indices: list[int], *, micro_batch_size: int | None,
     group whose n divides the size stays in one micro-batch. Token budget (`max_tokens`, --use-dynamic-batch-size):
     whole units packed first-fit-decreasing by their shared-layout tokens (data.packed_micro_batches' rule)."""
     if micro_batch_size is not None:
-        from slime_like.backends.training.data import fixed_micro_batches
-
         return fixed_micro_batches(list(indices), micro_batch_size)
     too_long = [i for i in indices if int(pb.tok_len[i]) > max_tokens]
     if too_long:
@@ -124,8 +122,6 @@ def shared_prompt_mask(unit_of: torch.Tensor, owner: torch.Tensor) -> torch.Tens
 def build_shared_micro_batch(pb, sample_ids: list[int], field_keys=(), device=None) -> MicroBatch:
     """Samples `sample_ids` of the PackedBatch as one shared-prompt row (the module docstring's layout); the output
     rows follow the order of the units in the row."""
-    from slime_like.backends.training.data import multimodal_inputs, to_device
-
     ids, src, pos, unit_of, owner, first_logit, resp_start = _row_layout(pb, prompt_units(pb, sample_ids))
     order = ids.tolist()
     resp_t = pb.resp_len[ids]
