@@ -146,10 +146,12 @@ ADVANTAGE_ESTIMATORS = Registry("--advantage-estimator", "advantage estimator")
 #                           FSDP trainer's Ulysses sequence parallelism gathers whole sequences before the head)
 # trains_images             trains vision-language models on the samples' multimodal_train_inputs (--multimodal-keys)
 # trains_mtp                builds and trains multi-token-prediction layers (--enable-mtp-training)
+# shares_prompts            computes each GRPO group's shared prompt once per micro-batch (--shared-prompt-training)
 TRAINER_BACKENDS.register(
     "megatron", "slime_like.backends.megatron.trainer:MegatronTrainer", flag_group="perf/parallelism",
     capabilities={"keeps_pushed_weights", "distributed_optimizer", "megatron_checkpoints", "megatron_hooks",
-                  "megatron_core_spec", "routing_replay", "trains_images", "trains_mtp", "cp_splits_responses"},
+                  "megatron_core_spec", "routing_replay", "trains_images", "trains_mtp", "cp_splits_responses",
+                  "shares_prompts"},
     validator="slime_like.config.trainer_megatron:check_megatron_backend", display="the Megatron trainer",
     why_no_lora="its fused layers and distributed optimizer are not wired for adapters")
 TRAINER_BACKENDS.register(

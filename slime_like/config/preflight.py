@@ -28,7 +28,7 @@ from slime_like.config.rewards import rm_type_problem
 from slime_like.config.role_overrides import ROLES, apply_role
 from slime_like.config.schedule import schedule_steps
 from slime_like.config.install_extras import missing_extra
-from slime_like.utils.threads import train_env_vars, trainer_threads
+from slime_like.config.train_env import train_env_vars, trainer_threads
 from slime_like.config.slime_paths import OWN_FUNCTIONS, resolve
 
 # flag dest -> (positional arguments it is called with, keyword arguments); None: import check only.
@@ -141,7 +141,7 @@ def _checkpoints(args, errors: list) -> None:
 def _environment(args) -> list:
     """The trainer ranks' environment, read later on the Ray workers (where an error would come late)."""
     try:
-        trainer_threads(1, train_env_vars(args))
+        trainer_threads(1, train_env_vars(args.train_env_vars))
     except ValueError as e:
         return [str(e)]
     return []

@@ -342,18 +342,20 @@ def check_shared_prompt(args) -> None:
 
     flag = "--shared-prompt-training"
     problems = []
-    if args.train_backend != "megatron":
-        problems.append(f"{flag} with --train-backend {args.train_backend}: only the Megatron trainer builds the "
-                        "shared-prompt layout; use --train-backend megatron or drop the flag")
-    for dest, name in (("context_parallel_size", "--context-parallel-size"),):
-        if int(getattr(args, dest) or 1) > 1:
-            problems.append(f"{flag} with {name} {getattr(args, dest)}: not supported; set {name} 1 or drop the flag")
+    if not TRAINER_BACKENDS.has(args.train_backend, "shares_prompts"):
+        problems.append(f"{flag} with --train-backend {args.train_backend}: "
+                        f"{TRAINER_BACKENDS.display(args.train_backend)} does not build the shared-prompt layout; use "
+                        f"--train-backend {' or '.join(TRAINER_BACKENDS.with_capability('shares_prompts'))} or drop "
+                        "the flag")
+    if args.context_parallel_size > 1:
+        problems.append(f"{flag} with --context-parallel-size {args.context_parallel_size}: not supported; set "
+                        "--context-parallel-size 1 or drop the flag")
     if args.enable_mtp_training:
         problems.append(f"{flag} with --enable-mtp-training: MTP layers read whole rows; drop one of the two")
     if args.use_routing_replay or args.use_rollout_routing_replay:
         problems.append(f"{flag} with --use-routing-replay / --use-rollout-routing-replay: the recorded routing "
                         "is per token of ordinary rows; drop one of them")
-    if getattr(args, "hf_model_type", None) and family_of({"model_type": args.hf_model_type}).vision_language:
+    if args.hf_model_type and family_of({"model_type": args.hf_model_type}).vision_language:
         problems.append(f"{flag}: the model ({args.hf_model_type}) is a vision-language model, not supported; "
                         "drop the flag")
     if problems:

@@ -16,7 +16,7 @@ from slime_like.ray.placement import QUIET_OPENMP, Placement
 from slime_like.ray.weight_relay import choose_relays
 from slime_like.utils.console import quiet_known_notices
 from slime_like.utils.net import free_port
-from slime_like.utils.threads import train_env_vars, trainer_threads
+from slime_like.config.train_env import train_env_vars, trainer_threads
 
 
 # weight_relay: a rank relays other ranks' buckets to the engine ranks on its node (ray/weight_relay.py) while its own
@@ -232,7 +232,7 @@ class TrainerGroup:
         """`resume_iteration`: the run's checkpoint iteration, which every role loads (None: a fresh start)."""
         self.args, self.role = args, role
         world = len(slots)
-        user_env = train_env_vars(args)
+        user_env = train_env_vars(args.train_env_vars)
         threads = trainer_threads(world, user_env)
         env = {**QUIET_OPENMP, **user_env, "OMP_NUM_THREADS": str(threads)}
         # named, so a rank that dies under Ray is reported by role and rank (ray/failures.py)

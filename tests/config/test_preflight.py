@@ -180,7 +180,7 @@ def test_quantized_hf_checkpoint_is_refused_at_launch(tmp_path):
 
 def test_trainer_threads_follow_omp_num_threads_and_bad_train_env_is_refused_with_the_rest(base, data, monkeypatch,
                                                                                         capsys):
-    from slime_like.utils.threads import trainer_threads
+    from slime_like.config.train_env import trainer_threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert trainer_threads(1) == max(1, os.cpu_count() or 2) and trainer_threads(10 ** 6) == 1

@@ -42,13 +42,12 @@ def launch_problems(args, use_te: bool, vision: bool) -> list[str]:
                         "TransformerEngine's layer spec is in use here: add --transformer-impl local, or drop the flag")
     if vision:
         problems.append(f"{flag}: vision-language models (M-RoPE, images) are not supported; drop the flag")
-    if getattr(args, "multi_latent_attention", False):
+    if args.multi_latent_attention:
         problems.append(f"{flag}: multi-latent attention keeps its own rotary embedding; drop the flag")
-    if getattr(args, "position_embedding_type", "rope") in ("yarn", "mrope"):  # learned / none take position_ids
+    if args.position_embedding_type in ("yarn", "mrope"):  # learned / none take position_ids
         problems.append(f"{flag} needs plain RoPE, the model uses --position-embedding-type "
                         f"{args.position_embedding_type}; drop the flag")
-    if getattr(args, "hf_sparse_attention", None) or getattr(args, "hf_linear_attention", None) or \
-            getattr(args, "spec", None):
+    if args.hf_sparse_attention or args.hf_linear_attention or args.spec:
         problems.append(f"{flag}: sparse or linear attention layers (or a custom --spec) are not supported; "
                         "drop the flag")
     return problems

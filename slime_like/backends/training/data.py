@@ -292,7 +292,7 @@ class MicroBatcher:
     def split(self, batch: dict, indices: list[int], field_keys=(), max_tokens: int | None = None) -> list:
         args = self.args
         packed = bool(args.use_dynamic_batch_size)
-        if getattr(args, "shared_prompt_training", False):  # one row per micro-batch, prompts once (shared_prompt.py)
+        if args.shared_prompt_training:  # one row per micro-batch, prompts once (shared_prompt.py)
             return self._split_shared(batch, indices, field_keys, max_tokens)
         if packed:
             lengths = [len(t) for t in batch["tokens"]]

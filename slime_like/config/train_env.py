@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 
 
-def train_env_vars(args) -> dict[str, str]:
-    """--train-env-vars as the actor's environment (slime merges them over its own defaults, as we do). Raises
-    ValueError naming the flag for anything but a JSON object of names to strings, numbers or booleans."""
-    given = getattr(args, "train_env_vars", None) or {}
+def train_env_vars(given) -> dict[str, str]:
+    """--train-env-vars (its parsed JSON) as the actor's environment (slime merges them over its own defaults, as we
+    do). Raises ValueError naming the flag for anything but a JSON object of names to strings, numbers or booleans."""
+    given = given or {}
     if not isinstance(given, dict):
         raise ValueError(f"--train-env-vars {given!r}: expected a JSON object of variable names to values, "
                          "e.g. '{\"PYTORCH_CUDA_ALLOC_CONF\": \"expandable_segments:True\"}'")
