@@ -26,6 +26,8 @@ Where the module cannot reproduce mcore's computation it defers to it: an attent
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from megatron.core.transformer.dot_product_attention import DotProductAttention
@@ -38,59 +40,58 @@ MAX_PER_SAMPLE_CALLS = 16
 # (S^2 -> S^2 / groups) to outweigh a call per group: measured on CPU, rows of 16 groups and ~300-460 tokens
 # (bench_train_kernels.py demo / 100m) ran 2.9-3.4x the aten ops of one masked call for no gain in step time.
 MIN_TOKENS_TO_SPLIT_GROUPS = 2048
-_segments_of_mask: tuple = (None, None)  # (the last mask seen, its sample lengths): one read per micro-batch
 
 
-def segment_lengths(mask: torch.Tensor) -> list[int] | None:
+def _read_once_per_mask(read):
+    """`read(allowed)` over a `[1, 1, S, S]` boolean mask (True = masked; `allowed` is its inverse `[S, S]`), None
+    for any other mask; remembered for the last mask seen, since every layer of a micro-batch gets the same mask
+    object (one read per micro-batch)."""
+    last: list = [None, None]
+
+    @functools.wraps(read)
+    def once(mask: torch.Tensor):
+        if last[0] is not mask:
+            square = mask.dim() == 4 and mask.shape[:2] == (1, 1) and mask.shape[2] == mask.shape[3]
+            last[:] = [mask, read(~mask[0, 0]) if square and mask.dtype == torch.bool else None]
+        return last[1]
+    return once
+
+
+@_read_once_per_mask
+def segment_lengths(allowed: torch.Tensor) -> list[int] | None:
     """Sample lengths of a block-causal `[1, 1, S, S]` mask (True = masked), or None for any other mask.
 
     Row i of a block-causal mask opens exactly columns [start(i), i], with start constant inside a sample;
     the mask is recognised only if rebuilding it from those starts gives it back exactly."""
-    global _segments_of_mask
-    if _segments_of_mask[0] is mask:
-        return _segments_of_mask[1]
-    lengths = None
-    if mask.dim() == 4 and mask.shape[:2] == (1, 1) and mask.shape[2] == mask.shape[3] and mask.dtype == torch.bool:
-        allowed = ~mask[0, 0]
-        start = allowed.int().argmax(dim=-1)  # first open column of each row
-        s = allowed.shape[0]
-        firsts = (start == torch.arange(s, device=mask.device)).nonzero().flatten().tolist()
-        bounds = firsts + [s]
-        candidate = [b - a for a, b in zip(bounds, bounds[1:])]
-        if firsts and firsts[0] == 0 and all(n > 0 for n in candidate):
-            from slime_like.backends.training.micro_batch import block_causal_mask
+    from slime_like.backends.training.micro_batch import block_causal_mask
 
-            if torch.equal(block_causal_mask(candidate).to(mask.device), mask):
-                lengths = candidate
-    _segments_of_mask = (mask, lengths)
-    return lengths
+    start = allowed.int().argmax(dim=-1)  # first open column of each row
+    s = allowed.shape[0]
+    firsts = (start == torch.arange(s, device=allowed.device)).nonzero().flatten().tolist()
+    bounds = firsts + [s]
+    candidate = [b - a for a, b in zip(bounds, bounds[1:])]
+    if firsts and firsts[0] == 0 and all(n > 0 for n in candidate) and \
+            torch.equal(~block_causal_mask(candidate)[0, 0].to(allowed.device), allowed):
+        return candidate
+    return None
 
 
-_blocks_of_mask: tuple = (None, None)
-
-
-def diagonal_blocks(mask: torch.Tensor) -> list[int] | None:
+@_read_once_per_mask
+def diagonal_blocks(allowed: torch.Tensor) -> list[int] | None:
     """Lengths of the diagonal blocks of a `[1, 1, S, S]` boolean mask (True = masked) that opens nothing across
     blocks (--shared-prompt-training's rows: one block per prompt group), or None for any other mask. Every row
     must open at least its own column. The blocks are the finest split: a boundary b where no row from b on opens a
     column before b and no row before b opens a column from b on."""
-    global _blocks_of_mask
-    if _blocks_of_mask[0] is mask:
-        return _blocks_of_mask[1]
-    lengths = None
-    if mask.dim() == 4 and mask.shape[:2] == (1, 1) and mask.shape[2] == mask.shape[3] and mask.dtype == torch.bool:
-        allowed = ~mask[0, 0]
-        s = allowed.shape[0]
-        idx = torch.arange(s, device=mask.device)
-        if bool(allowed[idx, idx].all()):
-            first = allowed.int().argmax(dim=-1)
-            last = s - 1 - allowed.flip(-1).int().argmax(dim=-1)
-            min_after = first.flip(0).cummin(0).values.flip(0)  # earliest column opened by rows i..S-1
-            max_before = torch.cat([last.new_full((1,), -1), last.cummax(0).values[:-1]])  # by rows 0..i-1
-            bounds = ((min_after >= idx) & (max_before < idx)).nonzero().flatten().tolist() + [s]
-            lengths = [b - a for a, b in zip(bounds, bounds[1:])]
-    _blocks_of_mask = (mask, lengths)
-    return lengths
+    s = allowed.shape[0]
+    idx = torch.arange(s, device=allowed.device)
+    if not bool(allowed[idx, idx].all()):
+        return None
+    first = allowed.int().argmax(dim=-1)
+    last = s - 1 - allowed.flip(-1).int().argmax(dim=-1)
+    min_after = first.flip(0).cummin(0).values.flip(0)  # earliest column opened by rows i..S-1
+    max_before = torch.cat([last.new_full((1,), -1), last.cummax(0).values[:-1]])  # by rows 0..i-1
+    bounds = ((min_after >= idx) & (max_before < idx)).nonzero().flatten().tolist() + [s]
+    return [b - a for a, b in zip(bounds, bounds[1:])]
 
 
 class SDPADotProductAttention(DotProductAttention):

@@ -99,8 +99,9 @@ class MegatronTrainer(RLTrainerBase):
         if self.vision and self.use_te:
             self.pack_rows = False  # TE's THD rotary indexes 1-D positions; M-RoPE's are per sample: padded rows
         self.routing = RoutingReplay(self.args, [])   # the actor's, once its model is built
-        if self.args.shared_prompt_training and launch_problems(self.args, self.use_te, self.vision):
-            raise NotImplementedError("; ".join(launch_problems(self.args, self.use_te, self.vision)))
+        problems = launch_problems(self.args, self.use_te, self.vision) if self.args.shared_prompt_training else []
+        if problems:
+            raise NotImplementedError("; ".join(problems))
 
     def _sequence_split(self) -> tuple[int, int, int]:
         """Context parallelism (cp_layout.py); sequence parallelism splits a CP rank's row over TP, and the row's

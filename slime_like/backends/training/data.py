@@ -27,7 +27,8 @@ import itertools
 import torch
 
 from slime_like.backends.training.micro_batch import (MicroBatch, block_causal_mask, fixed_micro_batches,
-                                                      multimodal_inputs, packed_seq_params_for, to_device)
+                                                      multimodal_inputs, packed_micro_batches, packed_seq_params_for,
+                                                      to_device)
 
 REQUIRED_KEYS = ("tokens", "response_lengths", "loss_masks")
 
@@ -98,34 +99,6 @@ def split_steps(n: int, num_steps: int, global_batch_size: int | None, dp_size: 
                              "equal optimizer steps")
         per_step = n // num_steps
     return [list(range(s * per_step, (s + 1) * per_step)) for s in range(num_steps)]
-
-
-def packed_micro_batches(indices: list[int], lengths: list[int], max_tokens: int) -> list[list[int]]:
-    """Pack whole samples into as few micro-batches of <= `max_tokens` tokens as first-fit-decreasing finds.
-
-    A sample is never split. Each bin keeps its samples in batch order (only bin membership changes),
-    and bins are ordered by their first sample, so results are reproducible run to run.
-    """
-    if not max_tokens or max_tokens < 1:
-        raise ValueError("--use-dynamic-batch-size needs --max-tokens-per-gpu > 0 "
-                         f"(got {max_tokens!r}); e.g. --max-tokens-per-gpu 4096")
-    too_long = [(i, lengths[i]) for i in indices if lengths[i] > max_tokens]
-    if too_long:
-        i, length = too_long[0]
-        raise ValueError(f"sample {i} has {length} tokens, more than --max-tokens-per-gpu {max_tokens}; a sample "
-                         f"is never split, so raise --max-tokens-per-gpu to at least {max(l for _, l in too_long)}")
-    bins: list[list[int]] = []
-    room: list[int] = []
-    for i in sorted(indices, key=lambda j: (-lengths[j], j)):
-        for b, free in enumerate(room):
-            if lengths[i] <= free:
-                bins[b].append(i)
-                room[b] -= lengths[i]
-                break
-        else:
-            bins.append([i])
-            room.append(max_tokens - lengths[i])
-    return sorted((sorted(b) for b in bins), key=lambda b: b[0])
 
 
 def at_least(groups: list[list[int]], count: int) -> list[list[int]]:
@@ -292,8 +265,12 @@ class MicroBatcher:
     def split(self, batch: dict, indices: list[int], field_keys=(), max_tokens: int | None = None) -> list:
         args = self.args
         packed = bool(args.use_dynamic_batch_size)
+        # One tensor conversion per column for every micro-batch of every pass over this call's batch (the
+        # actor's, reference's and teacher's scoring; each optimizer step of train_step).
+        if self.packed_batch is None or not self.packed_batch.packs(batch):
+            self.packed_batch = PackedBatch(batch)
         if args.shared_prompt_training:  # one row per micro-batch, prompts once (shared_prompt.py)
-            return self._split_shared(batch, indices, field_keys, max_tokens)
+            return self._split_shared(indices, field_keys, max_tokens)
         if packed:
             lengths = [len(t) for t in batch["tokens"]]
             groups = packed_micro_batches(indices, lengths, max_tokens or args.max_tokens_per_gpu)
@@ -303,10 +280,6 @@ class MicroBatcher:
             by_length = sorted(indices, key=lambda i: len(batch["tokens"][i]))
             groups = fixed_micro_batches(by_length, args.micro_batch_size)
         groups = at_least(groups, self.min_micro_batches)
-        # One tensor conversion per column for every micro-batch of every pass over this call's batch (the
-        # actor's, reference's and teacher's scoring; each optimizer step of train_step).
-        if self.packed_batch is None or not self.packed_batch.packs(batch):
-            self.packed_batch = PackedBatch(batch)
         if self.cp[0] > 1:  # each sample cut into 2 x CP chunks (or, --allgather-cp, the stream into CP pieces)
             from slime_like.backends.training import cp_layout
 
@@ -317,12 +290,10 @@ class MicroBatcher:
         return [build_micro_batch(self.packed_batch, g, packed=packed and self.pack_rows, use_te=self.use_te,
                                   field_keys=field_keys, device=self.device) for g in groups]
 
-    def _split_shared(self, batch: dict, indices: list[int], field_keys, max_tokens: int | None) -> list:
+    def _split_shared(self, indices: list[int], field_keys, max_tokens: int | None) -> list:
         from slime_like.backends.training import shared_prompt
 
         args = self.args
-        if self.packed_batch is None or not self.packed_batch.packs(batch):
-            self.packed_batch = PackedBatch(batch)
         dynamic = bool(args.use_dynamic_batch_size)
         groups = shared_prompt.micro_batch_groups(
             self.packed_batch, indices, micro_batch_size=None if dynamic else args.micro_batch_size,

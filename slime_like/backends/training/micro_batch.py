@@ -98,6 +98,45 @@ def fixed_micro_batches(indices: list[int], micro_batch_size: int) -> list[list[
     return [indices[i:i + micro_batch_size] for i in range(0, len(indices), micro_batch_size)]
 
 
+def check_token_budget(indices: list[int], lengths, max_tokens) -> None:
+    """--max-tokens-per-gpu must hold every sample: a sample is never split."""
+    if not max_tokens or max_tokens < 1:
+        raise ValueError("--use-dynamic-batch-size needs --max-tokens-per-gpu > 0 "
+                         f"(got {max_tokens!r}); e.g. --max-tokens-per-gpu 4096")
+    too_long = [(i, lengths[i]) for i in indices if lengths[i] > max_tokens]
+    if too_long:
+        i, length = too_long[0]
+        raise ValueError(f"sample {i} has {length} tokens, more than --max-tokens-per-gpu {max_tokens}; a sample "
+                         f"is never split, so raise --max-tokens-per-gpu to at least {max(l for _, l in too_long)}")
+
+
+def first_fit_decreasing(items: list[int], sizes, capacity: int) -> list[list[int]]:
+    """`items` (ids; `sizes[id]` each, none above `capacity`) in as few bins of <= `capacity` as first-fit-decreasing
+    finds, ties by id. Each bin keeps its ids sorted and bins are ordered by their first id: reproducible run to run."""
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(items, key=lambda j: (-sizes[j], j)):
+        for b, free in enumerate(room):
+            if sizes[i] <= free:
+                bins[b].append(i)
+                room[b] -= sizes[i]
+                break
+        else:
+            bins.append([i])
+            room.append(capacity - sizes[i])
+    return sorted((sorted(b) for b in bins), key=lambda b: b[0])
+
+
+def packed_micro_batches(indices: list[int], lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """Pack whole samples into as few micro-batches of <= `max_tokens` tokens as first-fit-decreasing finds.
+
+    A sample is never split. Each bin keeps its samples in batch order (only bin membership changes),
+    and bins are ordered by their first sample, so results are reproducible run to run.
+    """
+    check_token_budget(indices, lengths, max_tokens)
+    return first_fit_decreasing(indices, lengths, max_tokens)
+
+
 def to_device(mb: MicroBatch, device) -> MicroBatch:
     """The micro-batch's tensors on `device` (None: stay on the CPU)."""
     if device is None:

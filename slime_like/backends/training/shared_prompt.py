@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import torch
 
-from slime_like.backends.training.micro_batch import MicroBatch, fixed_micro_batches, multimodal_inputs, to_device
+from slime_like.backends.training.micro_batch import (MicroBatch, check_token_budget, first_fit_decreasing,
+                                                      fixed_micro_batches, multimodal_inputs, to_device)
 
 
 def prompt_units(pb, indices: list[int]) -> list[list[int]]:
@@ -62,29 +63,13 @@ def micro_batch_groups(pb, indices: list[int], *, micro_batch_size: int | None,
                        max_tokens: int | None) -> list[list[int]]:
     """The micro-batches' sample ids. Fixed size (`micro_batch_size`): consecutive samples in batch order, so a
     group whose n divides the size stays in one micro-batch. Token budget (`max_tokens`, --use-dynamic-batch-size):
-    whole units packed first-fit-decreasing by their shared-layout tokens (data.packed_micro_batches' rule)."""
+    whole units (pieces of them beyond the budget) packed first-fit-decreasing by their shared-layout tokens."""
     if micro_batch_size is not None:
         return fixed_micro_batches(list(indices), micro_batch_size)
-    too_long = [i for i in indices if int(pb.tok_len[i]) > max_tokens]
-    if too_long:
-        longest = max(int(pb.tok_len[i]) for i in too_long)
-        raise ValueError(f"sample {too_long[0]} has {int(pb.tok_len[too_long[0]])} tokens, more than "
-                         f"--max-tokens-per-gpu {max_tokens}; a sample is never split, so raise "
-                         f"--max-tokens-per-gpu to at least {longest}")
-    pieces = [p for u in prompt_units(pb, indices) for p in _fit(pb, u, max_tokens)]
-    bins: list[list[int]] = []
-    room: list[int] = []
-    for piece in sorted(pieces, key=lambda p: (-unit_tokens(pb, p), p[0])):
-        need = unit_tokens(pb, piece)
-        for b, free in enumerate(room):
-            if need <= free:
-                bins[b].extend(piece)
-                room[b] -= need
-                break
-        else:
-            bins.append(list(piece))
-            room.append(max_tokens - need)
-    return sorted((sorted(b) for b in bins), key=lambda b: b[0])
+    check_token_budget(indices, pb.tok_len.tolist(), max_tokens)
+    pieces = {p[0]: p for u in prompt_units(pb, indices) for p in _fit(pb, u, max_tokens)}  # by first sample
+    bins = first_fit_decreasing(list(pieces), {i: unit_tokens(pb, p) for i, p in pieces.items()}, max_tokens)
+    return sorted((sorted(s for i in b for s in pieces[i]) for b in bins), key=lambda b: b[0])
 
 
 def _row_layout(pb, units: list[list[int]]):
